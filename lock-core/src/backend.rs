@@ -1,0 +1,226 @@
+//! The trait every backend implements: the contract, nothing more.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::{
+    HolderInfo, Key, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
+};
+
+/// Arguments of [`LockBackend::obtain`].
+#[derive(Debug, Clone, Copy)]
+pub struct ObtainRequest<'a> {
+    /// The key to lock.
+    pub key: &'a Key,
+    /// The owner.
+    pub token: &'a Token,
+    /// How long the lock stays valid without prolonging.
+    pub ttl: Ttl,
+    /// Stored with the lock for anyone to see.
+    pub holder: &'a HolderInfo,
+}
+
+/// Arguments of [`LockBackend::prolongate`].
+#[derive(Debug, Clone, Copy)]
+pub struct ProlongRequest<'a> {
+    /// The locked key.
+    pub key: &'a Key,
+    /// The owner.
+    pub token: &'a Token,
+    /// The new ttl, counted from now.
+    pub ttl: Ttl,
+}
+
+/// Arguments of [`LockBackend::release`].
+#[derive(Debug, Clone, Copy)]
+pub struct ReleaseRequest<'a> {
+    /// The locked key.
+    pub key: &'a Key,
+    /// The owner.
+    pub token: &'a Token,
+    /// A cooldown after the release that frees the lock: every obtain is busy until it ends.
+    pub delay_after: Option<Ttl>,
+}
+
+/// What a backend can do beyond the contract, declared so that the client layer and the
+/// conformance suite know what to expect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Locks exclude across OS processes (false only for the in-memory backend).
+    pub cross_process: bool,
+    /// Locks exclude across machines (Redis, Postgres; not the file backend).
+    pub cross_host: bool,
+    /// [`LockBackend::subscribe`] wakes waiters on release instead of leaving them to poll.
+    pub release_notification: bool,
+}
+
+impl Capabilities {
+    /// No capabilities; set fields with the builder methods.
+    pub const fn none() -> Self {
+        Capabilities {
+            cross_process: false,
+            cross_host: false,
+            release_notification: false,
+        }
+    }
+
+    /// Sets [`Capabilities::cross_process`].
+    pub const fn cross_process(mut self, yes: bool) -> Self {
+        self.cross_process = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::cross_host`].
+    pub const fn cross_host(mut self, yes: bool) -> Self {
+        self.cross_host = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::release_notification`].
+    pub const fn release_notification(mut self, yes: bool) -> Self {
+        self.release_notification = yes;
+        self
+    }
+}
+
+/// A place that can hold named, expiring, owner-checked locks.
+///
+/// Hold it as `Arc<dyn LockBackend>` and use it through [`Locker`](crate::Locker), which adds
+/// waiting, retries, guards and the watchdog the same way for every backend.
+///
+/// # Contract
+/// Every rule of the project's `CONTRACT.md`; the `lock-conformance` crate is its executable
+/// form and every backend in this workspace passes it. In short:
+/// - contention is an outcome ([`ObtainOutcome::Busy`], [`ProlongOutcome::Lost`]), never an
+///   [`Error`](crate::Error);
+/// - at no instant do two tokens hold a key within their ttl, as judged by the backend's
+///   clock;
+/// - fencing tokens only grow, per key, across expiry, deletion and data loss;
+/// - an expired record is kept for a grace period (by default at least its ttl) so that a late
+///   prolong or release answers `ProlongedLate`/`ReleasedLate` rather than `Lost`;
+/// - after an error the lock is in one of the contract's states and retrying is safe.
+///
+/// # Cancel safety
+/// Dropping a call's future may or may not have applied it; the state is still one the
+/// contract allows, and the call can be retried. [`Locker`](crate::Locker) cleans up an
+/// obtain whose future was dropped.
+#[async_trait]
+pub trait LockBackend: fmt::Debug + Send + Sync + 'static {
+    /// Short stable name used in errors, spans and the conformance report, e.g. `"redis-lua"`.
+    fn name(&self) -> &'static str;
+
+    /// What the backend can do beyond the contract.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Tries once to take `req.key` for `req.token`.
+    ///
+    /// # Contract
+    /// [`ObtainOutcome::Acquired`] when free, expired or out of cooldown (a new fencing
+    /// token, one hold); [`ObtainOutcome::Reacquired`] when `req.token` holds it and it has not
+    /// expired (holds + 1, ttl reset, same fencing); [`ObtainOutcome::Busy`] otherwise.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable) when the backend cannot be
+    /// reached, [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) when the record cannot be
+    /// read.
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome>;
+
+    /// Extends a held lock to `req.ttl` from now.
+    ///
+    /// # Contract
+    /// [`ProlongOutcome::Prolonged`] when held and not expired;
+    /// [`ProlongOutcome::ProlongedLate`] when expired but nobody took it since (fencing and
+    /// holds kept); [`ProlongOutcome::Lost`] when someone took it or the record is gone.
+    /// Never changes the hold count.
+    ///
+    /// # Errors
+    /// As for [`LockBackend::obtain`].
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome>;
+
+    /// Gives back one hold.
+    ///
+    /// # Contract
+    /// [`ReleaseOutcome::Decremented`] when reentrant holds remain (the cooldown is
+    /// ignored); [`ReleaseOutcome::Released`] when this frees it (then cooling down for
+    /// `delay_after`); [`ReleaseOutcome::ReleasedLate`] when it had expired but nobody took
+    /// it since (freed whatever the hold count); [`ReleaseOutcome::Lost`] otherwise, changing
+    /// nothing.
+    ///
+    /// # Errors
+    /// As for [`LockBackend::obtain`].
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome>;
+
+    /// The current state of `key`; changes nothing.
+    ///
+    /// # Errors
+    /// As for [`LockBackend::obtain`].
+    async fn inspect(&self, key: &Key) -> Result<LockState>;
+
+    /// Breaks the lock on `key` out of band, for an operator: the holder and any cooldown are
+    /// removed, the fencing sequence is kept (the next holder gets a higher token), and the
+    /// former holder's prolong or release answers `Lost`. Returns the state it broke.
+    ///
+    /// # Errors
+    /// As for [`LockBackend::obtain`].
+    async fn force_release(&self, key: &Key) -> Result<LockState>;
+
+    /// Subscribes to releases of `key`, for waiters that would rather be woken than poll.
+    ///
+    /// Call it *before* the obtain attempt that precedes the wait, so that a release
+    /// published in between still wakes the waiter. `Ok(None)`, the default, means the
+    /// backend has no notification and waiters poll per their retry strategy.
+    ///
+    /// # Errors
+    /// As for [`LockBackend::obtain`]; a waiter treats an error as "no notification".
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        let _ = key;
+        Ok(None)
+    }
+}
+
+/// A live subscription to the releases of one key; see [`LockBackend::subscribe`].
+///
+/// Backends build it from a [`watch`] channel whose value they bump on every release of the
+/// key; the subscription stays registered until it is dropped.
+pub struct ReleaseSubscription {
+    rx: watch::Receiver<u64>,
+    _registration: Option<Box<dyn Send + Sync>>,
+}
+
+impl ReleaseSubscription {
+    /// Wraps a receiver; `registration` is dropped with the subscription (for example to
+    /// unsubscribe from a shared channel).
+    pub fn new(rx: watch::Receiver<u64>, registration: Option<Box<dyn Send + Sync>>) -> Self {
+        ReleaseSubscription {
+            rx,
+            _registration: registration,
+        }
+    }
+
+    /// Waits for the next release after the last one seen, for at most `max`; returns
+    /// whether a release was seen. A closed channel counts as "not seen" (the caller's
+    /// fallback poll covers it).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a release that arrives while no one waits is seen by the next call.
+    pub async fn released_within(&mut self, max: Duration) -> bool {
+        match tokio::time::timeout(max, self.rx.changed()).await {
+            Ok(Ok(())) => true,
+            Ok(Err(_)) => {
+                tokio::time::sleep(max).await;
+                false
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl fmt::Debug for ReleaseSubscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseSubscription").finish_non_exhaustive()
+    }
+}

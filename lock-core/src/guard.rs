@@ -1,0 +1,460 @@
+//! The guard a caller holds while it owns a lock, and its watchdog.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tracing::Instrument;
+
+use crate::{
+    Attempt, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome,
+    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
+    Result, Token, Ttl,
+};
+
+/// The locks a [`Locker`](crate::Locker) still holds, for `release_all`.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    held: Mutex<HashMap<u64, Arc<Shared>>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl Registry {
+    fn insert(&self, shared: &Arc<Shared>) {
+        lock(&self.held).insert(shared.id, Arc::clone(shared));
+    }
+
+    fn remove(&self, id: u64) {
+        lock(&self.held).remove(&id);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.held).len()
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes every guard still registered; each is marked released so that its own
+    /// `release` or drop does nothing more.
+    pub(crate) fn drain(&self) -> Vec<Arc<Shared>> {
+        let all: Vec<_> = lock(&self.held).drain().map(|(_, s)| s).collect();
+        all.into_iter().filter(|s| s.take_for_release()).collect()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a guard and its watchdog share.
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) key: Key,
+    pub(crate) token: Token,
+    pub(crate) fencing: Fencing,
+    holder: HolderInfo,
+    state: Mutex<Validity>,
+    lost: CancellationToken,
+    stop_watchdog: CancellationToken,
+    registry: Weak<Registry>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Validity {
+    /// By the local monotonic clock, read before the request that set it was sent.
+    until: Instant,
+    ttl: Ttl,
+    released: bool,
+}
+
+impl Shared {
+    /// Marks the guard released; false when it already was (by `release_all` or itself).
+    fn take_for_release(&self) -> bool {
+        self.stop_watchdog.cancel();
+        let mut state = lock(&self.state);
+        !std::mem::replace(&mut state.released, true)
+    }
+
+    fn deregister(&self) {
+        if let Some(registry) = self.registry.upgrade() {
+            registry.remove(self.id);
+        }
+    }
+
+    fn validity(&self) -> Validity {
+        *lock(&self.state)
+    }
+
+    fn renewed(&self, sent_at: Instant, ttl: Ttl) {
+        let mut state = lock(&self.state);
+        state.until = sent_at + ttl.as_duration();
+        state.ttl = ttl;
+    }
+
+    fn mark_lost(&self, why: &str) {
+        if !self.lost.is_cancelled() {
+            tracing::warn!(key = %self.key, fencing = %self.fencing, backend = self.backend.name(), "lock lost: {why}");
+            self.lost.cancel();
+        }
+    }
+
+    async fn prolongate(&self, ttl: Ttl) -> Result<ProlongOutcome> {
+        let sent_at = Instant::now();
+        let req = ProlongRequest {
+            key: &self.key,
+            token: &self.token,
+            ttl,
+        };
+        let outcome = self.backend.prolongate(req).await?;
+        match outcome {
+            ProlongOutcome::Prolonged => self.renewed(sent_at, ttl),
+            ProlongOutcome::ProlongedLate => {
+                tracing::warn!(key = %self.key, fencing = %self.fencing, "prolonged late: the lock had expired, nobody took it meanwhile");
+                self.renewed(sent_at, ttl);
+            }
+            ProlongOutcome::Lost => self.mark_lost("a prolong answered Lost"),
+        }
+        Ok(outcome)
+    }
+
+    pub(crate) async fn release(&self, delay_after: Option<Ttl>) -> Result<ReleaseOutcome> {
+        self.deregister();
+        let req = ReleaseRequest {
+            key: &self.key,
+            token: &self.token,
+            delay_after,
+        };
+        let outcome = self.backend.release(req).await?;
+        match outcome {
+            ReleaseOutcome::Lost => self.mark_lost("the release answered Lost"),
+            ReleaseOutcome::ReleasedLate => {
+                tracing::warn!(key = %self.key, fencing = %self.fencing, "released late: the lock had expired before the release")
+            }
+            ReleaseOutcome::Released | ReleaseOutcome::Decremented { .. } => {}
+        }
+        Ok(outcome)
+    }
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("backend", &self.backend.name())
+            .field("key", &self.key)
+            .field("token", &self.token)
+            .field("fencing", &self.fencing)
+            .field("lost", &self.lost.is_cancelled())
+            .finish()
+    }
+}
+
+/// Proof that the caller holds a lock, from [`LockBuilder`](crate::LockBuilder).
+///
+/// Give it back with [`LockGuard::release`]. Dropped while still held, it releases the lock in
+/// the background (when a tokio runtime is there) and logs a warning either way; with no
+/// runtime the lock expires after its ttl.
+///
+/// The critical section should select on [`LockGuard::lost`] and pass
+/// [`LockGuard::fencing`] to the resource it writes, so that a write made after the lock was
+/// lost is refused.
+///
+/// # Validity
+/// [`LockGuard::remaining`] counts from the local monotonic clock read *before* the request
+/// that obtained or last prolonged the lock was sent, so it errs on the safe side and never
+/// depends on comparing two machines' wall clocks.
+pub struct LockGuard {
+    shared: Arc<Shared>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        shared_parts: GuardParts,
+        registry: &Arc<Registry>,
+        watchdog: Option<f64>,
+    ) -> Self {
+        let GuardParts {
+            id,
+            backend,
+            key,
+            token,
+            fencing,
+            holder,
+            sent_at,
+            ttl,
+            lost,
+        } = shared_parts;
+        let shared = Arc::new(Shared {
+            id,
+            backend,
+            key,
+            token,
+            fencing,
+            holder,
+            state: Mutex::new(Validity {
+                until: sent_at + ttl.as_duration(),
+                ttl,
+                released: false,
+            }),
+            lost,
+            stop_watchdog: CancellationToken::new(),
+            registry: Arc::downgrade(registry),
+        });
+        registry.insert(&shared);
+        if let Some(fraction) = watchdog {
+            spawn_watchdog(Arc::clone(&shared), fraction);
+        }
+        LockGuard { shared }
+    }
+
+    /// Obtains the same lock again with the same owner token: a reentrant hold.
+    ///
+    /// The new guard shares this one's fencing token and lost signal; each guard gives back
+    /// one hold, and the lock is free once both are released. If this guard's hold had
+    /// expired meanwhile and nobody took the key, the answer is a fresh acquisition with a
+    /// new fencing token (the expired hold no longer counts).
+    ///
+    /// # Errors
+    /// The backend's error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future gives back the hold it may have been granted.
+    pub async fn reenter(&self) -> Result<Attempt<LockGuard>> {
+        let shared = Arc::clone(&self.shared);
+        let registry = shared.registry.upgrade().unwrap_or_default();
+        let ttl = shared.validity().ttl;
+        let sent_at = Instant::now();
+        // The obtain runs in its own task so that, if this future is dropped, the task still
+        // sees the answer and gives back a hold it was granted; a release by this token
+        // could not tell that hold from the one this guard already has.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task_shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let s = &task_shared;
+            let req = ObtainRequest { key: &s.key, token: &s.token, ttl, holder: &s.holder };
+            let outcome = s.backend.obtain(req).await;
+            let granted = matches!(outcome, Ok(ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }));
+            if tx.send(outcome).is_err() && granted {
+                let req = ReleaseRequest { key: &s.key, token: &s.token, delay_after: None };
+                let _ = s.backend.release(req).await;
+            }
+        });
+        let outcome = rx.await.map_err(|_| {
+            Error::new(ErrorKind::Unavailable, shared.backend.name(), Operation::Obtain, "the reentrant obtain task was cancelled")
+        })??;
+        let (fencing, lost) = match outcome {
+            ObtainOutcome::Reacquired { .. } => (shared.fencing, shared.lost.clone()),
+            ObtainOutcome::Acquired { fencing, .. } => (fencing, CancellationToken::new()),
+            ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
+        };
+        let parts = GuardParts {
+            id: registry.next_id(),
+            backend: Arc::clone(&shared.backend),
+            key: shared.key.clone(),
+            token: shared.token,
+            fencing,
+            holder: shared.holder.clone(),
+            sent_at,
+            ttl,
+            lost,
+        };
+        Ok(Attempt::Obtained(LockGuard::new(parts, &registry, None)))
+    }
+
+    /// The locked key, without the locker's prefix.
+    pub fn key(&self) -> &Key {
+        &self.shared.key
+    }
+
+    /// The fencing token of this acquisition: pass it to the resource you protect.
+    pub fn fencing(&self) -> Fencing {
+        self.shared.fencing
+    }
+
+    /// Time left before the lock expires unless prolonged, by the local monotonic clock
+    /// (conservative: counted from before the last successful request was sent).
+    pub fn remaining(&self) -> Duration {
+        self.shared
+            .validity()
+            .until
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lock is known to be lost: a prolong or release answered `Lost`, or the
+    /// watchdog could not prolong it before it ran out.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.is_cancelled()
+    }
+
+    /// Resolves the moment the lock is known to be lost; at once if it already is. Never
+    /// resolves on a normal release.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use lock_core::{Locker, MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// # let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// let guard = locker.lock("job").watchdog().obtain().await?.obtained().unwrap();
+    /// tokio::select! {
+    ///     _ = guard.lost() => eprintln!("lock lost, stopping"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => println!("work done"),
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.shared.lost.clone().cancelled_owned()
+    }
+
+    /// The lost signal as a [`CancellationToken`], to hand to other tasks.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.shared.lost.clone()
+    }
+
+    /// Extends the lock to `ttl` from now.
+    ///
+    /// `Lost` fires [`LockGuard::lost`]; `ProlongedLate` is logged as a warning.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a ttl out of range, or
+    /// the backend's error.
+    pub async fn prolongate(&self, ttl: Duration) -> Result<ProlongOutcome> {
+        let ttl = Ttl::new(ttl)?;
+        self.shared.prolongate(ttl).await
+    }
+
+    /// Gives the lock back.
+    ///
+    /// # Errors
+    /// The backend's error; the lock then expires after its ttl at the latest.
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        self.release_with(None).await
+    }
+
+    /// Gives the lock back and keeps the key cooling down for `delay`: every obtain, this
+    /// owner's included, is busy until it ends. Ignored when reentrant holds remain.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a delay out of range,
+    /// or the backend's error.
+    pub async fn release_after(self, delay: Duration) -> Result<ReleaseOutcome> {
+        let delay = Ttl::new(delay)?;
+        self.release_with(Some(delay)).await
+    }
+
+    async fn release_with(self, delay: Option<Ttl>) -> Result<ReleaseOutcome> {
+        if !self.shared.take_for_release() {
+            // Already given back by `Locker::release_all`.
+            return Ok(ReleaseOutcome::Lost);
+        }
+        let span = tracing::debug_span!("lock.release", backend = self.shared.backend.name(), key = %self.shared.key);
+        self.shared.release(delay).instrument(span).await
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.shared, f)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.shared.take_for_release() {
+            return;
+        }
+        self.shared.deregister();
+        let shared = Arc::clone(&self.shared);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                tracing::warn!(key = %shared.key, "lock guard dropped while held: releasing it in the background");
+                runtime.spawn(async move {
+                    if let Err(e) = shared.release(None).await {
+                        tracing::warn!(key = %shared.key, "background release failed, the lock expires after its ttl: {e}");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!(key = %shared.key, "lock guard dropped while held outside a tokio runtime: it expires after its ttl");
+            }
+        }
+    }
+}
+
+/// The pieces a new guard is built from.
+pub(crate) struct GuardParts {
+    pub(crate) id: u64,
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) key: Key,
+    pub(crate) token: Token,
+    pub(crate) fencing: Fencing,
+    pub(crate) holder: HolderInfo,
+    pub(crate) sent_at: Instant,
+    pub(crate) ttl: Ttl,
+    pub(crate) lost: CancellationToken,
+}
+
+/// Prolongs at `fraction` of the ttl until the guard is released or dropped.
+///
+/// It never stops silently: a transient error is retried (at a tenth of the ttl) until the
+/// validity runs out, and then `lost` fires. It holds no reference that keeps the guard
+/// alive past its release: the guard's drop cancels it.
+fn spawn_watchdog(shared: Arc<Shared>, fraction: f64) {
+    let span = tracing::debug_span!("lock.watchdog", backend = shared.backend.name(), key = %shared.key);
+    tokio::spawn(
+        async move {
+            let stop = shared.stop_watchdog.clone();
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = watchdog_loop(&shared, fraction) => {}
+            }
+        }
+        .instrument(span),
+    );
+}
+
+async fn watchdog_loop(shared: &Shared, fraction: f64) {
+    loop {
+        let v = shared.validity();
+        let period = v.ttl.as_duration().mul_f64(fraction);
+        tokio::time::sleep(period).await;
+        loop {
+            match shared.prolongate(v.ttl).await {
+                Ok(ProlongOutcome::Lost) => return,
+                Ok(_) => break,
+                Err(e) => {
+                    let left = shared
+                        .validity()
+                        .until
+                        .saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        shared.mark_lost(&format!(
+                            "the watchdog could not prolong it before it ran out: {e}"
+                        ));
+                        return;
+                    }
+                    tracing::warn!("watchdog prolong failed, retrying: {e}");
+                    let pause = (v.ttl.as_duration() / 10).max(Duration::from_millis(1));
+                    tokio::time::sleep(pause.min(left)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Validates a watchdog fraction.
+pub(crate) fn check_fraction(fraction: f64) -> Result<f64> {
+    if fraction > 0.0 && fraction < 1.0 {
+        Ok(fraction)
+    } else {
+        Err(Error::invalid(format!(
+            "a watchdog prolongs at a fraction of the ttl strictly between 0 and 1, got {fraction}"
+        )))
+    }
+}

@@ -1,0 +1,73 @@
+//! The contract of a distributed lock, and the client API every backend shares.
+//!
+//! ```
+//! use std::{sync::Arc, time::Duration};
+//! use lock_core::{Attempt, LockBackend, Locker, MemoryBackend};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+//! // Any backend: MemoryBackend here, lock_file::FileBackend or lock_redis::RedisBackend in
+//! // a real program. The code below does not change with it.
+//! let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+//! let locker = Locker::new(backend).with_ttl(Duration::from_secs(30))?;
+//!
+//! match locker.lock("nightly-report").watchdog().obtain().await? {
+//!     Attempt::Obtained(guard) => {
+//!         // Hand the fencing token to the resource you write, so it can refuse a stale
+//!         // holder; stop if the lock is lost.
+//!         let fencing = guard.fencing();
+//!         tokio::select! {
+//!             _ = guard.lost() => eprintln!("lost the lock, stopping"),
+//!             _ = async { println!("writing the report with fencing {fencing}") } => {}
+//!         }
+//!         guard.release().await?;
+//!     }
+//!     Attempt::Busy(busy) => println!("someone else is on it: {busy}"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # The pieces
+//! - [`LockBackend`]: the contract (obtain, prolongate, release, inspect), implemented by
+//!   [`MemoryBackend`] here and by the `lock-file`, `lock-redis` and `lock-postgres` crates.
+//!   Contention is an outcome ([`ObtainOutcome::Busy`]), never an [`Error`].
+//! - [`Locker`]: waiting with a deadline and a [`Retry`] strategy, a "don't queue" policy,
+//!   the [`LockGuard`] with its watchdog and lost signal, [`Locker::with_lock`] and
+//!   [`Locker::release_all`], written once for every backend.
+//! - Validated inputs ([`Key`], [`Ttl`], [`Token`], [`HolderInfo`]) refused with
+//!   [`ErrorKind::InvalidInput`] before any I/O.
+//!
+//! # What happens if the holder dies, or the server restarts
+//! A holder that dies stops prolonging; its lock expires after its ttl and the next obtain
+//! gets it with a higher fencing token. A backend that loses its data answers `Lost` to the
+//! old holder's prolong (never `Prolonged`), its watchdog fires [`LockGuard::lost`], and
+//! fencing tokens keep growing.
+
+mod backend;
+mod error;
+mod guard;
+mod holder;
+mod key;
+mod locker;
+mod memory;
+mod outcome;
+mod retry;
+mod token;
+mod ttl;
+
+pub use backend::{
+    Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
+pub use error::{Error, ErrorKind, Operation, Result};
+pub use guard::LockGuard;
+pub use holder::HolderInfo;
+pub use key::Key;
+pub use locker::{Attempt, HeldLock, LockBuilder, Locker};
+pub use memory::MemoryBackend;
+pub use outcome::{
+    Busy, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome,
+};
+pub use retry::Retry;
+pub use token::Token;
+pub use ttl::Ttl;
+
+pub use async_trait::async_trait;

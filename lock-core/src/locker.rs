@@ -1,0 +1,575 @@
+//! The client API over any backend: defaults, the obtain builder, waiting, release-all.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::guard::{check_fraction, GuardParts, Registry};
+use crate::{
+    Busy, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockGuard, ObtainOutcome,
+    ObtainRequest, Operation, ReleaseOutcome, ReleaseRequest, Result, Retry, Token, Ttl,
+};
+
+/// What an obtain came to: the lock, or who has it.
+#[derive(Debug)]
+#[must_use]
+pub enum Attempt<T> {
+    /// The lock was obtained (for [`Locker::with_lock`], the closure's result).
+    Obtained(T),
+    /// It was not obtained within the wait; the last answer said why.
+    Busy(Busy),
+}
+
+impl<T> Attempt<T> {
+    /// The obtained value, or `None` when busy.
+    pub fn obtained(self) -> Option<T> {
+        match self {
+            Attempt::Obtained(t) => Some(t),
+            Attempt::Busy(_) => None,
+        }
+    }
+
+    /// Whether the lock was not obtained.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Attempt::Busy(_))
+    }
+
+    /// The obtained value, or the last [`Busy`] answer as an error value.
+    pub fn into_result(self) -> std::result::Result<T, Busy> {
+        match self {
+            Attempt::Obtained(t) => Ok(t),
+            Attempt::Busy(b) => Err(b),
+        }
+    }
+}
+
+/// The entry point: a backend plus the defaults every lock taken through it starts from.
+///
+/// Cheap to clone; clones share the set of held locks that [`Locker::release_all`] gives
+/// back.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use lock_core::{Attempt, Locker, MemoryBackend, Retry};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// let locker = Locker::new(Arc::new(MemoryBackend::new()))
+///     .with_prefix("billing:")
+///     .with_ttl(Duration::from_secs(30))?
+///     .with_retry(Retry::exponential(Duration::from_millis(10), Duration::from_millis(500)));
+///
+/// match locker.lock("invoice-42").wait(Duration::from_secs(5)).obtain().await? {
+///     Attempt::Obtained(guard) => {
+///         println!("fencing token {}", guard.fencing());
+///         guard.release().await?;
+///     }
+///     Attempt::Busy(busy) => println!("gave up: {busy}"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    backend: Arc<dyn LockBackend>,
+    prefix: String,
+    ttl: Ttl,
+    wait: Duration,
+    retry: Retry,
+    holder: HolderInfo,
+    registry: Arc<Registry>,
+}
+
+impl Locker {
+    /// The default ttl: 30 s.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+    /// The default wait of [`LockBuilder::obtain`]: 10 s.
+    pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+    /// The default watchdog period, as a fraction of the ttl.
+    pub const DEFAULT_WATCHDOG_FRACTION: f64 = 1.0 / 3.0;
+
+    /// A locker over `backend` with the defaults: no prefix, 30 s ttl, 10 s wait,
+    /// [`Retry::default`], this host and process as holder.
+    pub fn new(backend: Arc<dyn LockBackend>) -> Self {
+        Locker {
+            backend,
+            prefix: String::new(),
+            ttl: Ttl::new(Self::DEFAULT_TTL).unwrap_or(Ttl::MAX),
+            wait: Self::DEFAULT_WAIT,
+            retry: Retry::default(),
+            holder: HolderInfo::current(),
+            registry: Arc::default(),
+        }
+    }
+
+    /// Prepends `prefix` to every key (on top of the backend's own namespace).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The default ttl.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] outside 1 ms ..= 365 days.
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<Self> {
+        self.ttl = Ttl::new(ttl)?;
+        Ok(self)
+    }
+
+    /// The default wait of [`LockBuilder::obtain`].
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The default retry strategy.
+    pub fn with_retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Default holder metadata, shown to anyone who inspects a lock taken through this
+    /// locker.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] over 4 KiB.
+    pub fn with_metadata(mut self, metadata: impl Into<String>) -> Result<Self> {
+        self.holder = self.holder.with_metadata(metadata)?;
+        Ok(self)
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.backend
+    }
+
+    /// Starts an obtain of `key` (the locker's prefix is prepended).
+    pub fn lock(&self, key: impl AsRef<str>) -> LockBuilder<'_> {
+        LockBuilder {
+            locker: self,
+            key: format!("{}{}", self.prefix, key.as_ref()),
+            ttl: Ok(self.ttl),
+            wait: self.wait,
+            retry: self.retry.clone(),
+            metadata: None,
+            dont_queue: false,
+            watchdog: None,
+        }
+    }
+
+    /// The full key for `key`, validated.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] when the prefixed key is not a valid [`Key`].
+    pub fn key(&self, key: impl AsRef<str>) -> Result<Key> {
+        Key::new(format!("{}{}", self.prefix, key.as_ref()))
+    }
+
+    /// Obtains `key` (waiting per the defaults), runs `f` while a watchdog keeps the lock,
+    /// then releases it.
+    ///
+    /// `f` gets a [`HeldLock`] to read the fencing token and select on the lost signal. If
+    /// the lock is lost meanwhile, `f` still runs to its end unless it watches
+    /// [`HeldLock::lost`]; the loss is logged.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use lock_core::{Locker, MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// let total = locker
+    ///     .with_lock("counter", |held| async move { held.fencing().0 + 1 })
+    ///     .await?
+    ///     .obtained()
+    ///     .expect("nobody else holds it");
+    /// assert!(total > 1);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`LockBuilder::obtain`], or the release's error.
+    pub async fn with_lock<F, Fut, T>(&self, key: impl AsRef<str>, f: F) -> Result<Attempt<T>>
+    where
+        F: FnOnce(HeldLock) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = match self.lock(key).watchdog().obtain().await? {
+            Attempt::Obtained(guard) => guard,
+            Attempt::Busy(busy) => return Ok(Attempt::Busy(busy)),
+        };
+        let held = HeldLock {
+            key: guard.key().clone(),
+            fencing: guard.fencing(),
+            lost: guard.lost_token(),
+        };
+        let value = f(held).await;
+        // A `Lost` release is already logged and has fired the lost signal.
+        let _outcome = guard.release().await?;
+        Ok(Attempt::Obtained(value))
+    }
+
+    /// Gives back every lock still held through this locker (and its clones), for example at
+    /// shutdown. Returns each key with its release's result; their guards then do nothing
+    /// more on release or drop.
+    pub async fn release_all(&self) -> Vec<(Key, Result<ReleaseOutcome>)> {
+        let mut results = Vec::new();
+        for shared in self.registry.drain() {
+            let outcome = shared.release(None).await;
+            results.push((shared.key.clone(), outcome));
+        }
+        results
+    }
+
+    /// How many locks this locker and its clones hold now.
+    pub fn held_count(&self) -> usize {
+        self.registry.len()
+    }
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("backend", &self.backend)
+            .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Locker::with_lock`] hands its closure.
+#[derive(Debug, Clone)]
+pub struct HeldLock {
+    key: Key,
+    fencing: Fencing,
+    lost: CancellationToken,
+}
+
+impl HeldLock {
+    /// The locked key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The fencing token of this acquisition.
+    pub fn fencing(&self) -> Fencing {
+        self.fencing
+    }
+
+    /// Resolves when the lock is known to be lost.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await
+    }
+
+    /// Whether the lock is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+}
+
+/// One obtain being set up: from [`Locker::lock`].
+#[must_use = "a lock builder does nothing until try_obtain() or obtain() is awaited"]
+pub struct LockBuilder<'a> {
+    locker: &'a Locker,
+    key: String,
+    ttl: Result<Ttl>,
+    wait: Duration,
+    retry: Retry,
+    metadata: Option<String>,
+    dont_queue: bool,
+    watchdog: Option<Result<f64>>,
+}
+
+impl LockBuilder<'_> {
+    /// How long the lock stays valid without prolonging (a bad value is reported by the
+    /// obtain).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Ttl::new(ttl);
+        self
+    }
+
+    /// How long [`LockBuilder::obtain`] may wait in all.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The retry strategy while waiting.
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Metadata for this lock, replacing the locker's default.
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+
+    /// Gives up at once when the holder's remaining ttl (or the remaining cooldown) is longer
+    /// than what is left of the wait: queueing could not succeed.
+    pub fn dont_queue(mut self) -> Self {
+        self.dont_queue = true;
+        self
+    }
+
+    /// Prolongs the lock in the background every third of its ttl until the guard is
+    /// released or dropped; [`LockGuard::lost`] fires the moment a prolong answers `Lost`.
+    pub fn watchdog(self) -> Self {
+        self.watchdog_every(Locker::DEFAULT_WATCHDOG_FRACTION)
+    }
+
+    /// Like [`LockBuilder::watchdog`], prolonging every `fraction` of the ttl (0 < fraction < 1).
+    pub fn watchdog_every(mut self, fraction: f64) -> Self {
+        self.watchdog = Some(check_fraction(fraction));
+        self
+    }
+
+    /// One attempt, no waiting.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a bad key, ttl or metadata (before any I/O);
+    /// [`ErrorKind::ExpiredOnArrival`] when the grant came back after its ttl had run out (it
+    /// was given back); otherwise the backend's error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves nothing behind: a lock granted to it is released in the
+    /// background.
+    pub async fn try_obtain(self) -> Result<Attempt<LockGuard>> {
+        let plan = self.plan()?;
+        let span = plan.span();
+        plan.attempt().instrument(span).await
+    }
+
+    /// Attempts until the lock is obtained, the wait runs out, the retry strategy gives up,
+    /// or (with [`LockBuilder::dont_queue`]) the holder will clearly outlast the wait.
+    ///
+    /// Errors the backend marks retry-safe are retried like contention within the wait; the
+    /// last one is returned if the wait runs out on it.
+    ///
+    /// # Errors
+    /// As for [`LockBuilder::try_obtain`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future (for example from `tokio::select!` on a shutdown token) leaves
+    /// nothing behind.
+    pub async fn obtain(self) -> Result<Attempt<LockGuard>> {
+        let plan = self.plan()?;
+        let span = plan.span();
+        plan.wait_loop().instrument(span).await
+    }
+
+    fn plan(self) -> Result<Plan> {
+        let key = Key::new(self.key)?;
+        let ttl = self.ttl?;
+        let watchdog = self.watchdog.transpose()?;
+        let holder = match self.metadata {
+            Some(m) => self.locker.holder.clone().with_metadata(m)?,
+            None => self.locker.holder.clone(),
+        };
+        Ok(Plan {
+            locker: self.locker.clone(),
+            key,
+            token: Token::generate()?,
+            ttl,
+            wait: self.wait,
+            retry: self.retry,
+            holder,
+            dont_queue: self.dont_queue,
+            watchdog,
+        })
+    }
+}
+
+impl fmt::Debug for LockBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockBuilder")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl.as_ref().ok())
+            .field("wait", &self.wait)
+            .field("dont_queue", &self.dont_queue)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A validated obtain.
+struct Plan {
+    locker: Locker,
+    key: Key,
+    token: Token,
+    ttl: Ttl,
+    wait: Duration,
+    retry: Retry,
+    holder: HolderInfo,
+    dont_queue: bool,
+    watchdog: Option<f64>,
+}
+
+impl Plan {
+    fn span(&self) -> tracing::Span {
+        tracing::debug_span!("lock.obtain", backend = self.locker.backend.name(), key = %self.key)
+    }
+
+    async fn attempt(&self) -> Result<Attempt<LockGuard>> {
+        let backend = &self.locker.backend;
+        let sent_at = Instant::now();
+        let mut cleanup = ReleaseOnDrop {
+            backend,
+            key: &self.key,
+            token: &self.token,
+            armed: true,
+        };
+        let outcome = backend
+            .obtain(ObtainRequest {
+                key: &self.key,
+                token: &self.token,
+                ttl: self.ttl,
+                holder: &self.holder,
+            })
+            .await;
+        cleanup.armed = false;
+        let fencing = match outcome? {
+            ObtainOutcome::Acquired { fencing, .. } => fencing,
+            ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
+            ObtainOutcome::Reacquired { .. } => {
+                // Every plan has a fresh token, so the backend cannot have seen it before.
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    backend.name(),
+                    Operation::Obtain,
+                    "the backend answered Reacquired for a token it cannot have seen",
+                ));
+            }
+        };
+        if Instant::now() >= sent_at + self.ttl.as_duration() {
+            let _ = self.release_quietly().await;
+            return Err(Error::new(
+                ErrorKind::ExpiredOnArrival,
+                backend.name(),
+                Operation::Obtain,
+                format!(
+                    "the lock was granted but its ttl of {} had run out by the time the answer arrived; use a longer ttl",
+                    self.ttl
+                ),
+            ));
+        }
+        let parts = GuardParts {
+            id: self.locker.registry.next_id(),
+            backend: Arc::clone(backend),
+            key: self.key.clone(),
+            token: self.token,
+            fencing,
+            holder: self.holder.clone(),
+            sent_at,
+            ttl: self.ttl,
+            lost: CancellationToken::new(),
+        };
+        Ok(Attempt::Obtained(LockGuard::new(
+            parts,
+            &self.locker.registry,
+            self.watchdog,
+        )))
+    }
+
+    async fn release_quietly(&self) -> Result<ReleaseOutcome> {
+        self.locker
+            .backend
+            .release(ReleaseRequest {
+                key: &self.key,
+                token: &self.token,
+                delay_after: None,
+            })
+            .await
+    }
+
+    async fn wait_loop(&self) -> Result<Attempt<LockGuard>> {
+        let deadline = Instant::now() + self.wait;
+        let backend = &self.locker.backend;
+        // Subscribe before the first attempt: a release published between that attempt and
+        // the wait must still wake us.
+        let mut subscription = if self.retry.is_notified() && !self.wait.is_zero() {
+            backend.subscribe(&self.key).await.unwrap_or_else(|e| {
+                tracing::debug!("no release notification, polling: {e}");
+                None
+            })
+        } else {
+            None
+        };
+        let mut retries = 0;
+        loop {
+            let busy = match self.attempt().await {
+                Ok(Attempt::Busy(busy)) => Ok(busy),
+                Err(e) if e.is_retry_safe() => Err(e),
+                done => return done,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let give_up = |last: std::result::Result<Busy, Error>| match last {
+                Ok(busy) => Ok(Attempt::Busy(busy)),
+                Err(e) => Err(e),
+            };
+            if left.is_zero() {
+                return give_up(busy);
+            }
+            if let Ok(b) = &busy {
+                if self.dont_queue && b.remaining > left {
+                    return give_up(busy);
+                }
+            }
+            let Some(mut delay) = self.retry.delay(retries) else {
+                return give_up(busy);
+            };
+            retries += 1;
+            match &busy {
+                // No point sleeping past the moment the holder's ttl or the cooldown ends.
+                Ok(b) => delay = delay.min(b.remaining + Duration::from_millis(1)),
+                Err(e) => tracing::warn!("obtain failed, retrying within the wait: {e}"),
+            }
+            let delay = delay.min(left);
+            match subscription.as_mut() {
+                Some(sub) => {
+                    sub.released_within(delay).await;
+                }
+                None => tokio::time::sleep(delay).await,
+            }
+        }
+    }
+}
+
+/// Releases, in the background, a lock whose obtain future was dropped mid-flight.
+///
+/// The token is fresh, so the release can only free a lock this very obtain was granted: if
+/// the request never reached the backend, the release answers `Lost` and changes nothing.
+struct ReleaseOnDrop<'a> {
+    backend: &'a Arc<dyn LockBackend>,
+    key: &'a Key,
+    token: &'a Token,
+    armed: bool,
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let backend = Arc::clone(self.backend);
+        let (key, token) = (self.key.clone(), *self.token);
+        runtime.spawn(async move {
+            let req = ReleaseRequest {
+                key: &key,
+                token: &token,
+                delay_after: None,
+            };
+            if let Err(e) = backend.release(req).await {
+                tracing::warn!(%key, "cleanup of a cancelled obtain failed; any grant expires after its ttl: {e}");
+            }
+        });
+    }
+}

@@ -1,0 +1,494 @@
+//! The in-memory backend: the reference implementation and the unit-test double.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{
+    Busy, Capabilities, Fencing, HolderInfo, Key, LockBackend, LockState, ObtainOutcome,
+    ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
+    ReleaseSubscription, Result, Token, Ttl,
+};
+
+/// Locks in this process's memory: every rule of the contract, no I/O.
+///
+/// Use it in unit tests of code that takes an `Arc<dyn LockBackend>`, and as the reference
+/// the other backends are compared with. Clones share one store; [`MemoryBackend::namespaced`]
+/// gives a view of the same store under another key prefix, the way two applications share
+/// one Redis.
+///
+/// Time is [`tokio::time::Instant`], so under `tokio::time::pause()` expiry, cooldowns and
+/// watchdogs run deterministically and instantly.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::{LockBackend, Locker, MemoryBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+/// let locker = Locker::new(backend);
+/// let guard = locker.lock("job").try_obtain().await?.obtained().expect("free");
+/// assert!(locker.lock("job").try_obtain().await?.is_busy());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryBackend {
+    store: Arc<Mutex<Store>>,
+    namespace: String,
+    grace: Option<Duration>,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    slots: HashMap<String, Slot>,
+    // One counter for all keys: strictly increasing per key, and it survives record removal.
+    fencing: u64,
+    watchers: HashMap<String, watch::Sender<u64>>,
+    sweep_at: usize,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Held(Record),
+    Cooling { until: Instant },
+}
+
+#[derive(Debug)]
+struct Record {
+    token: Token,
+    holder: HolderInfo,
+    fencing: Fencing,
+    holds: u32,
+    expires: Instant,
+    // End of the grace period: until then a late prolong or release is told apart from Lost.
+    forget_at: Instant,
+}
+
+/// How a stored slot reads at a given instant.
+enum Phase<'a> {
+    Vacant,
+    Cooling(Duration),
+    Live(&'a mut Record),
+    Expired(&'a mut Record),
+}
+
+impl MemoryBackend {
+    /// The backend's name in errors and reports.
+    pub const NAME: &'static str = "memory";
+
+    /// An empty store, default grace (each lock's own ttl).
+    pub fn new() -> Self {
+        MemoryBackend {
+            store: Arc::default(),
+            namespace: String::new(),
+            grace: None,
+        }
+    }
+
+    /// The same store seen under another key prefix: keys of different namespaces never
+    /// meet.
+    pub fn namespaced(&self, namespace: impl Into<String>) -> Self {
+        MemoryBackend {
+            namespace: namespace.into(),
+            ..self.clone()
+        }
+    }
+
+    /// Keeps expired records for `grace` instead of each lock's ttl, for late detection.
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// Forgets every record of every namespace (fencing continues upwards): what a server
+    /// restart without persistence does to a real backend.
+    pub fn simulate_data_loss(&self) {
+        self.lock_store().slots.clear();
+    }
+
+    fn lock_store(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the mutex cannot leave a record half-written (every mutation
+        // is a single assignment), so a poisoned store is still consistent.
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn full_key(&self, key: &Key) -> String {
+        let mut full = String::with_capacity(self.namespace.len() + key.as_str().len());
+        full.push_str(&self.namespace);
+        full.push_str(key.as_str());
+        full
+    }
+
+    fn grace_for(&self, ttl: Ttl) -> Duration {
+        self.grace.unwrap_or(ttl.as_duration())
+    }
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    fn phase(&mut self, key: &str, now: Instant) -> Phase<'_> {
+        let gone = match self.slots.get(key) {
+            None => return Phase::Vacant,
+            Some(Slot::Cooling { until }) => *until <= now,
+            Some(Slot::Held(r)) => r.forget_at <= now,
+        };
+        if gone {
+            self.slots.remove(key);
+            return Phase::Vacant;
+        }
+        match self.slots.get_mut(key) {
+            Some(Slot::Cooling { until }) => Phase::Cooling(*until - now),
+            Some(Slot::Held(r)) => {
+                if r.expires > now {
+                    Phase::Live(r)
+                } else {
+                    Phase::Expired(r)
+                }
+            }
+            None => Phase::Vacant,
+        }
+    }
+
+    fn next_fencing(&mut self) -> Fencing {
+        self.fencing += 1;
+        Fencing(self.fencing)
+    }
+
+    /// Frees `key` (or starts its cooldown) and wakes its waiters.
+    fn free(&mut self, key: &str, now: Instant, delay: Option<Ttl>) {
+        match delay {
+            Some(d) => {
+                let until = now + d.as_duration();
+                self.slots.insert(key.to_owned(), Slot::Cooling { until });
+            }
+            None => {
+                self.slots.remove(key);
+            }
+        }
+        if let Some(tx) = self.watchers.get(key) {
+            tx.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Drops records past their grace period, amortized over inserts so the map stays
+    /// proportional to the live keys.
+    fn sweep(&mut self, now: Instant) {
+        if self.slots.len() < self.sweep_at {
+            return;
+        }
+        self.slots.retain(|_, slot| match slot {
+            Slot::Cooling { until } => *until > now,
+            Slot::Held(r) => r.forget_at > now,
+        });
+        self.watchers.retain(|_, tx| tx.receiver_count() > 0);
+        self.sweep_at = (self.slots.len() * 2).max(1024);
+    }
+}
+
+#[async_trait]
+impl LockBackend for MemoryBackend {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none().release_notification(true)
+    }
+
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        let key = self.full_key(req.key);
+        let now = Instant::now();
+        let ttl = req.ttl.as_duration();
+        let mut store = self.lock_store();
+        match store.phase(&key, now) {
+            Phase::Cooling(remaining) => {
+                return Ok(ObtainOutcome::Busy(Busy {
+                    holder: None,
+                    remaining,
+                }))
+            }
+            Phase::Live(r) if r.token == *req.token => {
+                r.holds += 1;
+                r.expires = now + ttl;
+                r.forget_at = r.expires + self.grace_for(req.ttl);
+                return Ok(ObtainOutcome::Reacquired { holds: r.holds });
+            }
+            Phase::Live(r) => {
+                return Ok(ObtainOutcome::Busy(Busy {
+                    holder: Some(r.holder.clone()),
+                    remaining: r.expires - now,
+                }))
+            }
+            Phase::Vacant | Phase::Expired(_) => {}
+        }
+        store.sweep(now);
+        let fencing = store.next_fencing();
+        let record = Record {
+            token: *req.token,
+            holder: req.holder.clone(),
+            fencing,
+            holds: 1,
+            expires: now + ttl,
+            forget_at: now + ttl + self.grace_for(req.ttl),
+        };
+        store.slots.insert(key, Slot::Held(record));
+        Ok(ObtainOutcome::Acquired {
+            fencing,
+            ttl: req.ttl,
+        })
+    }
+
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        let key = self.full_key(req.key);
+        let now = Instant::now();
+        let mut store = self.lock_store();
+        let (record, outcome) = match store.phase(&key, now) {
+            Phase::Live(r) if r.token == *req.token => (r, ProlongOutcome::Prolonged),
+            Phase::Expired(r) if r.token == *req.token => (r, ProlongOutcome::ProlongedLate),
+            _ => return Ok(ProlongOutcome::Lost),
+        };
+        record.expires = now + req.ttl.as_duration();
+        record.forget_at = record.expires + self.grace_for(req.ttl);
+        Ok(outcome)
+    }
+
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        let key = self.full_key(req.key);
+        let now = Instant::now();
+        let mut store = self.lock_store();
+        let outcome = match store.phase(&key, now) {
+            Phase::Live(r) if r.token == *req.token && r.holds > 1 => {
+                r.holds -= 1;
+                return Ok(ReleaseOutcome::Decremented { holds: r.holds });
+            }
+            Phase::Live(r) if r.token == *req.token => ReleaseOutcome::Released,
+            Phase::Expired(r) if r.token == *req.token => ReleaseOutcome::ReleasedLate,
+            _ => return Ok(ReleaseOutcome::Lost),
+        };
+        store.free(&key, now, req.delay_after);
+        Ok(outcome)
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        let key = self.full_key(key);
+        let now = Instant::now();
+        Ok(state_of(self.lock_store().phase(&key, now), now))
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        let key = self.full_key(key);
+        let now = Instant::now();
+        let mut store = self.lock_store();
+        let state = state_of(store.phase(&key, now), now);
+        store.free(&key, now, None);
+        Ok(state)
+    }
+
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        let key = self.full_key(key);
+        let mut store = self.lock_store();
+        let rx = store
+            .watchers
+            .entry(key)
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        Ok(Some(ReleaseSubscription::new(rx, None)))
+    }
+}
+
+fn state_of(phase: Phase<'_>, now: Instant) -> LockState {
+    match phase {
+        Phase::Vacant | Phase::Expired(_) => LockState::Free,
+        Phase::Cooling(remaining) => LockState::Cooling { remaining },
+        Phase::Live(r) => LockState::Held {
+            holder: r.holder.clone(),
+            fencing: r.fencing,
+            remaining: r.expires - now,
+            holds: r.holds,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        backend: MemoryBackend,
+        key: Key,
+        holder: HolderInfo,
+    }
+
+    fn ms(n: u64) -> Ttl {
+        Ttl::from_millis(n).unwrap()
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Fixture {
+                backend: MemoryBackend::new(),
+                key: Key::new("k").unwrap(),
+                holder: HolderInfo::current(),
+            }
+        }
+        async fn obtain(&self, t: &Token, ttl: u64) -> ObtainOutcome {
+            let req = ObtainRequest { key: &self.key, token: t, ttl: ms(ttl), holder: &self.holder };
+            self.backend.obtain(req).await.unwrap()
+        }
+        async fn prolong(&self, t: &Token, ttl: u64) -> ProlongOutcome {
+            let req = ProlongRequest { key: &self.key, token: t, ttl: ms(ttl) };
+            self.backend.prolongate(req).await.unwrap()
+        }
+        async fn release(&self, t: &Token, delay: Option<u64>) -> ReleaseOutcome {
+            let req = ReleaseRequest { key: &self.key, token: t, delay_after: delay.map(ms) };
+            self.backend.release(req).await.unwrap()
+        }
+    }
+
+    fn tokens() -> (Token, Token) {
+        (Token::generate().unwrap(), Token::generate().unwrap())
+    }
+
+    fn fencing(o: ObtainOutcome) -> Fencing {
+        match o {
+            ObtainOutcome::Acquired { fencing, .. } => fencing,
+            other => panic!("expected Acquired, got {other:?}"),
+        }
+    }
+
+    async fn advance(ms: u64) {
+        tokio::time::advance(Duration::from_millis(ms)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn obtain_outcomes() {
+        let f = Fixture::new();
+        let (a, b) = tokens();
+        let first = fencing(f.obtain(&a, 100).await);
+        assert_eq!(f.obtain(&a, 100).await, ObtainOutcome::Reacquired { holds: 2 });
+        match f.obtain(&b, 100).await {
+            ObtainOutcome::Busy(Busy { holder: Some(h), remaining }) => {
+                assert_eq!(h, f.holder);
+                assert_eq!(remaining, Duration::from_millis(100));
+            }
+            other => panic!("{other:?}"),
+        }
+        advance(100).await;
+        assert!(fencing(f.obtain(&b, 100).await) > first, "expired lock is free, fencing grows");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn prolong_outcomes() {
+        let f = Fixture::new();
+        let (a, b) = tokens();
+        let _ = f.obtain(&a, 100).await;
+        assert_eq!(f.prolong(&a, 300).await, ProlongOutcome::Prolonged);
+        assert_eq!(f.prolong(&b, 300).await, ProlongOutcome::Lost);
+        advance(350).await;
+        assert_eq!(f.prolong(&a, 100).await, ProlongOutcome::ProlongedLate);
+        advance(150).await;
+        let _ = f.obtain(&b, 100).await;
+        assert_eq!(f.prolong(&a, 100).await, ProlongOutcome::Lost, "stolen after expiry");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn prolong_past_grace_is_lost() {
+        let f = Fixture::new();
+        let (a, _) = tokens();
+        let _ = f.obtain(&a, 100).await;
+        advance(200).await;
+        assert_eq!(f.prolong(&a, 100).await, ProlongOutcome::Lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_outcomes() {
+        let f = Fixture::new();
+        let (a, b) = tokens();
+        let _ = f.obtain(&a, 100).await;
+        let _ = f.obtain(&a, 100).await;
+        assert_eq!(f.release(&b, None).await, ReleaseOutcome::Lost);
+        assert_eq!(f.release(&a, Some(50)).await, ReleaseOutcome::Decremented { holds: 1 });
+        assert_eq!(f.release(&a, None).await, ReleaseOutcome::Released);
+        assert_eq!(f.release(&a, None).await, ReleaseOutcome::Lost, "second release");
+        let _ = f.obtain(&a, 100).await;
+        let _ = f.obtain(&a, 100).await;
+        advance(150).await;
+        assert_eq!(f.release(&a, None).await, ReleaseOutcome::ReleasedLate);
+        assert_eq!(f.backend.inspect(&f.key).await.unwrap(), LockState::Free);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cooldown_blocks_everyone_then_frees() {
+        let f = Fixture::new();
+        let (a, b) = tokens();
+        let _ = f.obtain(&a, 100).await;
+        assert_eq!(f.release(&a, Some(200)).await, ReleaseOutcome::Released);
+        for t in [&a, &b] {
+            let busy = f.obtain(t, 100).await;
+            assert_eq!(busy, ObtainOutcome::Busy(Busy { holder: None, remaining: Duration::from_millis(200) }));
+        }
+        assert_eq!(f.prolong(&a, 100).await, ProlongOutcome::Lost);
+        assert_eq!(f.release(&a, None).await, ReleaseOutcome::Lost);
+        advance(200).await;
+        let _ = fencing(f.obtain(&b, 100).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn force_release_keeps_fencing_growing() {
+        let f = Fixture::new();
+        let (a, b) = tokens();
+        let first = fencing(f.obtain(&a, 1000).await);
+        assert!(matches!(f.backend.force_release(&f.key).await.unwrap(), LockState::Held { .. }));
+        let second = fencing(f.obtain(&b, 1000).await);
+        assert!(second > first);
+        assert_eq!(f.release(&a, None).await, ReleaseOutcome::Lost);
+        f.backend.simulate_data_loss();
+        assert_eq!(f.prolong(&b, 1000).await, ProlongOutcome::Lost);
+        assert!(fencing(f.obtain(&a, 1000).await) > second);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn namespaces_do_not_meet() {
+        let f = Fixture::new();
+        let other = f.backend.namespaced("other:");
+        let (a, b) = tokens();
+        let _ = fencing(f.obtain(&a, 1000).await);
+        let req = ObtainRequest { key: &f.key, token: &b, ttl: ms(1000), holder: &f.holder };
+        assert!(matches!(other.obtain(req).await.unwrap(), ObtainOutcome::Acquired { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn subscription_sees_release() {
+        let f = Fixture::new();
+        let (a, _) = tokens();
+        let mut sub = f.backend.subscribe(&f.key).await.unwrap().unwrap();
+        let _ = f.obtain(&a, 1000).await;
+        assert!(!sub.released_within(Duration::from_millis(10)).await);
+        let _ = f.release(&a, None).await;
+        assert!(sub.released_within(Duration::from_millis(10)).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_records_are_swept() {
+        let f = Fixture::new();
+        let holder = HolderInfo::current();
+        for i in 0..3000 {
+            let key = Key::new(format!("k{i}")).unwrap();
+            let t = Token::generate().unwrap();
+            let req = ObtainRequest { key: &key, token: &t, ttl: ms(1), holder: &holder };
+            let _ = f.backend.obtain(req).await.unwrap();
+            advance(3).await;
+        }
+        assert!(f.backend.lock_store().slots.len() <= 1024, "sweep keeps the store bounded");
+    }
+}
