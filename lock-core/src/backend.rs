@@ -221,6 +221,7 @@ impl ReleaseSubscription {
 
 impl fmt::Debug for ReleaseSubscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReleaseSubscription").finish_non_exhaustive()
+        f.debug_struct("ReleaseSubscription")
+            .finish_non_exhaustive()
     }
 }

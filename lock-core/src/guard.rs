@@ -1,7 +1,7 @@
 //! The guard a caller holds while it owns a lock, and its watchdog.
 
-use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -10,40 +10,64 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
 use crate::{
-    Attempt, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome,
-    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    Result, Token, Ttl,
+    Attempt, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, ObtainRequest,
+    Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
 };
 
 /// The locks a [`Locker`](crate::Locker) still holds, for `release_all`.
+///
+/// A slab rather than a map: a guard's id is its slot, so registering and deregistering on
+/// every obtain and release cost no hashing.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    held: Mutex<HashMap<u64, Arc<Shared>>>,
-    next_id: std::sync::atomic::AtomicU64,
+    slab: Mutex<Slab>,
+}
+
+#[derive(Debug, Default)]
+struct Slab {
+    slots: Vec<Option<Arc<Shared>>>,
+    free: Vec<usize>,
+    len: usize,
 }
 
 impl Registry {
-    fn insert(&self, shared: &Arc<Shared>) {
-        lock(&self.held).insert(shared.id, Arc::clone(shared));
+    fn insert(&self, make: impl FnOnce(usize) -> Arc<Shared>) -> Arc<Shared> {
+        let mut slab = lock(&self.slab);
+        let id = match slab.free.pop() {
+            Some(id) => id,
+            None => {
+                slab.slots.push(None);
+                slab.slots.len() - 1
+            }
+        };
+        let shared = make(id);
+        slab.slots[id] = Some(Arc::clone(&shared));
+        slab.len += 1;
+        shared
     }
 
-    fn remove(&self, id: u64) {
-        lock(&self.held).remove(&id);
+    fn remove(&self, id: usize) {
+        let mut slab = lock(&self.slab);
+        if slab.slots.get_mut(id).and_then(Option::take).is_some() {
+            slab.free.push(id);
+            slab.len -= 1;
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
-        lock(&self.held).len()
-    }
-
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        lock(&self.slab).len
     }
 
     /// Takes every guard still registered; each is marked released so that its own
     /// `release` or drop does nothing more.
     pub(crate) fn drain(&self) -> Vec<Arc<Shared>> {
-        let all: Vec<_> = lock(&self.held).drain().map(|(_, s)| s).collect();
+        let all: Vec<_> = {
+            let mut slab = lock(&self.slab);
+            let all = slab.slots.drain(..).flatten().collect();
+            slab.free.clear();
+            slab.len = 0;
+            all
+        };
         all.into_iter().filter(|s| s.take_for_release()).collect()
     }
 }
@@ -54,32 +78,65 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// What a guard and its watchdog share.
 pub(crate) struct Shared {
-    pub(crate) id: u64,
+    id: usize,
     pub(crate) backend: Arc<dyn LockBackend>,
     pub(crate) key: Key,
     pub(crate) token: Token,
     pub(crate) fencing: Fencing,
-    holder: HolderInfo,
+    holder: Arc<HolderInfo>,
     state: Mutex<Validity>,
-    lost: CancellationToken,
-    stop_watchdog: CancellationToken,
+    /// Given back (by its own release, its drop, or `release_all`): nothing more to do.
+    released: AtomicBool,
+    stop_watchdog: Option<CancellationToken>,
     registry: Weak<Registry>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Validity {
     /// By the local monotonic clock, read before the request that set it was sent.
     until: Instant,
     ttl: Ttl,
-    released: bool,
+    lost: LostSignal,
+}
+
+/// The lost signal, made only when someone listens: most guards are released without
+/// anyone asking, and a cancellation token is an allocation.
+#[derive(Debug)]
+struct LostSignal {
+    lost: bool,
+    token: Option<CancellationToken>,
+}
+
+impl LostSignal {
+    fn token(&mut self) -> CancellationToken {
+        let lost = self.lost;
+        self.token
+            .get_or_insert_with(|| {
+                let token = CancellationToken::new();
+                if lost {
+                    token.cancel();
+                }
+                token
+            })
+            .clone()
+    }
+
+    /// Marks it lost; true the first time.
+    fn fire(&mut self) -> bool {
+        if let Some(token) = &self.token {
+            token.cancel();
+        }
+        !std::mem::replace(&mut self.lost, true)
+    }
 }
 
 impl Shared {
     /// Marks the guard released; false when it already was (by `release_all` or itself).
     fn take_for_release(&self) -> bool {
-        self.stop_watchdog.cancel();
-        let mut state = lock(&self.state);
-        !std::mem::replace(&mut state.released, true)
+        if let Some(stop) = &self.stop_watchdog {
+            stop.cancel();
+        }
+        !self.released.swap(true, Ordering::AcqRel)
     }
 
     fn deregister(&self) {
@@ -88,8 +145,20 @@ impl Shared {
         }
     }
 
-    fn validity(&self) -> Validity {
-        *lock(&self.state)
+    fn until(&self) -> Instant {
+        lock(&self.state).until
+    }
+
+    fn ttl(&self) -> Ttl {
+        lock(&self.state).ttl
+    }
+
+    fn lost_token(&self) -> CancellationToken {
+        lock(&self.state).lost.token()
+    }
+
+    fn is_lost(&self) -> bool {
+        lock(&self.state).lost.lost
     }
 
     fn renewed(&self, sent_at: Instant, ttl: Ttl) {
@@ -99,9 +168,8 @@ impl Shared {
     }
 
     fn mark_lost(&self, why: &str) {
-        if !self.lost.is_cancelled() {
+        if lock(&self.state).lost.fire() {
             tracing::warn!(key = %self.key, fencing = %self.fencing, backend = self.backend.name(), "lock lost: {why}");
-            self.lost.cancel();
         }
     }
 
@@ -150,7 +218,7 @@ impl fmt::Debug for Shared {
             .field("key", &self.key)
             .field("token", &self.token)
             .field("fencing", &self.fencing)
-            .field("lost", &self.lost.is_cancelled())
+            .field("lost", &self.is_lost())
             .finish()
     }
 }
@@ -180,7 +248,6 @@ impl LockGuard {
         watchdog: Option<f64>,
     ) -> Self {
         let GuardParts {
-            id,
             backend,
             key,
             token,
@@ -190,23 +257,27 @@ impl LockGuard {
             ttl,
             lost,
         } = shared_parts;
-        let shared = Arc::new(Shared {
-            id,
-            backend,
-            key,
-            token,
-            fencing,
-            holder,
-            state: Mutex::new(Validity {
-                until: sent_at + ttl.as_duration(),
-                ttl,
-                released: false,
-            }),
-            lost,
-            stop_watchdog: CancellationToken::new(),
-            registry: Arc::downgrade(registry),
+        let shared = registry.insert(|id| {
+            Arc::new(Shared {
+                id,
+                backend,
+                key,
+                token,
+                fencing,
+                holder,
+                state: Mutex::new(Validity {
+                    until: sent_at + ttl.as_duration(),
+                    ttl,
+                    lost: LostSignal {
+                        lost: false,
+                        token: lost,
+                    },
+                }),
+                released: AtomicBool::new(false),
+                stop_watchdog: watchdog.map(|_| CancellationToken::new()),
+                registry: Arc::downgrade(registry),
+            })
         });
-        registry.insert(&shared);
         if let Some(fraction) = watchdog {
             spawn_watchdog(Arc::clone(&shared), fraction);
         }
@@ -228,7 +299,7 @@ impl LockGuard {
     pub async fn reenter(&self) -> Result<Attempt<LockGuard>> {
         let shared = Arc::clone(&self.shared);
         let registry = shared.registry.upgrade().unwrap_or_default();
-        let ttl = shared.validity().ttl;
+        let ttl = shared.ttl();
         let sent_at = Instant::now();
         // The obtain runs in its own task so that, if this future is dropped, the task still
         // sees the answer and gives back a hold it was granted; a release by this token
@@ -237,29 +308,45 @@ impl LockGuard {
         let task_shared = Arc::clone(&shared);
         tokio::spawn(async move {
             let s = &task_shared;
-            let req = ObtainRequest { key: &s.key, token: &s.token, ttl, holder: &s.holder };
+            let req = ObtainRequest {
+                key: &s.key,
+                token: &s.token,
+                ttl,
+                holder: &s.holder,
+            };
             let outcome = s.backend.obtain(req).await;
-            let granted = matches!(outcome, Ok(ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }));
+            let granted = matches!(
+                outcome,
+                Ok(ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. })
+            );
             if tx.send(outcome).is_err() && granted {
-                let req = ReleaseRequest { key: &s.key, token: &s.token, delay_after: None };
+                let req = ReleaseRequest {
+                    key: &s.key,
+                    token: &s.token,
+                    delay_after: None,
+                };
                 let _ = s.backend.release(req).await;
             }
         });
         let outcome = rx.await.map_err(|_| {
-            Error::new(ErrorKind::Unavailable, shared.backend.name(), Operation::Obtain, "the reentrant obtain task was cancelled")
+            Error::new(
+                ErrorKind::Unavailable,
+                shared.backend.name(),
+                Operation::Obtain,
+                "the reentrant obtain task was cancelled",
+            )
         })??;
         let (fencing, lost) = match outcome {
-            ObtainOutcome::Reacquired { .. } => (shared.fencing, shared.lost.clone()),
-            ObtainOutcome::Acquired { fencing, .. } => (fencing, CancellationToken::new()),
+            ObtainOutcome::Reacquired { .. } => (shared.fencing, Some(shared.lost_token())),
+            ObtainOutcome::Acquired { fencing, .. } => (fencing, None),
             ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
         };
         let parts = GuardParts {
-            id: registry.next_id(),
             backend: Arc::clone(&shared.backend),
             key: shared.key.clone(),
             token: shared.token,
             fencing,
-            holder: shared.holder.clone(),
+            holder: Arc::clone(&shared.holder),
             sent_at,
             ttl,
             lost,
@@ -281,15 +368,14 @@ impl LockGuard {
     /// (conservative: counted from before the last successful request was sent).
     pub fn remaining(&self) -> Duration {
         self.shared
-            .validity()
-            .until
+            .until()
             .saturating_duration_since(Instant::now())
     }
 
     /// Whether the lock is known to be lost: a prolong or release answered `Lost`, or the
     /// watchdog could not prolong it before it ran out.
     pub fn is_lost(&self) -> bool {
-        self.shared.lost.is_cancelled()
+        self.shared.is_lost()
     }
 
     /// Resolves the moment the lock is known to be lost; at once if it already is. Never
@@ -309,12 +395,12 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.shared.lost.clone().cancelled_owned()
+        self.shared.lost_token().cancelled_owned()
     }
 
     /// The lost signal as a [`CancellationToken`], to hand to other tasks.
     pub fn lost_token(&self) -> CancellationToken {
-        self.shared.lost.clone()
+        self.shared.lost_token()
     }
 
     /// Extends the lock to `ttl` from now.
@@ -389,15 +475,15 @@ impl Drop for LockGuard {
 
 /// The pieces a new guard is built from.
 pub(crate) struct GuardParts {
-    pub(crate) id: u64,
     pub(crate) backend: Arc<dyn LockBackend>,
     pub(crate) key: Key,
     pub(crate) token: Token,
     pub(crate) fencing: Fencing,
-    pub(crate) holder: HolderInfo,
+    pub(crate) holder: Arc<HolderInfo>,
     pub(crate) sent_at: Instant,
     pub(crate) ttl: Ttl,
-    pub(crate) lost: CancellationToken,
+    /// The lost signal to share (a reentrant guard shares its parent's).
+    pub(crate) lost: Option<CancellationToken>,
 }
 
 /// Prolongs at `fraction` of the ttl until the guard is released or dropped.
@@ -406,10 +492,13 @@ pub(crate) struct GuardParts {
 /// validity runs out, and then `lost` fires. It holds no reference that keeps the guard
 /// alive past its release: the guard's drop cancels it.
 fn spawn_watchdog(shared: Arc<Shared>, fraction: f64) {
-    let span = tracing::debug_span!("lock.watchdog", backend = shared.backend.name(), key = %shared.key);
+    let span =
+        tracing::debug_span!("lock.watchdog", backend = shared.backend.name(), key = %shared.key);
     tokio::spawn(
         async move {
-            let stop = shared.stop_watchdog.clone();
+            let Some(stop) = shared.stop_watchdog.clone() else {
+                return;
+            };
             tokio::select! {
                 _ = stop.cancelled() => {}
                 _ = watchdog_loop(&shared, fraction) => {}
@@ -421,18 +510,15 @@ fn spawn_watchdog(shared: Arc<Shared>, fraction: f64) {
 
 async fn watchdog_loop(shared: &Shared, fraction: f64) {
     loop {
-        let v = shared.validity();
-        let period = v.ttl.as_duration().mul_f64(fraction);
+        let ttl = shared.ttl();
+        let period = ttl.as_duration().mul_f64(fraction);
         tokio::time::sleep(period).await;
         loop {
-            match shared.prolongate(v.ttl).await {
+            match shared.prolongate(ttl).await {
                 Ok(ProlongOutcome::Lost) => return,
                 Ok(_) => break,
                 Err(e) => {
-                    let left = shared
-                        .validity()
-                        .until
-                        .saturating_duration_since(Instant::now());
+                    let left = shared.until().saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         shared.mark_lost(&format!(
                             "the watchdog could not prolong it before it ran out: {e}"
@@ -440,7 +526,7 @@ async fn watchdog_loop(shared: &Shared, fraction: f64) {
                         return;
                     }
                     tracing::warn!("watchdog prolong failed, retrying: {e}");
-                    let pause = (v.ttl.as_duration() / 10).max(Duration::from_millis(1));
+                    let pause = (ttl.as_duration() / 10).max(Duration::from_millis(1));
                     tokio::time::sleep(pause.min(left)).await;
                 }
             }

@@ -63,9 +63,7 @@ pub use holder::HolderInfo;
 pub use key::Key;
 pub use locker::{Attempt, HeldLock, LockBuilder, Locker};
 pub use memory::MemoryBackend;
-pub use outcome::{
-    Busy, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome,
-};
+pub use outcome::{Busy, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome};
 pub use retry::Retry;
 pub use token::Token;
 pub use ttl::Ttl;

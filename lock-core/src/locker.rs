@@ -79,7 +79,7 @@ pub struct Locker {
     ttl: Ttl,
     wait: Duration,
     retry: Retry,
-    holder: HolderInfo,
+    holder: Arc<HolderInfo>,
     registry: Arc<Registry>,
 }
 
@@ -100,7 +100,7 @@ impl Locker {
             ttl: Ttl::new(Self::DEFAULT_TTL).unwrap_or(Ttl::MAX),
             wait: Self::DEFAULT_WAIT,
             retry: Retry::default(),
-            holder: HolderInfo::current(),
+            holder: Arc::new(HolderInfo::current()),
             registry: Arc::default(),
         }
     }
@@ -138,7 +138,7 @@ impl Locker {
     /// # Errors
     /// [`ErrorKind::InvalidInput`] over 4 KiB.
     pub fn with_metadata(mut self, metadata: impl Into<String>) -> Result<Self> {
-        self.holder = self.holder.with_metadata(metadata)?;
+        self.holder = Arc::new((*self.holder).clone().with_metadata(metadata)?);
         Ok(self)
     }
 
@@ -151,7 +151,7 @@ impl Locker {
     pub fn lock(&self, key: impl AsRef<str>) -> LockBuilder<'_> {
         LockBuilder {
             locker: self,
-            key: format!("{}{}", self.prefix, key.as_ref()),
+            key: self.prefixed(key.as_ref()),
             ttl: Ok(self.ttl),
             wait: self.wait,
             retry: self.retry.clone(),
@@ -166,7 +166,14 @@ impl Locker {
     /// # Errors
     /// [`ErrorKind::InvalidInput`] when the prefixed key is not a valid [`Key`].
     pub fn key(&self, key: impl AsRef<str>) -> Result<Key> {
-        Key::new(format!("{}{}", self.prefix, key.as_ref()))
+        Key::new(self.prefixed(key.as_ref()))
+    }
+
+    fn prefixed(&self, key: &str) -> String {
+        let mut full = String::with_capacity(self.prefix.len() + key.len());
+        full.push_str(&self.prefix);
+        full.push_str(key);
+        full
     }
 
     /// Obtains `key` (waiting per the defaults), runs `f` while a watchdog keeps the lock,
@@ -285,7 +292,7 @@ pub struct LockBuilder<'a> {
     watchdog: Option<Result<f64>>,
 }
 
-impl LockBuilder<'_> {
+impl<'a> LockBuilder<'a> {
     /// How long the lock stays valid without prolonging (a bad value is reported by the
     /// obtain).
     pub fn ttl(mut self, ttl: Duration) -> Self {
@@ -364,16 +371,16 @@ impl LockBuilder<'_> {
         plan.wait_loop().instrument(span).await
     }
 
-    fn plan(self) -> Result<Plan> {
+    fn plan(self) -> Result<Plan<'a>> {
         let key = Key::new(self.key)?;
         let ttl = self.ttl?;
         let watchdog = self.watchdog.transpose()?;
         let holder = match self.metadata {
-            Some(m) => self.locker.holder.clone().with_metadata(m)?,
-            None => self.locker.holder.clone(),
+            Some(m) => Arc::new((*self.locker.holder).clone().with_metadata(m)?),
+            None => Arc::clone(&self.locker.holder),
         };
         Ok(Plan {
-            locker: self.locker.clone(),
+            locker: self.locker,
             key,
             token: Token::generate()?,
             ttl,
@@ -398,19 +405,19 @@ impl fmt::Debug for LockBuilder<'_> {
 }
 
 /// A validated obtain.
-struct Plan {
-    locker: Locker,
+struct Plan<'a> {
+    locker: &'a Locker,
     key: Key,
     token: Token,
     ttl: Ttl,
     wait: Duration,
     retry: Retry,
-    holder: HolderInfo,
+    holder: Arc<HolderInfo>,
     dont_queue: bool,
     watchdog: Option<f64>,
 }
 
-impl Plan {
+impl Plan<'_> {
     fn span(&self) -> tracing::Span {
         tracing::debug_span!("lock.obtain", backend = self.locker.backend.name(), key = %self.key)
     }
@@ -459,15 +466,14 @@ impl Plan {
             ));
         }
         let parts = GuardParts {
-            id: self.locker.registry.next_id(),
             backend: Arc::clone(backend),
             key: self.key.clone(),
             token: self.token,
             fencing,
-            holder: self.holder.clone(),
+            holder: Arc::clone(&self.holder),
             sent_at,
             ttl: self.ttl,
-            lost: CancellationToken::new(),
+            lost: None,
         };
         Ok(Attempt::Obtained(LockGuard::new(
             parts,

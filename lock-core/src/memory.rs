@@ -342,15 +342,28 @@ mod tests {
             }
         }
         async fn obtain(&self, t: &Token, ttl: u64) -> ObtainOutcome {
-            let req = ObtainRequest { key: &self.key, token: t, ttl: ms(ttl), holder: &self.holder };
+            let req = ObtainRequest {
+                key: &self.key,
+                token: t,
+                ttl: ms(ttl),
+                holder: &self.holder,
+            };
             self.backend.obtain(req).await.unwrap()
         }
         async fn prolong(&self, t: &Token, ttl: u64) -> ProlongOutcome {
-            let req = ProlongRequest { key: &self.key, token: t, ttl: ms(ttl) };
+            let req = ProlongRequest {
+                key: &self.key,
+                token: t,
+                ttl: ms(ttl),
+            };
             self.backend.prolongate(req).await.unwrap()
         }
         async fn release(&self, t: &Token, delay: Option<u64>) -> ReleaseOutcome {
-            let req = ReleaseRequest { key: &self.key, token: t, delay_after: delay.map(ms) };
+            let req = ReleaseRequest {
+                key: &self.key,
+                token: t,
+                delay_after: delay.map(ms),
+            };
             self.backend.release(req).await.unwrap()
         }
     }
@@ -375,16 +388,25 @@ mod tests {
         let f = Fixture::new();
         let (a, b) = tokens();
         let first = fencing(f.obtain(&a, 100).await);
-        assert_eq!(f.obtain(&a, 100).await, ObtainOutcome::Reacquired { holds: 2 });
+        assert_eq!(
+            f.obtain(&a, 100).await,
+            ObtainOutcome::Reacquired { holds: 2 }
+        );
         match f.obtain(&b, 100).await {
-            ObtainOutcome::Busy(Busy { holder: Some(h), remaining }) => {
+            ObtainOutcome::Busy(Busy {
+                holder: Some(h),
+                remaining,
+            }) => {
                 assert_eq!(h, f.holder);
                 assert_eq!(remaining, Duration::from_millis(100));
             }
             other => panic!("{other:?}"),
         }
         advance(100).await;
-        assert!(fencing(f.obtain(&b, 100).await) > first, "expired lock is free, fencing grows");
+        assert!(
+            fencing(f.obtain(&b, 100).await) > first,
+            "expired lock is free, fencing grows"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -398,7 +420,11 @@ mod tests {
         assert_eq!(f.prolong(&a, 100).await, ProlongOutcome::ProlongedLate);
         advance(150).await;
         let _ = f.obtain(&b, 100).await;
-        assert_eq!(f.prolong(&a, 100).await, ProlongOutcome::Lost, "stolen after expiry");
+        assert_eq!(
+            f.prolong(&a, 100).await,
+            ProlongOutcome::Lost,
+            "stolen after expiry"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -417,9 +443,16 @@ mod tests {
         let _ = f.obtain(&a, 100).await;
         let _ = f.obtain(&a, 100).await;
         assert_eq!(f.release(&b, None).await, ReleaseOutcome::Lost);
-        assert_eq!(f.release(&a, Some(50)).await, ReleaseOutcome::Decremented { holds: 1 });
+        assert_eq!(
+            f.release(&a, Some(50)).await,
+            ReleaseOutcome::Decremented { holds: 1 }
+        );
         assert_eq!(f.release(&a, None).await, ReleaseOutcome::Released);
-        assert_eq!(f.release(&a, None).await, ReleaseOutcome::Lost, "second release");
+        assert_eq!(
+            f.release(&a, None).await,
+            ReleaseOutcome::Lost,
+            "second release"
+        );
         let _ = f.obtain(&a, 100).await;
         let _ = f.obtain(&a, 100).await;
         advance(150).await;
@@ -435,7 +468,13 @@ mod tests {
         assert_eq!(f.release(&a, Some(200)).await, ReleaseOutcome::Released);
         for t in [&a, &b] {
             let busy = f.obtain(t, 100).await;
-            assert_eq!(busy, ObtainOutcome::Busy(Busy { holder: None, remaining: Duration::from_millis(200) }));
+            assert_eq!(
+                busy,
+                ObtainOutcome::Busy(Busy {
+                    holder: None,
+                    remaining: Duration::from_millis(200)
+                })
+            );
         }
         assert_eq!(f.prolong(&a, 100).await, ProlongOutcome::Lost);
         assert_eq!(f.release(&a, None).await, ReleaseOutcome::Lost);
@@ -448,7 +487,10 @@ mod tests {
         let f = Fixture::new();
         let (a, b) = tokens();
         let first = fencing(f.obtain(&a, 1000).await);
-        assert!(matches!(f.backend.force_release(&f.key).await.unwrap(), LockState::Held { .. }));
+        assert!(matches!(
+            f.backend.force_release(&f.key).await.unwrap(),
+            LockState::Held { .. }
+        ));
         let second = fencing(f.obtain(&b, 1000).await);
         assert!(second > first);
         assert_eq!(f.release(&a, None).await, ReleaseOutcome::Lost);
@@ -463,8 +505,16 @@ mod tests {
         let other = f.backend.namespaced("other:");
         let (a, b) = tokens();
         let _ = fencing(f.obtain(&a, 1000).await);
-        let req = ObtainRequest { key: &f.key, token: &b, ttl: ms(1000), holder: &f.holder };
-        assert!(matches!(other.obtain(req).await.unwrap(), ObtainOutcome::Acquired { .. }));
+        let req = ObtainRequest {
+            key: &f.key,
+            token: &b,
+            ttl: ms(1000),
+            holder: &f.holder,
+        };
+        assert!(matches!(
+            other.obtain(req).await.unwrap(),
+            ObtainOutcome::Acquired { .. }
+        ));
     }
 
     #[tokio::test(start_paused = true)]
@@ -485,10 +535,18 @@ mod tests {
         for i in 0..3000 {
             let key = Key::new(format!("k{i}")).unwrap();
             let t = Token::generate().unwrap();
-            let req = ObtainRequest { key: &key, token: &t, ttl: ms(1), holder: &holder };
+            let req = ObtainRequest {
+                key: &key,
+                token: &t,
+                ttl: ms(1),
+                holder: &holder,
+            };
             let _ = f.backend.obtain(req).await.unwrap();
             advance(3).await;
         }
-        assert!(f.backend.lock_store().slots.len() <= 1024, "sweep keeps the store bounded");
+        assert!(
+            f.backend.lock_store().slots.len() <= 1024,
+            "sweep keeps the store bounded"
+        );
     }
 }

@@ -12,9 +12,7 @@ use crate::{HolderInfo, Ttl};
 /// Pass it to the resource you protect and let the resource refuse writes carrying a token
 /// lower than one it has already seen: that is what keeps a paused, expired holder from
 /// corrupting data after someone else took the lock.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Fencing(pub u64);
 

@@ -151,7 +151,9 @@ mod tests {
     fn first_exponential_delay_is_near_the_minimum() {
         let min = Duration::from_millis(10);
         for _ in 0..100 {
-            let d = Retry::exponential(min, Duration::from_secs(1)).delay(0).unwrap();
+            let d = Retry::exponential(min, Duration::from_secs(1))
+                .delay(0)
+                .unwrap();
             assert!(d >= min && d <= min.mul_f64(1.5), "{d:?}");
         }
     }
@@ -160,7 +162,11 @@ mod tests {
     fn jitter_spreads_pollers() {
         let r = Retry::linear(Duration::from_millis(100));
         let distinct: std::collections::HashSet<_> = (0..50).map(|_| r.delay(0)).collect();
-        assert!(distinct.len() > 40, "jitter should spread delays: {}", distinct.len());
+        assert!(
+            distinct.len() > 40,
+            "jitter should spread delays: {}",
+            distinct.len()
+        );
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl Ttl {
     /// # Errors
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) below 1 or above 365 days.
     pub fn from_millis(millis: u64) -> Result<Self> {
-        if millis < Self::MIN.0 || millis > Self::MAX.0 {
+        if !(Self::MIN.0..=Self::MAX.0).contains(&millis) {
             return Err(Error::invalid(format!(
                 "a ttl must lie between 1 ms and 365 days, got {millis} ms"
             )));
@@ -99,7 +99,10 @@ mod tests {
 
     #[test]
     fn sub_millisecond_parts_round_down() {
-        assert_eq!(Ttl::new(Duration::from_micros(1999)).unwrap().as_millis(), 1);
+        assert_eq!(
+            Ttl::new(Duration::from_micros(1999)).unwrap().as_millis(),
+            1
+        );
         assert!(Ttl::new(Duration::from_micros(999)).is_err());
     }
 

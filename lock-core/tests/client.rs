@@ -72,18 +72,36 @@ fn ms(n: u64) -> Duration {
 }
 
 async fn held(locker: &Locker, key: &str) -> LockGuard {
-    locker.lock(key).try_obtain().await.unwrap().obtained().expect("lock should be free")
+    locker
+        .lock(key)
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .expect("lock should be free")
 }
 
 async fn state(locker: &Locker, key: &str) -> LockState {
-    locker.backend().inspect(&Key::new(key).unwrap()).await.unwrap()
+    locker
+        .backend()
+        .inspect(&Key::new(key).unwrap())
+        .await
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
 async fn second_owner_is_busy_with_holder_and_remaining() {
-    let locker = Locker::new(Arc::new(MemoryBackend::new())).with_metadata("job 7").unwrap();
+    let locker = Locker::new(Arc::new(MemoryBackend::new()))
+        .with_metadata("job 7")
+        .unwrap();
     let guard = held(&locker, "k").await;
-    let busy = locker.lock("k").try_obtain().await.unwrap().into_result().unwrap_err();
+    let busy = locker
+        .lock("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap_err();
     assert_eq!(busy.holder.unwrap().metadata.as_deref(), Some("job 7"));
     assert_eq!(busy.remaining, Locker::DEFAULT_TTL);
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
@@ -91,14 +109,23 @@ async fn second_owner_is_busy_with_holder_and_remaining() {
 
 #[tokio::test(start_paused = true)]
 async fn waiting_obtain_is_woken_by_release_notification() {
-    let (spy, locker) = spy(Spy { notify: true, ..Spy::default() });
+    let (spy, locker) = spy(Spy {
+        notify: true,
+        ..Spy::default()
+    });
     let guard = held(&locker, "k").await;
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move {
             let start = Instant::now();
             let retry = Retry::linear(secs(5)).notified();
-            let got = locker.lock("k").retry(retry).wait(secs(60)).obtain().await.unwrap();
+            let got = locker
+                .lock("k")
+                .retry(retry)
+                .wait(secs(60))
+                .obtain()
+                .await
+                .unwrap();
             (got.obtained().is_some(), start.elapsed())
         })
     };
@@ -106,8 +133,15 @@ async fn waiting_obtain_is_woken_by_release_notification() {
     let _ = guard.release().await.unwrap();
     let (got, waited) = waiter.await.unwrap();
     assert!(got);
-    assert!(waited < ms(200), "woken by the release, not the 5 s poll: {waited:?}");
-    assert_eq!(spy.obtains.load(Ordering::SeqCst), 3, "first try, the waiter's two");
+    assert!(
+        waited < ms(200),
+        "woken by the release, not the 5 s poll: {waited:?}"
+    );
+    assert_eq!(
+        spy.obtains.load(Ordering::SeqCst),
+        3,
+        "first try, the waiter's two"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -118,7 +152,15 @@ async fn waiting_obtain_polls_without_notification() {
         let locker = locker.clone();
         tokio::spawn(async move {
             let retry = Retry::linear(ms(100));
-            locker.lock("k").retry(retry).wait(secs(60)).obtain().await.unwrap().obtained().is_some()
+            locker
+                .lock("k")
+                .retry(retry)
+                .wait(secs(60))
+                .obtain()
+                .await
+                .unwrap()
+                .obtained()
+                .is_some()
         })
     };
     tokio::time::sleep(ms(500)).await;
@@ -134,69 +176,155 @@ async fn wait_deadline_is_honoured() {
     let got = locker.lock("k").wait(secs(2)).obtain().await.unwrap();
     let waited = start.elapsed();
     assert!(got.is_busy());
-    assert!(waited >= secs(2) && waited <= secs(2) + ms(10), "{waited:?}");
+    assert!(
+        waited >= secs(2) && waited <= secs(2) + ms(10),
+        "{waited:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn retry_none_and_limit_bound_the_attempts() {
     let (spy, locker) = spy(Spy::default());
     let _guard = held(&locker, "k").await;
-    let got = locker.lock("k").retry(Retry::none()).wait(secs(60)).obtain().await.unwrap();
+    let got = locker
+        .lock("k")
+        .retry(Retry::none())
+        .wait(secs(60))
+        .obtain()
+        .await
+        .unwrap();
     assert!(got.is_busy());
     assert_eq!(spy.obtains.load(Ordering::SeqCst), 2);
-    let got = locker.lock("k").retry(Retry::linear(ms(10)).limit(3)).wait(secs(60)).obtain().await;
+    let got = locker
+        .lock("k")
+        .retry(Retry::linear(ms(10)).limit(3))
+        .wait(secs(60))
+        .obtain()
+        .await;
     assert!(got.unwrap().is_busy());
-    assert_eq!(spy.obtains.load(Ordering::SeqCst), 2 + 4, "one try and three retries");
+    assert_eq!(
+        spy.obtains.load(Ordering::SeqCst),
+        2 + 4,
+        "one try and three retries"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn dont_queue_gives_up_when_the_holder_outlasts_the_wait() {
     let (spy, locker) = spy(Spy::default());
-    let _guard = locker.lock("k").ttl(secs(60)).try_obtain().await.unwrap().obtained().unwrap();
+    let _guard = locker
+        .lock("k")
+        .ttl(secs(60))
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
     let start = Instant::now();
-    let got = locker.lock("k").wait(secs(5)).dont_queue().obtain().await.unwrap();
+    let got = locker
+        .lock("k")
+        .wait(secs(5))
+        .dont_queue()
+        .obtain()
+        .await
+        .unwrap();
     assert!(got.is_busy());
     assert_eq!(start.elapsed(), Duration::ZERO, "gave up at once");
     assert_eq!(spy.obtains.load(Ordering::SeqCst), 2);
     // A holder that will expire within the wait is worth queueing for.
-    let _short = locker.lock("j").ttl(secs(1)).try_obtain().await.unwrap().obtained().unwrap();
-    let got = locker.lock("j").wait(secs(5)).dont_queue().obtain().await.unwrap();
-    assert!(got.obtained().is_some(), "obtained after the 1 s holder expired");
+    let _short = locker
+        .lock("j")
+        .ttl(secs(1))
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let got = locker
+        .lock("j")
+        .wait(secs(5))
+        .dont_queue()
+        .obtain()
+        .await
+        .unwrap();
+    assert!(
+        got.obtained().is_some(),
+        "obtained after the 1 s holder expired"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn watchdog_prolongs_on_time_and_stops_on_release() {
     let (spy, locker) = spy(Spy::default());
-    let guard = locker.lock("k").ttl(ms(300)).watchdog().try_obtain().await.unwrap().obtained().unwrap();
+    let guard = locker
+        .lock("k")
+        .ttl(ms(300))
+        .watchdog()
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
     tokio::time::sleep(ms(1050)).await;
-    assert!(matches!(state(&locker, "k").await, LockState::Held { .. }), "still held past 3 ttls");
+    assert!(
+        matches!(state(&locker, "k").await, LockState::Held { .. }),
+        "still held past 3 ttls"
+    );
     let prolongs = spy.prolongs.load(Ordering::SeqCst);
     assert_eq!(prolongs, 10, "one prolong every 100 ms");
     assert!(!guard.is_lost());
     assert!(guard.remaining() > ms(200));
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     tokio::time::sleep(ms(1000)).await;
-    assert_eq!(spy.prolongs.load(Ordering::SeqCst), prolongs, "watchdog stopped");
+    assert_eq!(
+        spy.prolongs.load(Ordering::SeqCst),
+        prolongs,
+        "watchdog stopped"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn watchdog_fires_lost_when_a_prolong_answers_lost() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let guard = locker.lock("k").ttl(ms(300)).watchdog().try_obtain().await.unwrap().obtained().unwrap();
-    let _ = locker.backend().force_release(&Key::new("k").unwrap()).await.unwrap();
+    let guard = locker
+        .lock("k")
+        .ttl(ms(300))
+        .watchdog()
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let _ = locker
+        .backend()
+        .force_release(&Key::new("k").unwrap())
+        .await
+        .unwrap();
     let thief = held(&locker, "k").await;
     let start = Instant::now();
     guard.lost().await;
-    assert!(start.elapsed() <= ms(100), "lost within one watchdog period");
+    assert!(
+        start.elapsed() <= ms(100),
+        "lost within one watchdog period"
+    );
     assert!(guard.is_lost());
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Lost);
-    assert!(matches!(state(&locker, "k").await, LockState::Held { fencing, .. } if fencing == thief.fencing()));
+    assert!(
+        matches!(state(&locker, "k").await, LockState::Held { fencing, .. } if fencing == thief.fencing())
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn lost_does_not_fire_on_release() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let guard = locker.lock("k").watchdog().try_obtain().await.unwrap().obtained().unwrap();
+    let guard = locker
+        .lock("k")
+        .watchdog()
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
     let lost = guard.lost_token();
     let _ = guard.release().await.unwrap();
     tokio::time::sleep(secs(120)).await;
@@ -206,7 +334,16 @@ async fn lost_does_not_fire_on_release() {
 #[tokio::test(start_paused = true)]
 async fn dropped_guard_is_released_in_the_background() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    drop(locker.lock("k").watchdog().try_obtain().await.unwrap().obtained().unwrap());
+    drop(
+        locker
+            .lock("k")
+            .watchdog()
+            .try_obtain()
+            .await
+            .unwrap()
+            .obtained()
+            .unwrap(),
+    );
     tokio::task::yield_now().await;
     assert_eq!(state(&locker, "k").await, LockState::Free);
     assert_eq!(locker.held_count(), 0);
@@ -222,18 +359,39 @@ async fn release_all_gives_back_every_lock() {
     assert_eq!(locker.held_count(), 2);
     let mut results = locker.release_all().await;
     results.sort_by(|x, y| x.0.cmp(&y.0));
-    let keys: Vec<_> = results.iter().map(|(k, r)| (k.as_str().to_owned(), *r.as_ref().unwrap())).collect();
-    assert_eq!(keys, [("a".into(), ReleaseOutcome::Released), ("b".into(), ReleaseOutcome::Released)]);
+    let keys: Vec<_> = results
+        .iter()
+        .map(|(k, r)| (k.as_str().to_owned(), *r.as_ref().unwrap()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("a".into(), ReleaseOutcome::Released),
+            ("b".into(), ReleaseOutcome::Released)
+        ]
+    );
     assert_eq!(state(&locker, "a").await, LockState::Free);
-    assert_eq!(a.release().await.unwrap(), ReleaseOutcome::Lost, "already given back");
+    assert_eq!(
+        a.release().await.unwrap(),
+        ReleaseOutcome::Lost,
+        "already given back"
+    );
     drop(b);
     assert_eq!(locker.held_count(), 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn grant_arriving_after_its_ttl_is_given_back() {
-    let (_, locker) = spy(Spy { obtain_delay: ms(200), ..Spy::default() });
-    let err = locker.lock("k").ttl(ms(100)).try_obtain().await.unwrap_err();
+    let (_, locker) = spy(Spy {
+        obtain_delay: ms(200),
+        ..Spy::default()
+    });
+    let err = locker
+        .lock("k")
+        .ttl(ms(100))
+        .try_obtain()
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ExpiredOnArrival);
     assert_eq!(state(&locker, "k").await, LockState::Free);
     assert_eq!(locker.held_count(), 0);
@@ -241,7 +399,10 @@ async fn grant_arriving_after_its_ttl_is_given_back() {
 
 #[tokio::test(start_paused = true)]
 async fn cancelled_obtain_leaves_nothing_behind() {
-    let (_, locker) = spy(Spy { obtain_delay: ms(50), ..Spy::default() });
+    let (_, locker) = spy(Spy {
+        obtain_delay: ms(50),
+        ..Spy::default()
+    });
     let attempt = tokio::time::timeout(ms(10), locker.lock("k").try_obtain()).await;
     assert!(attempt.is_err(), "the obtain was cut off mid-flight");
     tokio::task::yield_now().await;
@@ -255,20 +416,37 @@ async fn reentry_counts_holds_and_keeps_fencing() {
     let outer = held(&locker, "k").await;
     let inner = outer.reenter().await.unwrap().obtained().unwrap();
     assert_eq!(inner.fencing(), outer.fencing());
-    assert!(matches!(state(&locker, "k").await, LockState::Held { holds: 2, .. }));
-    assert!(locker.lock("k").try_obtain().await.unwrap().is_busy(), "another handle is another owner");
-    assert_eq!(inner.release().await.unwrap(), ReleaseOutcome::Decremented { holds: 1 });
+    assert!(matches!(
+        state(&locker, "k").await,
+        LockState::Held { holds: 2, .. }
+    ));
+    assert!(
+        locker.lock("k").try_obtain().await.unwrap().is_busy(),
+        "another handle is another owner"
+    );
+    assert_eq!(
+        inner.release().await.unwrap(),
+        ReleaseOutcome::Decremented { holds: 1 }
+    );
     assert_eq!(outer.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
 #[tokio::test(start_paused = true)]
 async fn with_lock_runs_the_closure_and_releases() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let key = locker.with_lock("k", |held| async move { held.key().to_string() }).await.unwrap();
+    let key = locker
+        .with_lock("k", |held| async move { held.key().to_string() })
+        .await
+        .unwrap();
     assert_eq!(key.obtained().as_deref(), Some("k"));
     assert_eq!(state(&locker, "k").await, LockState::Free);
     let _guard = held(&locker, "k").await;
-    let busy = locker.clone().with_wait(ms(50)).with_lock("k", |_| async {}).await.unwrap();
+    let busy = locker
+        .clone()
+        .with_wait(ms(50))
+        .with_lock("k", |_| async {})
+        .await
+        .unwrap();
     assert!(matches!(busy, Attempt::Busy(_)));
 }
 
@@ -280,12 +458,24 @@ async fn bad_input_is_refused_before_any_io() {
         locker.lock("x".repeat(1025)).try_obtain().await,
         locker.lock("a\0b").try_obtain().await,
         locker.lock("k").ttl(Duration::ZERO).try_obtain().await,
-        locker.lock("k").ttl(secs(366 * 24 * 3600)).try_obtain().await,
-        locker.lock("k").metadata("m".repeat(4097)).try_obtain().await,
+        locker
+            .lock("k")
+            .ttl(secs(366 * 24 * 3600))
+            .try_obtain()
+            .await,
+        locker
+            .lock("k")
+            .metadata("m".repeat(4097))
+            .try_obtain()
+            .await,
         locker.lock("k").watchdog_every(1.5).try_obtain().await,
     ];
     for (i, case) in cases.into_iter().enumerate() {
-        assert_eq!(case.unwrap_err().kind(), ErrorKind::InvalidInput, "case {i}");
+        assert_eq!(
+            case.unwrap_err().kind(),
+            ErrorKind::InvalidInput,
+            "case {i}"
+        );
     }
     assert_eq!(spy.obtains.load(Ordering::SeqCst), 0);
 }
@@ -301,8 +491,16 @@ async fn guard_debug_does_not_leak_the_token() {
 
 #[test]
 fn lock_state_serializes_for_operators() {
-    let state = LockState::Cooling { remaining: ms(1500) };
-    assert_eq!(serde_json::to_string(&state).unwrap(), r#"{"state":"cooling","remaining_ms":1500}"#);
+    let state = LockState::Cooling {
+        remaining: ms(1500),
+    };
+    assert_eq!(
+        serde_json::to_string(&state).unwrap(),
+        r#"{"state":"cooling","remaining_ms":1500}"#
+    );
     let json = serde_json::to_string(&LockState::Free).unwrap();
-    assert_eq!(serde_json::from_str::<LockState>(&json).unwrap(), LockState::Free);
+    assert_eq!(
+        serde_json::from_str::<LockState>(&json).unwrap(),
+        LockState::Free
+    );
 }
