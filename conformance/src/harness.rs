@@ -1,0 +1,140 @@
+//! What a backend author provides, and the helpers the cases share.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest, ProlongOutcome,
+    ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
+};
+
+/// How the suite gets backends to test, and the faults it may inject.
+///
+/// Only [`Harness::backend`] is required; each other method unlocks the cases that need it,
+/// and the cases that cannot run say so in their output.
+#[async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// A backend in a namespace (key prefix, directory, table) that no other call shares, so
+    /// that cases can run in parallel against one server.
+    async fn backend(&self) -> Arc<dyn LockBackend>;
+
+    /// Makes `backend` lose every record, as a server restart without persistence or a
+    /// flush would. Returns false when the harness cannot do it.
+    async fn lose_data(&self, backend: &Arc<dyn LockBackend>) -> bool {
+        let _ = backend;
+        false
+    }
+
+    /// Cuts the backend's connections to its server (for example with `CLIENT KILL` or
+    /// `pg_terminate_backend`). Returns false when the backend has no connections to cut.
+    async fn drop_connections(&self, backend: &Arc<dyn LockBackend>) -> bool {
+        let _ = backend;
+        false
+    }
+
+    /// A configuration string for a fresh namespace that another OS process can turn into
+    /// the same backend with [`Harness::connect`]. `None` for single-process backends.
+    async fn shared_config(&self) -> Option<String> {
+        None
+    }
+
+    /// Builds the backend a [`Harness::shared_config`] string describes (in a child process).
+    async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {
+        let _ = config;
+        self.backend().await
+    }
+}
+
+/// A harness with the backend's expected name and the test binary's coordinates, as the
+/// [`suite!`](crate::suite) macro builds it; cases take it by reference.
+pub struct Suite {
+    /// The name the backend must report.
+    pub name: &'static str,
+    /// The harness.
+    pub harness: Box<dyn Harness>,
+    /// The libtest name of the worker entry point, for the multi-process cases.
+    pub worker_test: String,
+}
+
+impl Suite {
+    /// A suite over `harness` for a backend named `name`; the multi-process cases need the
+    /// [`suite!`](crate::suite) macro's worker entry point.
+    pub fn new(name: &'static str, harness: impl Harness) -> Self {
+        Suite {
+            name,
+            harness: Box::new(harness),
+            worker_test: String::new(),
+        }
+    }
+}
+
+/// One owner (a token and holder info) acting on one key of one backend.
+#[derive(Clone)]
+pub(crate) struct Owner {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) key: Key,
+    pub(crate) token: Token,
+    pub(crate) holder: HolderInfo,
+}
+
+impl Owner {
+    pub(crate) fn new(backend: &Arc<dyn LockBackend>, key: &str, who: &str) -> Self {
+        Owner {
+            backend: Arc::clone(backend),
+            key: Key::new(key).expect("cases use valid keys"),
+            token: Token::generate().expect("OS random generator"),
+            holder: HolderInfo::current()
+                .with_metadata(who)
+                .expect("short metadata"),
+        }
+    }
+
+    /// The same owner on another key.
+    pub(crate) fn on(&self, key: &str) -> Self {
+        Owner {
+            key: Key::new(key).expect("cases use valid keys"),
+            ..self.clone()
+        }
+    }
+
+    pub(crate) async fn obtain(&self, ttl: Duration) -> Result<ObtainOutcome> {
+        let req = ObtainRequest {
+            key: &self.key,
+            token: &self.token,
+            ttl: ttl_of(ttl),
+            holder: &self.holder,
+        };
+        self.backend.obtain(req).await
+    }
+
+    pub(crate) async fn prolong(&self, ttl: Duration) -> Result<ProlongOutcome> {
+        let req = ProlongRequest {
+            key: &self.key,
+            token: &self.token,
+            ttl: ttl_of(ttl),
+        };
+        self.backend.prolongate(req).await
+    }
+
+    pub(crate) async fn release(&self, delay: Option<Duration>) -> Result<ReleaseOutcome> {
+        let req = ReleaseRequest {
+            key: &self.key,
+            token: &self.token,
+            delay_after: delay.map(ttl_of),
+        };
+        self.backend.release(req).await
+    }
+
+    pub(crate) async fn inspect(&self) -> Result<LockState> {
+        self.backend.inspect(&self.key).await
+    }
+}
+
+pub(crate) fn ttl_of(d: Duration) -> Ttl {
+    Ttl::new(d).expect("cases use valid ttls")
+}
+
+pub(crate) fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}

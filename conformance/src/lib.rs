@@ -1,0 +1,197 @@
+//! The lock contract, executable: one suite that every `LockBackend` must pass.
+//!
+//! # Conformance-testing your own backend
+//! Put this in `tests/conformance.rs` of your crate (with `lock-conformance`, `lock-core`
+//! and `tokio` as dev-dependencies); it expands to one `#[test]` per property, so a failure
+//! names the rule and shows the outcome that broke it:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use lock_conformance::{async_trait, Harness};
+//! use lock_core::{LockBackend, MemoryBackend};
+//!
+//! struct MyHarness;
+//!
+//! #[async_trait]
+//! impl Harness for MyHarness {
+//!     async fn backend(&self) -> Arc<dyn LockBackend> {
+//!         Arc::new(MemoryBackend::new()) // your backend, in a fresh namespace
+//!     }
+//! }
+//!
+//! lock_conformance::suite!("memory", MyHarness);
+//! # fn main() {}
+//! ```
+//!
+//! Implement [`Harness::lose_data`], [`Harness::drop_connections`] and
+//! [`Harness::shared_config`]/[`Harness::connect`] to unlock the fault and multi-process
+//! cases; a backend that declares `cross_process` fails those cases until its harness does.
+//! Each case is also a plain `async fn` in [`cases`], callable by hand with a [`Suite`].
+//!
+//! # What each property means
+//! | case | the rule, in plain words |
+//! |---|---|
+//! | `model_sequences` | random sequences of obtain, re-obtain, prolong, release (with and without cooldown), inspect, force release and sleeps, over 3 owners and 2 keys, agree step by step with a reference model written from the contract; failures shrink to a minimal sequence |
+//! | `second_owner_gets_busy` | a held key is Busy to others (naming the holder); other keys are independent; release frees it |
+//! | `failed_obtain_leaves_holder_untouched` | a Busy obtain changes nothing |
+//! | `reentrant_obtain_counts_holds` | same token: hold count, same fencing; each release gives back one hold |
+//! | `second_release_is_lost`, `foreign_token_changes_nothing` | only the holder can prolong or release; anything else is Lost and changes nothing |
+//! | `unprolonged_lock_expires_after_its_ttl`, `prolong_extends_the_lock` | ttl and prolong are honoured, remaining lies in (0, ttl] |
+//! | `late_calls_when_untaken_are_late`, `late_calls_after_steal_are_lost`, `calls_past_grace_are_never_on_time` | Late versus Lost |
+//! | `cooldown_blocks_everyone_then_frees`, `decrement_ignores_cooldown` | `delay_after` |
+//! | `fencing_grows_across_everything`, `force_release_then_retake_fences_the_old_holder`, `paused_holder_is_fenced_out` | fencing tokens only grow; a stale holder is fenced out |
+//! | `holder_info_round_trips`, `odd_keys_are_independent_locks`, `namespaces_never_interfere`, `invalid_input_is_refused_before_io` | data and names |
+//! | `exclusion_under_contention`, `many_locks_held_at_once`, `waiting_obtain_honours_release_and_deadline`, `cancelled_wait_leaves_nothing_behind`, `lost_signal_fires_only_when_lost`, `dropped_guard_does_not_hold_forever` | the client layer over this backend |
+//! | `data_loss_is_lost_and_fencing_still_grows`, `dropped_connections_leave_a_safe_state` | faults |
+//! | `multiprocess_exclusion`, `killed_holder_frees_after_ttl` | separate OS processes |
+//!
+//! # The anchors' cases (ANCHOR-TESTS.md) and where they live
+//! 1, 4, 5: `second_owner_gets_busy`, `failed_obtain_leaves_holder_untouched`; 2, 10, 13:
+//! `waiting_obtain_honours_release_and_deadline`; 3: `reentrant_obtain_counts_holds`; 6, 7:
+//! `second_release_is_lost`, `foreign_token_changes_nothing`; 8, 20:
+//! `late_calls_*`; 9: `force_release_then_retake_fences_the_old_holder`; 11:
+//! `cancelled_wait_leaves_nothing_behind`; 12: `invalid_input_is_refused_before_io`; 14: the
+//! client gives back a grant that arrives expired (lock-core's unit tests, where the delay
+//! can be injected); 15: `exclusion_under_contention`; 16: `multiprocess_exclusion`; 17:
+//! `many_locks_held_at_once`; 18, 19: `prolong_extends_the_lock`; 21:
+//! `dropped_connections_leave_a_safe_state`; 22: `lost_signal_fires_only_when_lost`; 23:
+//! `dropped_guard_does_not_hold_forever`; 24: `killed_holder_frees_after_ttl`; 25:
+//! `odd_keys_are_independent_locks`; 26: `holder_info_round_trips`; 27 (quorum): no Redlock
+//! backend exists yet; 28: `fencing_grows_across_everything`,
+//! `data_loss_is_lost_and_fencing_still_grows`; 29: `model_sequences`; 30:
+//! `paused_holder_is_fenced_out`; 31: `cooldown_blocks_everyone_then_frees`; 32: in the
+//! backend crates' own tests.
+//!
+//! # Broken backends it catches
+//! The crate's own tests run the suite against deliberately broken wrappers of
+//! `MemoryBackend` and assert that a named case fails each: release that ignores the token
+//! (`foreign_token_changes_nothing`), prolong that succeeds after another owner took the lock
+//! and `Lost` reported as `ProlongedLate` (`late_calls_after_steal_are_lost`), fencing that
+//! does not grow after expiry (`fencing_grows_across_everything`), cooldown ignored
+//! (`cooldown_blocks_everyone_then_frees`), ttl ignored
+//! (`unprolonged_lock_expires_after_its_ttl`), reentrant release that frees at the first
+//! release (`reentrant_obtain_counts_holds`); `model_sequences` catches every one of them
+//! too.
+//!
+//! # Speed
+//! `LOCK_CONFORMANCE_CASES` sets the number of random sequences of `model_sequences`
+//! (default 24, up to 24 steps each); raise it for deep runs.
+
+mod check;
+mod harness;
+mod model;
+
+pub mod cases;
+pub mod process;
+
+pub use async_trait::async_trait;
+pub use check::{CaseResult, Failure};
+pub use harness::{Harness, Suite};
+pub use model::case_count;
+
+use std::future::Future;
+use std::time::Duration;
+
+/// How long one case may run before it counts as failed.
+pub const CASE_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Suite {
+    /// The suite as the [`suite!`] macro builds it inside a test module.
+    #[doc(hidden)]
+    pub fn for_test(name: &'static str, harness: impl Harness, module_path: &str) -> Self {
+        let mut suite = Suite::new(name, harness);
+        // libtest names tests by module path without the crate's name.
+        suite.worker_test = match module_path.split_once("::") {
+            Some((_, rest)) => format!("{rest}::conformance_worker"),
+            None => "conformance_worker".to_owned(),
+        };
+        suite
+    }
+}
+
+/// Runs one case to completion on a fresh multi-threaded runtime and panics with the
+/// backend's name, the case's name and the failure if it fails.
+#[doc(hidden)]
+pub fn run_case<F: Future<Output = CaseResult>>(suite: &Suite, case: &str, future: F) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let result = runtime.block_on(async { tokio::time::timeout(CASE_TIMEOUT, future).await });
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(failure)) => panic!("[{}] {case}: {failure}", suite.name),
+        Err(_) => panic!(
+            "[{}] {case}: did not finish within {CASE_TIMEOUT:?}",
+            suite.name
+        ),
+    }
+}
+
+/// Stamps the whole suite into the enclosing module: one `#[test]` per case, plus the
+/// ignored worker entry point the multi-process cases re-run the test binary with.
+///
+/// `$name` is the name the backend must report; `$harness` an expression building a
+/// [`Harness`] (evaluated once per test).
+#[macro_export]
+macro_rules! suite {
+    ($name:expr, $harness:expr) => {
+        $crate::__suite_cases!(
+            $name,
+            $harness;
+            backend_reports_its_name,
+            model_sequences,
+            second_owner_gets_busy,
+            failed_obtain_leaves_holder_untouched,
+            reentrant_obtain_counts_holds,
+            second_release_is_lost,
+            foreign_token_changes_nothing,
+            unprolonged_lock_expires_after_its_ttl,
+            prolong_extends_the_lock,
+            late_calls_when_untaken_are_late,
+            late_calls_after_steal_are_lost,
+            calls_past_grace_are_never_on_time,
+            cooldown_blocks_everyone_then_frees,
+            decrement_ignores_cooldown,
+            fencing_grows_across_everything,
+            force_release_then_retake_fences_the_old_holder,
+            holder_info_round_trips,
+            odd_keys_are_independent_locks,
+            namespaces_never_interfere,
+            invalid_input_is_refused_before_io,
+            exclusion_under_contention,
+            many_locks_held_at_once,
+            waiting_obtain_honours_release_and_deadline,
+            cancelled_wait_leaves_nothing_behind,
+            lost_signal_fires_only_when_lost,
+            dropped_guard_does_not_hold_forever,
+            paused_holder_is_fenced_out,
+            data_loss_is_lost_and_fencing_still_grows,
+            dropped_connections_leave_a_safe_state,
+            multiprocess_exclusion,
+            killed_holder_frees_after_ttl
+        );
+
+        #[test]
+        #[ignore = "entry point of the multi-process cases; the suite runs it in child processes"]
+        fn conformance_worker() {
+            let suite = $crate::Suite::for_test($name, $harness, module_path!());
+            $crate::run_case(&suite, "conformance_worker", $crate::process::run_worker(&suite));
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __suite_cases {
+    ($name:expr, $harness:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                let suite = $crate::Suite::for_test($name, $harness, module_path!());
+                $crate::run_case(&suite, stringify!($case), $crate::cases::$case(&suite));
+            }
+        )*
+    };
+}

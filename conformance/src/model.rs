@@ -1,0 +1,518 @@
+//! The reference model of the contract, written from CONTRACT.md alone, and the
+//! property that runs random operation sequences against it.
+//!
+//! Time is real (a server backend cannot fake it), so the model tracks, for every record, the
+//! window in which the backend applied the operation that set it: from just before the
+//! request was sent to just after the answer came back. For each new operation it works out
+//! which phases the record can be in (live, expired within its grace, past its grace) and
+//! accepts exactly the outcomes those phases allow. Where timing is truly ambiguous more than
+//! one outcome is allowed, and the outcome observed decides which branch the model follows.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    Busy, Fencing, HolderInfo, LockBackend, LockState, ObtainOutcome, ProlongOutcome,
+    ReleaseOutcome,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use tokio::time::Instant;
+
+use crate::harness::{ms, Owner};
+use crate::{CaseResult, Failure, Suite};
+
+/// Owners and keys in every sequence.
+const OWNERS: usize = 3;
+/// Keys chosen to be awkward for key mappings.
+const KEYS: [&str; 2] = ["model/../a:{1}*", "modèle b"];
+/// Clock granularity the model forgives (millisecond storage, timer slack).
+const SLACK: Duration = Duration::from_millis(15);
+
+/// A ttl or cooldown class: short ones expire within a sequence, long ones never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Span {
+    Short,
+    Long,
+}
+
+impl Span {
+    fn duration(self) -> Duration {
+        match self {
+            Span::Short => ms(150),
+            Span::Long => Duration::from_secs(30),
+        }
+    }
+}
+
+/// One step of a sequence.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Obtain {
+        owner: usize,
+        key: usize,
+        ttl: Span,
+    },
+    Prolong {
+        owner: usize,
+        key: usize,
+        ttl: Span,
+    },
+    Release {
+        owner: usize,
+        key: usize,
+        delay: Option<Span>,
+    },
+    Inspect {
+        key: usize,
+    },
+    ForceRelease {
+        key: usize,
+    },
+    Sleep {
+        millis: u64,
+    },
+}
+
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Obtain { owner, key, ttl } => {
+                write!(f, "obtain(owner {owner}, key {key}, {ttl:?})")
+            }
+            Op::Prolong { owner, key, ttl } => {
+                write!(f, "prolong(owner {owner}, key {key}, {ttl:?})")
+            }
+            Op::Release { owner, key, delay } => {
+                write!(f, "release(owner {owner}, key {key}, delay {delay:?})")
+            }
+            Op::Inspect { key } => write!(f, "inspect(key {key})"),
+            Op::ForceRelease { key } => write!(f, "force_release(key {key})"),
+            Op::Sleep { millis } => write!(f, "sleep({millis} ms)"),
+        }
+    }
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    // Skewed towards owner 0 and key 0, so that re-obtains, reentrant releases and steals
+    // on one key come up often in short sequences.
+    let owner = prop_oneof![2 => Just(0usize), 1 => Just(1), 1 => Just(2)];
+    let key = prop_oneof![2 => Just(0usize), 1 => Just(1)];
+    let ttl = prop_oneof![3 => Just(Span::Short), 1 => Just(Span::Long)];
+    let delay =
+        prop_oneof![3 => Just(None), 1 => Just(Some(Span::Short)), 1 => Just(Some(Span::Long))];
+    prop_oneof![
+        5 => (owner.clone(), key.clone(), ttl.clone()).prop_map(|(owner, key, ttl)| Op::Obtain { owner, key, ttl }),
+        3 => (owner.clone(), key.clone(), ttl).prop_map(|(owner, key, ttl)| Op::Prolong { owner, key, ttl }),
+        3 => (owner, key.clone(), delay).prop_map(|(owner, key, delay)| Op::Release { owner, key, delay }),
+        1 => key.clone().prop_map(|key| Op::Inspect { key }),
+        1 => key.prop_map(|key| Op::ForceRelease { key }),
+        2 => prop_oneof![Just(60u64), Just(200), Just(400)].prop_map(|millis| Op::Sleep { millis }),
+    ]
+}
+
+/// When the backend applied an operation: somewhere between sending and answering.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    sent: Instant,
+    answered: Instant,
+}
+
+#[derive(Debug, Clone)]
+enum KeyModel {
+    Free,
+    Held {
+        owner: usize,
+        fencing: Fencing,
+        holds: u32,
+        ttl: Duration,
+        set: Window,
+    },
+    Cooling {
+        delay: Duration,
+        set: Window,
+    },
+}
+
+/// What a held record can be, as seen by an operation applied within `at`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Phases {
+    live: bool,
+    late: bool,
+    gone: bool,
+}
+
+impl KeyModel {
+    fn held_phases(ttl: Duration, set: Window, at: Window) -> Phases {
+        let earliest_expiry = set.sent + ttl;
+        let latest_expiry = set.answered + ttl;
+        // The grace period is at least the ttl; past it the record may or may not remain.
+        Phases {
+            live: at.sent < latest_expiry + SLACK,
+            late: at.answered + SLACK > earliest_expiry,
+            gone: at.answered + SLACK > earliest_expiry + ttl,
+        }
+    }
+
+    /// (may still cool down, may be over)
+    fn cooling_phases(delay: Duration, set: Window, at: Window) -> (bool, bool) {
+        (
+            at.sent < set.answered + delay + SLACK,
+            at.answered + SLACK > set.sent + delay,
+        )
+    }
+}
+
+struct Model {
+    keys: Vec<KeyModel>,
+    last_fencing: Vec<Option<Fencing>>,
+    holders: Vec<HolderInfo>,
+}
+
+impl Model {
+    fn expect_new_fencing(&mut self, key: usize, fencing: Fencing) -> Result<(), String> {
+        if let Some(last) = self.last_fencing[key] {
+            if fencing <= last {
+                return Err(format!(
+                    "fencing {fencing} does not exceed the previous {last}"
+                ));
+            }
+        }
+        self.last_fencing[key] = Some(fencing);
+        Ok(())
+    }
+
+    fn check_busy(&self, key: usize, owner: usize, busy: &Busy, at: Window) -> Result<(), String> {
+        match (&self.keys[key], &busy.holder) {
+            (
+                KeyModel::Held {
+                    owner: h, ttl, set, ..
+                },
+                Some(holder),
+            ) => {
+                if !KeyModel::held_phases(*ttl, *set, at).live {
+                    return Err("Busy, but the holder's lock had certainly expired".into());
+                }
+                if *h == owner {
+                    return Err(
+                        "Busy for the token that holds the lock (expected Reacquired)".into(),
+                    );
+                }
+                if *holder != self.holders[*h] {
+                    return Err(format!("Busy names holder {holder:?}, expected owner {h}"));
+                }
+                if busy.remaining > *ttl {
+                    return Err(format!(
+                        "Busy remaining {:?} exceeds the ttl {ttl:?}",
+                        busy.remaining
+                    ));
+                }
+                Ok(())
+            }
+            (KeyModel::Cooling { delay, set }, None) => {
+                if !KeyModel::cooling_phases(*delay, *set, at).0 {
+                    return Err("Busy(cooling), but the cooldown had certainly ended".into());
+                }
+                if busy.remaining > *delay {
+                    return Err(format!(
+                        "cooldown remaining {:?} exceeds the delay {delay:?}",
+                        busy.remaining
+                    ));
+                }
+                Ok(())
+            }
+            (state, _) => Err(format!("Busy {busy:?}, but the model says {state:?}")),
+        }
+    }
+
+    /// Whether an obtain by another token could find the key free.
+    fn obtainable(&self, key: usize, at: Window) -> bool {
+        match &self.keys[key] {
+            KeyModel::Free => true,
+            KeyModel::Held { ttl, set, .. } => KeyModel::held_phases(*ttl, *set, at).late,
+            KeyModel::Cooling { delay, set } => KeyModel::cooling_phases(*delay, *set, at).1,
+        }
+    }
+
+    fn apply(&mut self, op: Op, outcome: &Observed, at: Window) -> Result<(), String> {
+        match (op, outcome) {
+            (Op::Obtain { owner, key, ttl }, Observed::Obtain(o)) => match o {
+                ObtainOutcome::Acquired {
+                    fencing,
+                    ttl: granted,
+                } => {
+                    if granted.as_duration() != ttl.duration() {
+                        return Err(format!(
+                            "Acquired with ttl {granted}, asked {:?}",
+                            ttl.duration()
+                        ));
+                    }
+                    if !self.obtainable(key, at) {
+                        return Err(format!("Acquired, but the model says {:?}", self.keys[key]));
+                    }
+                    self.expect_new_fencing(key, *fencing)?;
+                    self.keys[key] = KeyModel::Held {
+                        owner,
+                        fencing: *fencing,
+                        holds: 1,
+                        ttl: ttl.duration(),
+                        set: at,
+                    };
+                    Ok(())
+                }
+                ObtainOutcome::Reacquired { holds } => match &mut self.keys[key] {
+                    KeyModel::Held {
+                        owner: h,
+                        holds: n,
+                        ttl: t,
+                        set,
+                        ..
+                    } if *h == owner => {
+                        if !KeyModel::held_phases(*t, *set, at).live {
+                            return Err("Reacquired, but the hold had certainly expired".into());
+                        }
+                        if *holds != *n + 1 {
+                            return Err(format!(
+                                "Reacquired with {holds} holds, expected {}",
+                                *n + 1
+                            ));
+                        }
+                        *n = *holds;
+                        *t = ttl.duration();
+                        *set = at;
+                        Ok(())
+                    }
+                    state => Err(format!("Reacquired, but the model says {state:?}")),
+                },
+                ObtainOutcome::Busy(busy) => self.check_busy(key, owner, busy, at),
+            },
+            (Op::Prolong { owner, key, ttl }, Observed::Prolong(o)) => {
+                let state = self.keys[key].clone();
+                let (phases, ours) = match &state {
+                    KeyModel::Held {
+                        owner: h, ttl, set, ..
+                    } => (KeyModel::held_phases(*ttl, *set, at), *h == owner),
+                    _ => (Phases::default(), false),
+                };
+                match o {
+                    ProlongOutcome::Prolonged if ours && phases.live => {}
+                    ProlongOutcome::ProlongedLate if ours && phases.late => {}
+                    ProlongOutcome::Lost if !ours => return Ok(()),
+                    ProlongOutcome::Lost if phases.gone => {
+                        self.keys[key] = KeyModel::Free;
+                        return Ok(());
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{o:?}, but the model says {state:?} (phases {phases:?}, ours {ours})"
+                        ))
+                    }
+                }
+                if let KeyModel::Held { ttl: t, set, .. } = &mut self.keys[key] {
+                    *t = ttl.duration();
+                    *set = at;
+                }
+                Ok(())
+            }
+            (Op::Release { owner, key, delay }, Observed::Release(o)) => {
+                let state = self.keys[key].clone();
+                let (phases, ours, holds) = match &state {
+                    KeyModel::Held {
+                        owner: h,
+                        ttl,
+                        set,
+                        holds,
+                        ..
+                    } => (KeyModel::held_phases(*ttl, *set, at), *h == owner, *holds),
+                    _ => (Phases::default(), false, 0),
+                };
+                let freed = match delay {
+                    Some(d) => KeyModel::Cooling {
+                        delay: d.duration(),
+                        set: at,
+                    },
+                    None => KeyModel::Free,
+                };
+                match o {
+                    ReleaseOutcome::Decremented { holds: left }
+                        if ours && phases.live && holds > 1 =>
+                    {
+                        if *left != holds - 1 {
+                            return Err(format!("Decremented to {left}, expected {}", holds - 1));
+                        }
+                        if let KeyModel::Held { holds, .. } = &mut self.keys[key] {
+                            *holds = *left;
+                        }
+                    }
+                    ReleaseOutcome::Released if ours && phases.live && holds == 1 => {
+                        self.keys[key] = freed
+                    }
+                    ReleaseOutcome::ReleasedLate if ours && phases.late => self.keys[key] = freed,
+                    ReleaseOutcome::Lost if !ours => {}
+                    ReleaseOutcome::Lost if phases.gone => self.keys[key] = KeyModel::Free,
+                    _ => {
+                        return Err(format!(
+                            "{o:?}, but the model says {state:?} (phases {phases:?}, ours {ours})"
+                        ))
+                    }
+                }
+                Ok(())
+            }
+            (Op::Inspect { key }, Observed::State(s)) => self.check_state(key, s, at),
+            (Op::ForceRelease { key }, Observed::State(s)) => {
+                self.check_state(key, s, at)?;
+                self.keys[key] = KeyModel::Free;
+                Ok(())
+            }
+            (op, outcome) => Err(format!("internal: {op:?} observed as {outcome:?}")),
+        }
+    }
+
+    fn check_state(&mut self, key: usize, s: &LockState, at: Window) -> Result<(), String> {
+        let state = self.keys[key].clone();
+        match (&state, s) {
+            (KeyModel::Free, LockState::Free) => Ok(()),
+            (KeyModel::Held { ttl, set, .. }, LockState::Free)
+                if KeyModel::held_phases(*ttl, *set, at).late =>
+            {
+                Ok(())
+            }
+            (
+                KeyModel::Held {
+                    owner,
+                    fencing,
+                    holds,
+                    ttl,
+                    set,
+                },
+                LockState::Held {
+                    holder,
+                    fencing: f,
+                    remaining,
+                    holds: n,
+                },
+            ) => {
+                let ok = KeyModel::held_phases(*ttl, *set, at).live
+                    && *holder == self.holders[*owner]
+                    && f == fencing
+                    && n == holds
+                    && remaining <= ttl;
+                if ok {
+                    Ok(())
+                } else {
+                    Err(format!("inspect says {s:?}, the model says {state:?}"))
+                }
+            }
+            (KeyModel::Cooling { delay, set }, LockState::Free)
+                if KeyModel::cooling_phases(*delay, *set, at).1 =>
+            {
+                self.keys[key] = KeyModel::Free;
+                Ok(())
+            }
+            (KeyModel::Cooling { delay, set }, LockState::Cooling { remaining })
+                if KeyModel::cooling_phases(*delay, *set, at).0 && remaining <= delay =>
+            {
+                Ok(())
+            }
+            _ => Err(format!("inspect says {s:?}, the model says {state:?}")),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Observed {
+    Obtain(ObtainOutcome),
+    Prolong(ProlongOutcome),
+    Release(ReleaseOutcome),
+    State(LockState),
+}
+
+async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), String> {
+    let owners: Vec<Vec<Owner>> = (0..OWNERS)
+        .map(|o| {
+            let first = Owner::new(&backend, KEYS[0], &format!("owner {o}"));
+            KEYS.iter().map(|k| first.on(k)).collect()
+        })
+        .collect();
+    let mut model = Model {
+        keys: vec![KeyModel::Free; KEYS.len()],
+        last_fencing: vec![None; KEYS.len()],
+        holders: owners.iter().map(|o| o[0].holder.clone()).collect(),
+    };
+    for (step, &op) in ops.iter().enumerate() {
+        let sent = Instant::now();
+        let observed = match op {
+            Op::Obtain { owner, key, ttl } => owners[owner][key]
+                .obtain(ttl.duration())
+                .await
+                .map(Observed::Obtain),
+            Op::Prolong { owner, key, ttl } => owners[owner][key]
+                .prolong(ttl.duration())
+                .await
+                .map(Observed::Prolong),
+            Op::Release { owner, key, delay } => owners[owner][key]
+                .release(delay.map(Span::duration))
+                .await
+                .map(Observed::Release),
+            Op::Inspect { key } => owners[0][key].inspect().await.map(Observed::State),
+            Op::ForceRelease { key } => backend
+                .force_release(&owners[0][key].key)
+                .await
+                .map(Observed::State),
+            Op::Sleep { millis } => {
+                tokio::time::sleep(ms(millis)).await;
+                continue;
+            }
+        };
+        let at = Window {
+            sent,
+            answered: Instant::now(),
+        };
+        let observed = observed.map_err(|e| format!("step {step} {op:?}: error {e}"))?;
+        model
+            .apply(op, &observed, at)
+            .map_err(|why| format!("step {step} {op:?} answered {observed:?}: {why}"))?;
+    }
+    Ok(())
+}
+
+/// Case counts: `LOCK_CONFORMANCE_CASES` raises them for deep runs (default 24).
+pub fn case_count() -> u32 {
+    std::env::var("LOCK_CONFORMANCE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
+/// Random sequences of obtain, re-obtain, prolong, release (with and without cooldown),
+/// inspect, force release and sleeps, over 3 owners and 2 keys, each step checked against the
+/// reference model; a failure is shrunk to a minimal sequence.
+pub async fn model_sequences(suite: &Suite) -> CaseResult {
+    model_sequences_with(suite, case_count(), 200).await
+}
+
+/// [`model_sequences`] with an explicit number of sequences and of shrink steps.
+pub async fn model_sequences_with(suite: &Suite, cases: u32, shrink_iters: u32) -> CaseResult {
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: shrink_iters,
+        max_shrink_time: 120_000,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let strategy = proptest::collection::vec(op_strategy(), 1..24);
+    let handle = tokio::runtime::Handle::current();
+    let result = tokio::task::block_in_place(|| {
+        runner.run(&strategy, |ops| {
+            handle.block_on(async {
+                let backend = suite.harness.backend().await;
+                run_sequence(backend, &ops)
+                    .await
+                    .map_err(TestCaseError::fail)
+            })
+        })
+    });
+    result.map_err(|e| Failure(format!("model-based sequence failed: {e}")))
+}

@@ -1,0 +1,294 @@
+//! Contenders as separate OS processes, and the checker that finds any overlap.
+//!
+//! The parent re-runs its own test binary with the suite's ignored worker test selected and
+//! a job in `LOCK_CONFORMANCE_WORKER`; the worker connects to the same backend from the
+//! harness's [`shared_config`](crate::Harness::shared_config), does the job, and writes one
+//! line per critical section: `fencing start_ns end_ns` (wall clock, same machine).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lock_core::{Attempt, Fencing, Locker, Retry};
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+
+use crate::harness::ms;
+use crate::{ensure, CaseResult, Failure, Suite};
+
+/// The environment variable that carries a worker's job.
+pub const WORKER_ENV: &str = "LOCK_CONFORMANCE_WORKER";
+
+/// What a worker process does.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    /// The harness's shared configuration.
+    pub config: String,
+    /// The key to contend for.
+    pub key: String,
+    /// `contend` (obtain, log, release, `rounds` times) or `hold` (obtain, report, sleep).
+    pub mode: String,
+    /// Rounds for `contend`.
+    pub rounds: usize,
+    /// The ttl in milliseconds.
+    pub ttl_ms: u64,
+    /// Where the worker writes its log.
+    pub out: PathBuf,
+}
+
+/// One critical section as a worker logged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Section {
+    /// The fencing token it held.
+    pub fencing: Fencing,
+    /// Wall-clock nanoseconds when it was entered.
+    pub start: u128,
+    /// Wall-clock nanoseconds when it was left.
+    pub end: u128,
+}
+
+/// Finds the first pair of critical sections that overlap in time, or whose fencing order
+/// disagrees with their time order.
+pub fn find_overlap(sections: &[Section]) -> Option<(Section, Section)> {
+    let mut sorted = sections.to_vec();
+    sorted.sort_by_key(|s| s.fencing);
+    sorted
+        .windows(2)
+        .find(|w| w[0].end > w[1].start || w[0].fencing == w[1].fencing)
+        .map(|w| (w[0], w[1]))
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// The worker side: runs the job in `LOCK_CONFORMANCE_WORKER`. Called by the suite's ignored
+/// worker test; does nothing when the variable is unset.
+pub async fn run_worker(suite: &Suite) -> CaseResult {
+    let Ok(raw) = std::env::var(WORKER_ENV) else {
+        return Ok(());
+    };
+    let job: Job = serde_json::from_str(&raw).map_err(|e| Failure(format!("bad job: {e}")))?;
+    let backend = suite.harness.connect(&job.config).await;
+    let locker = Locker::new(backend).with_retry(Retry::exponential(ms(1), ms(20)).notified());
+    let io = |e: std::io::Error| Failure(format!("worker log {}: {e}", job.out.display()));
+    let ttl = Duration::from_millis(job.ttl_ms);
+    match job.mode.as_str() {
+        "hold" => {
+            let guard = locker.lock(&job.key).ttl(ttl).try_obtain().await?;
+            let Attempt::Obtained(guard) = guard else {
+                return Err(Failure("the hold worker found the key busy".into()));
+            };
+            std::fs::write(&job.out, format!("{}\n", guard.fencing())).map_err(io)?;
+            // Hold until killed: the parent checks what a SIGKILL leaves behind.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(())
+        }
+        _ => {
+            let mut log = String::new();
+            for _ in 0..job.rounds {
+                let guard = match locker
+                    .lock(&job.key)
+                    .ttl(ttl)
+                    .wait(Duration::from_secs(120))
+                    .obtain()
+                    .await?
+                {
+                    Attempt::Obtained(g) => g,
+                    Attempt::Busy(b) => return Err(Failure(format!("worker gave up: {b}"))),
+                };
+                let start = now_ns();
+                std::thread::sleep(ms(2));
+                let end = now_ns();
+                log.push_str(&format!("{} {start} {end}\n", guard.fencing()));
+                let _ = guard.release().await?;
+            }
+            std::fs::write(&job.out, log).map_err(io)
+        }
+    }
+}
+
+fn spawn(suite: &Suite, job: &Job) -> Result<Child, Failure> {
+    let exe = std::env::current_exe().map_err(|e| Failure(format!("current_exe: {e}")))?;
+    Command::new(exe)
+        .args([
+            suite.worker_test.as_str(),
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            WORKER_ENV,
+            serde_json::to_string(job).map_err(|e| Failure(e.to_string()))?,
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Failure(format!("spawning a worker: {e}")))
+}
+
+fn parse(path: &Path) -> Result<Vec<Section>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure(format!("worker log {}: {e}", path.display())))?;
+    text.lines()
+        .map(|line| {
+            let mut parts = line.split(' ').map(str::parse::<u128>);
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(Ok(f)), Some(Ok(start)), Some(Ok(end))) => Ok(Section {
+                    fencing: Fencing(f as u64),
+                    start,
+                    end,
+                }),
+                _ => Err(Failure(format!("bad worker log line {line:?}"))),
+            }
+        })
+        .collect()
+}
+
+/// `None` means the backend declared itself single-process and the harness agrees.
+async fn shared_config(suite: &Suite) -> Result<Option<String>, Failure> {
+    let config = suite.harness.shared_config().await;
+    if config.is_none() {
+        let backend = suite.harness.backend().await;
+        ensure!(
+            !backend.capabilities().cross_process,
+            "{} declares cross_process but its harness gives no shared_config to run processes with",
+            backend.name()
+        );
+    }
+    Ok(config)
+}
+
+/// Four OS processes contend for one key, ten rounds each: no two critical sections
+/// overlap, and fencing order is time order.
+pub async fn multiprocess_exclusion(suite: &Suite) -> CaseResult {
+    const PROCESSES: usize = 4;
+    const ROUNDS: usize = 10;
+    let Some(config) = shared_config(suite).await? else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
+    let mut children = Vec::new();
+    for i in 0..PROCESSES {
+        let job = Job {
+            config: config.clone(),
+            key: "multiprocess".into(),
+            mode: "contend".into(),
+            rounds: ROUNDS,
+            ttl_ms: 30_000,
+            out: dir.path().join(format!("worker-{i}.log")),
+        };
+        children.push((spawn(suite, &job)?, job.out));
+    }
+    let mut sections = Vec::new();
+    for (mut child, out) in children {
+        let status = tokio::time::timeout(Duration::from_secs(300), child.wait())
+            .await
+            .map_err(|_| Failure("a worker did not finish within 300 s".into()))?
+            .map_err(|e| Failure(format!("waiting for a worker: {e}")))?;
+        ensure!(status.success(), "a worker failed: {status}");
+        sections.extend(parse(&out)?);
+    }
+    ensure!(
+        sections.len() == PROCESSES * ROUNDS,
+        "{} sections logged, expected {}",
+        sections.len(),
+        PROCESSES * ROUNDS
+    );
+    if let Some((a, b)) = find_overlap(&sections) {
+        return Err(Failure(format!(
+            "two processes held the lock at once: {a:?} and {b:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// A child process holds the lock; the parent's try is Busy; the child is killed with
+/// SIGKILL; the parent obtains after the ttl, and not long after.
+pub async fn killed_holder_frees_after_ttl(suite: &Suite) -> CaseResult {
+    let Some(config) = shared_config(suite).await? else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
+    let job = Job {
+        config: config.clone(),
+        key: "killed".into(),
+        mode: "hold".into(),
+        rounds: 1,
+        ttl_ms: 1_500,
+        out: dir.path().join("holder.log"),
+    };
+    let mut child = spawn(suite, &job)?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !job.out.exists() {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the holder process did not report within 60 s"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    let backend = suite.harness.connect(&config).await;
+    let locker = Locker::new(backend);
+    ensure!(
+        locker.lock("killed").try_obtain().await?.is_busy(),
+        "the child holds the lock"
+    );
+    child
+        .start_kill()
+        .map_err(|e| Failure(format!("kill: {e}")))?;
+    let _ = child.wait().await;
+    let killed = tokio::time::Instant::now();
+    let got = locker
+        .lock("killed")
+        .wait(Duration::from_secs(10))
+        .obtain()
+        .await?;
+    ensure!(
+        got.obtained().is_some(),
+        "the killed holder's lock was not free 10 s later"
+    );
+    ensure!(
+        killed.elapsed() < Duration::from_secs(5),
+        "took {:?} after a 1.5 s ttl",
+        killed.elapsed()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(f: u64, start: u128, end: u128) -> Section {
+        Section {
+            fencing: Fencing(f),
+            start,
+            end,
+        }
+    }
+
+    #[test]
+    fn overlap_checker_finds_overlaps_and_order_mistakes() {
+        assert_eq!(
+            find_overlap(&[s(1, 0, 10), s(2, 10, 20), s(3, 25, 30)]),
+            None
+        );
+        assert!(
+            find_overlap(&[s(1, 0, 10), s(2, 5, 20)]).is_some(),
+            "overlap"
+        );
+        assert!(
+            find_overlap(&[s(2, 0, 10), s(1, 20, 30)]).is_some(),
+            "fencing against time order"
+        );
+        assert!(
+            find_overlap(&[s(1, 0, 10), s(1, 20, 30)]).is_some(),
+            "duplicate fencing"
+        );
+    }
+}

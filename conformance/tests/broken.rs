@@ -1,0 +1,196 @@
+//! The suite must catch broken backends: each wrapper below breaks one rule of the contract,
+//! and both a named case and the model-based property must fail on it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use lock_conformance::{async_trait, case_count, cases, CaseResult, Harness, Suite};
+use lock_core::{
+    Capabilities, Fencing, Key, LockBackend, LockState, MemoryBackend, ObtainOutcome,
+    ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token,
+    Ttl,
+};
+
+#[derive(Debug, Clone, Copy)]
+enum Bug {
+    ReleaseIgnoresToken,
+    ProlongSucceedsAfterSteal,
+    LostReportedAsLate,
+    FencingStuckAfterExpiry,
+    CooldownIgnored,
+    TtlIgnored,
+    ReentrantReleaseFrees,
+}
+
+#[derive(Debug)]
+struct Broken {
+    inner: MemoryBackend,
+    bug: Bug,
+    holders: Mutex<HashMap<Key, Token>>,
+    fencing: Mutex<HashMap<Key, Fencing>>,
+}
+
+#[async_trait]
+impl LockBackend for Broken {
+    fn name(&self) -> &'static str {
+        "broken"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn obtain(&self, mut req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        let asked = req.ttl;
+        if let Bug::TtlIgnored = self.bug {
+            req.ttl = Ttl::MAX;
+        }
+        let outcome = self.inner.obtain(req).await?;
+        Ok(match outcome {
+            ObtainOutcome::Acquired { fencing, .. } => {
+                self.holders
+                    .lock()
+                    .unwrap()
+                    .insert(req.key.clone(), *req.token);
+                let mut seen = self.fencing.lock().unwrap();
+                let shown = match (self.bug, seen.get(req.key)) {
+                    (Bug::FencingStuckAfterExpiry, Some(first)) => *first,
+                    _ => fencing,
+                };
+                seen.entry(req.key.clone()).or_insert(fencing);
+                ObtainOutcome::Acquired {
+                    fencing: shown,
+                    ttl: asked,
+                }
+            }
+            other => other,
+        })
+    }
+    async fn prolongate(&self, mut req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        if let Bug::TtlIgnored = self.bug {
+            req.ttl = Ttl::MAX;
+        }
+        let outcome = self.inner.prolongate(req).await?;
+        Ok(match (self.bug, outcome) {
+            (Bug::ProlongSucceedsAfterSteal, ProlongOutcome::Lost) => ProlongOutcome::Prolonged,
+            (Bug::LostReportedAsLate, ProlongOutcome::Lost) => ProlongOutcome::ProlongedLate,
+            (_, o) => o,
+        })
+    }
+    async fn release(&self, mut req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        let holder = self.holders.lock().unwrap().get(req.key).copied();
+        let token;
+        match self.bug {
+            Bug::ReleaseIgnoresToken => {
+                if let Some(h) = holder {
+                    token = h;
+                    req.token = &token;
+                }
+            }
+            Bug::CooldownIgnored => req.delay_after = None,
+            _ => {}
+        }
+        let outcome = self.inner.release(req).await?;
+        if let (Bug::ReentrantReleaseFrees, ReleaseOutcome::Decremented { .. }) =
+            (self.bug, outcome)
+        {
+            while let ReleaseOutcome::Decremented { .. } = self.inner.release(req).await? {}
+        }
+        Ok(outcome)
+    }
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.inner.force_release(key).await
+    }
+}
+
+struct BrokenHarness(Bug);
+
+#[async_trait]
+impl Harness for BrokenHarness {
+    async fn backend(&self) -> Arc<dyn LockBackend> {
+        Arc::new(Broken {
+            inner: MemoryBackend::new(),
+            bug: self.0,
+            holders: Mutex::default(),
+            fencing: Mutex::default(),
+        })
+    }
+}
+
+fn run(f: impl std::future::Future<Output = CaseResult>) -> CaseResult {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Both the named case and the model-based property must fail on `bug`.
+fn caught(
+    bug: Bug,
+    named: &str,
+    case: for<'a> fn(
+        &'a Suite,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>,
+    >,
+) {
+    let suite = Suite::new("broken", BrokenHarness(bug));
+    let result = run(case(&suite));
+    assert!(result.is_err(), "{named} did not catch {bug:?}");
+    println!("{named} caught {bug:?}: {}", result.unwrap_err());
+    let result = run(cases::model_sequences_with(&suite, case_count() * 4, 16));
+    assert!(
+        result.is_err(),
+        "model_sequences did not catch {bug:?} in {} sequences",
+        case_count() * 4
+    );
+    println!("model_sequences caught {bug:?}: {}", result.unwrap_err());
+}
+
+macro_rules! catches {
+    ($test:ident, $bug:ident, $case:ident) => {
+        #[test]
+        fn $test() {
+            caught(Bug::$bug, stringify!($case), |s| Box::pin(cases::$case(s)));
+        }
+    };
+}
+
+catches!(
+    release_ignoring_the_token_is_caught,
+    ReleaseIgnoresToken,
+    foreign_token_changes_nothing
+);
+catches!(
+    prolong_after_steal_is_caught,
+    ProlongSucceedsAfterSteal,
+    late_calls_after_steal_are_lost
+);
+catches!(
+    lost_reported_as_late_is_caught,
+    LostReportedAsLate,
+    late_calls_after_steal_are_lost
+);
+catches!(
+    fencing_stuck_after_expiry_is_caught,
+    FencingStuckAfterExpiry,
+    fencing_grows_across_everything
+);
+catches!(
+    ignored_cooldown_is_caught,
+    CooldownIgnored,
+    cooldown_blocks_everyone_then_frees
+);
+catches!(
+    ignored_ttl_is_caught,
+    TtlIgnored,
+    unprolonged_lock_expires_after_its_ttl
+);
+catches!(
+    reentrant_release_freeing_at_once_is_caught,
+    ReentrantReleaseFrees,
+    reentrant_obtain_counts_holds
+);
