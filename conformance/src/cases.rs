@@ -965,8 +965,8 @@ pub async fn dropped_connections_leave_a_safe_state(suite: &Suite) -> CaseResult
     let fencing = acquired(a.obtain(LONG).await?, "obtain")?;
     if !suite.harness.drop_connections(&backend).await {
         ensure!(
-            !backend.capabilities().cross_process,
-            "a cross-process backend must let the harness cut its connections (Harness::drop_connections)"
+            !backend.capabilities().cross_host,
+            "a networked backend must let the harness cut its connections (Harness::drop_connections)"
         );
         return Ok(());
     }

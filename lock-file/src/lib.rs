@@ -1,0 +1,8 @@
+#![doc = include_str!("../README.md")]
+
+mod backend;
+mod names;
+mod record;
+
+pub use backend::FileBackend;
+pub use lock_core;
