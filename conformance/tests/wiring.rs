@@ -1,0 +1,57 @@
+//! Nothing forgotten: every backend (and variant) declared in the workspace runs the suite.
+//!
+//! A backend declares each name it reports as `const ..NAME: &'static str = "...";` in a
+//! source file that implements `LockBackend`; a test file wires it with `suite!("...", ..)`.
+//! The suite's own `backend_reports_its_name` case checks that the wired name is the one the
+//! backend reports, so the two cannot drift apart.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn quoted_after<'a>(text: &'a str, marker: &str) -> Vec<&'a str> {
+    text.match_indices(marker)
+        .filter_map(|(i, _)| {
+            let rest = &text[i + marker.len()..];
+            rest.split('"').next()
+        })
+        .collect()
+}
+
+#[test]
+fn every_backend_in_the_workspace_runs_the_suite() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let (mut declared, mut wired) = (BTreeSet::new(), BTreeSet::new());
+    for member in std::fs::read_dir(root).expect("workspace").flatten() {
+        let crate_dir = member.path();
+        if !crate_dir.join("Cargo.toml").exists() {
+            continue;
+        }
+        let (mut sources, mut tests) = (Vec::new(), Vec::new());
+        rust_files(&crate_dir.join("src"), &mut sources);
+        rust_files(&crate_dir.join("tests"), &mut tests);
+        for file in sources {
+            let text = std::fs::read_to_string(&file).expect("source");
+            if text.contains("impl LockBackend for") {
+                declared.extend(quoted_after(&text, "NAME: &'static str = \"").into_iter().map(String::from));
+            }
+        }
+        for file in tests {
+            let text = std::fs::read_to_string(&file).expect("test source");
+            wired.extend(quoted_after(&text, "suite!(\"").into_iter().map(String::from));
+        }
+    }
+    assert!(declared.contains("memory") && declared.contains("file"), "the scan found {declared:?}");
+    let missing: Vec<_> = declared.difference(&wired).collect();
+    assert!(missing.is_empty(), "backends not wired into the conformance suite: {missing:?} (wired: {wired:?})");
+}
