@@ -30,7 +30,9 @@ fn quoted_after<'a>(text: &'a str, marker: &str) -> Vec<&'a str> {
 
 #[test]
 fn every_backend_in_the_workspace_runs_the_suite() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
     let (mut declared, mut wired) = (BTreeSet::new(), BTreeSet::new());
     for member in std::fs::read_dir(root).expect("workspace").flatten() {
         let crate_dir = member.path();
@@ -43,15 +45,29 @@ fn every_backend_in_the_workspace_runs_the_suite() {
         for file in sources {
             let text = std::fs::read_to_string(&file).expect("source");
             if text.contains("impl LockBackend for") {
-                declared.extend(quoted_after(&text, "NAME: &'static str = \"").into_iter().map(String::from));
+                declared.extend(
+                    quoted_after(&text, "NAME: &'static str = \"")
+                        .into_iter()
+                        .map(String::from),
+                );
             }
         }
         for file in tests {
             let text = std::fs::read_to_string(&file).expect("test source");
-            wired.extend(quoted_after(&text, "suite!(\"").into_iter().map(String::from));
+            wired.extend(
+                quoted_after(&text, "suite!(\"")
+                    .into_iter()
+                    .map(String::from),
+            );
         }
     }
-    assert!(declared.contains("memory") && declared.contains("file"), "the scan found {declared:?}");
+    assert!(
+        declared.contains("memory") && declared.contains("file"),
+        "the scan found {declared:?}"
+    );
     let missing: Vec<_> = declared.difference(&wired).collect();
-    assert!(missing.is_empty(), "backends not wired into the conformance suite: {missing:?} (wired: {wired:?})");
+    assert!(
+        missing.is_empty(),
+        "backends not wired into the conformance suite: {missing:?} (wired: {wired:?})"
+    );
 }
