@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    Attempt, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockState, Locker, ObtainOutcome,
-    ProlongOutcome, ReleaseOutcome, Retry, Ttl,
+    Attempt, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockGuard, LockState, Locker,
+    ObtainOutcome, ProlongOutcome, ReleaseOutcome, Retry, Ttl,
 };
 use tokio::time::Instant;
 
@@ -32,6 +32,25 @@ fn acquired(outcome: ObtainOutcome, what: &str) -> Result<Fencing, Failure> {
 
 fn busy(outcome: &ObtainOutcome) -> bool {
     matches!(outcome, ObtainOutcome::Busy(_))
+}
+
+/// Obtains `key` through the client layer, failing the case if it is busy.
+async fn take(
+    locker: &Locker,
+    key: &str,
+    ttl: Duration,
+    watchdog: bool,
+) -> Result<LockGuard, Failure> {
+    let builder = locker.lock(key).ttl(ttl);
+    let builder = if watchdog {
+        builder.watchdog()
+    } else {
+        builder
+    };
+    match builder.try_obtain().await? {
+        Attempt::Obtained(guard) => Ok(guard),
+        Attempt::Busy(busy) => Err(Failure(format!("{key} should be free, but it is {busy}"))),
+    }
 }
 
 async fn pair(suite: &Suite, key: &str) -> (Arc<dyn LockBackend>, Owner, Owner) {
@@ -735,13 +754,7 @@ pub async fn many_locks_held_at_once(suite: &Suite) -> CaseResult {
 pub async fn waiting_obtain_honours_release_and_deadline(suite: &Suite) -> CaseResult {
     let backend = suite.harness.backend().await;
     let locker = Locker::new(backend);
-    let holder = locker
-        .lock("wait")
-        .ttl(LONG)
-        .try_obtain()
-        .await?
-        .obtained()
-        .ok_or(Failure("free key busy".into()))?;
+    let holder = take(&locker, "wait", LONG, false).await?;
     let start = Instant::now();
     let got = locker.lock("wait").wait(ms(400)).obtain().await?;
     let waited = start.elapsed();
@@ -782,13 +795,7 @@ pub async fn waiting_obtain_honours_release_and_deadline(suite: &Suite) -> CaseR
 pub async fn cancelled_wait_leaves_nothing_behind(suite: &Suite) -> CaseResult {
     let backend = suite.harness.backend().await;
     let locker = Locker::new(backend);
-    let holder = locker
-        .lock("cancel")
-        .ttl(LONG)
-        .try_obtain()
-        .await?
-        .obtained()
-        .ok_or(Failure("free key busy".into()))?;
+    let holder = take(&locker, "cancel", LONG, false).await?;
     let cut = tokio::time::timeout(ms(300), locker.lock("cancel").wait(ms(20_000)).obtain()).await;
     ensure!(
         cut.is_err(),
@@ -809,14 +816,7 @@ pub async fn cancelled_wait_leaves_nothing_behind(suite: &Suite) -> CaseResult {
 pub async fn lost_signal_fires_only_when_lost(suite: &Suite) -> CaseResult {
     let backend = suite.harness.backend().await;
     let locker = Locker::new(Arc::clone(&backend));
-    let guard = locker
-        .lock("watch")
-        .ttl(ms(600))
-        .watchdog()
-        .try_obtain()
-        .await?
-        .obtained()
-        .ok_or(Failure("busy".into()))?;
+    let guard = take(&locker, "watch", ms(600), true).await?;
     tokio::time::sleep(ms(1_500)).await;
     ensure!(!guard.is_lost(), "the watchdog let the lock go");
     ensure!(
@@ -828,22 +828,9 @@ pub async fn lost_signal_fires_only_when_lost(suite: &Suite) -> CaseResult {
     tokio::time::sleep(ms(700)).await;
     ensure!(!lost.is_cancelled(), "lost fired on a normal release");
 
-    let guard = locker
-        .lock("watch")
-        .ttl(ms(600))
-        .watchdog()
-        .try_obtain()
-        .await?
-        .obtained()
-        .ok_or(Failure("busy".into()))?;
+    let guard = take(&locker, "watch", ms(600), true).await?;
     let _ = backend.force_release(guard.key()).await?;
-    let _thief = locker
-        .lock("watch")
-        .ttl(LONG)
-        .try_obtain()
-        .await?
-        .obtained()
-        .ok_or(Failure("retake failed".into()))?;
+    let _thief = take(&locker, "watch", LONG, false).await?;
     let start = Instant::now();
     tokio::time::timeout(ms(2_000), guard.lost())
         .await
@@ -882,21 +869,9 @@ pub async fn dropped_guard_does_not_hold_forever(suite: &Suite) -> CaseResult {
 pub async fn paused_holder_is_fenced_out(suite: &Suite) -> CaseResult {
     let backend = suite.harness.backend().await;
     let locker = Locker::new(backend);
-    let stale = locker
-        .lock("paused")
-        .ttl(ms(300))
-        .try_obtain()
-        .await?
-        .obtained()
-        .ok_or(Failure("busy".into()))?;
+    let stale = take(&locker, "paused", ms(300), false).await?;
     tokio::time::sleep(ms(500)).await;
-    let fresh = locker
-        .lock("paused")
-        .ttl(LONG)
-        .try_obtain()
-        .await?
-        .obtained()
-        .ok_or(Failure("expired lock not obtainable".into()))?;
+    let fresh = take(&locker, "paused", LONG, false).await?;
     let mut resource = Fencing(0);
     let mut write = |f: Fencing| {
         let ok = f >= resource;
