@@ -1,4 +1,4 @@
-//! The `LockBackend` implementation over one Lua script.
+//! `RedisBackend`: the contract on Redis, in either variant.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,70 +6,137 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Busy, Capabilities, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockState,
-    ObtainOutcome, ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome,
-    ReleaseRequest, Result, Ttl,
+    Capabilities, Error, ErrorKind, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
+    Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, ReleaseSubscription,
+    Result, Ttl,
 };
-use redis::aio::ConnectionManager;
-use redis::Script;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tracing::Instrument;
 
+use crate::error::{map_error, protocol};
 use crate::keys::LockKeys;
+use crate::lua::{self, Lua};
+use crate::notify::Notifier;
+use crate::pool::Pool;
+use crate::request::{Reply, Request};
+use crate::watch::{self, Watch};
 
-const SCRIPT: &str = include_str!("scripts/lock.lua");
-
-/// Locks on a Redis server, each operation one `EVALSHA` of one Lua script.
+/// Which of the two implementations of the contract a [`RedisBackend`] runs.
 ///
-/// Built with [`RedisBackend::connect`] from a `redis://` URL (password and ACL user taken
-/// from it, never shown in `Debug` or errors) or from an existing [`ConnectionManager`],
-/// which reconnects in the background after a dropped connection.
+/// Both keep the same records under the same names, so backends of either variant on one
+/// server exclude each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Variant {
+    /// Each operation is one `EVALSHA` of one Lua script: one round trip. The default.
+    #[default]
+    Lua,
+    /// Optimistic transactions (`WATCH`, read, decide, `MULTI`/`EXEC`) on dedicated
+    /// connections, for servers where scripting is disabled: two round trips per operation
+    /// that writes, one for one that does not.
+    Watch,
+}
+
+/// Locks on a Redis server.
+///
+/// Built with [`RedisBackend::connect`] (Lua variant) or [`RedisBackend::connect_with`] from a
+/// `redis://` or `rediss://` (TLS) URL; the password and ACL user come from the URL and never
+/// show in `Debug` or errors. The Lua variant talks through a [`ConnectionManager`] that
+/// reconnects in the background after a dropped connection; the WATCH variant through a pool
+/// of dedicated connections ([`RedisBackend::with_pool_size`], default 16) because `WATCH`
+/// state belongs to a connection. Waiters are woken by a pub/sub message on release, over one
+/// subscription connection per backend, opened on the first wait.
+///
+/// Clones share connections.
 #[derive(Clone)]
 pub struct RedisBackend {
-    conn: ConnectionManager,
-    script: Arc<Script>,
-    prefix: String,
+    inner: Arc<Inner>,
+    prefix: Arc<str>,
     grace: Option<Duration>,
 }
 
+struct Inner {
+    engine: Engine,
+    notifier: Notifier,
+}
+
+enum Engine {
+    Lua(Lua),
+    Watch(Box<Watch>),
+}
+
 impl RedisBackend {
-    /// The backend's name in errors and reports.
+    /// The Lua variant's name in errors and reports.
     pub const LUA_NAME: &'static str = "redis-lua";
+    /// The WATCH/MULTI variant's name in errors and reports.
+    pub const WATCH_NAME: &'static str = "redis-watch";
     /// The default key prefix.
     pub const DEFAULT_PREFIX: &'static str = "lock:";
+    /// The default number of dedicated connections of the WATCH variant.
+    pub const DEFAULT_POOL_SIZE: usize = 16;
 
-    /// Connects to `url` (`redis://[user:password@]host:port/db`).
+    /// Connects the Lua variant to `url` (`redis://[user:password@]host:port/db`, or
+    /// `rediss://` for TLS).
     ///
     /// # Errors
     /// [`ErrorKind::Config`] for a malformed URL, [`ErrorKind::PermissionDenied`] for a
     /// refused password, [`ErrorKind::Unavailable`] when the server cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
-        // The URL may hold a password: it never goes into the message.
-        let client = redis::Client::open(url).map_err(|_| {
-            Error::new(
-                ErrorKind::Config,
-                Self::LUA_NAME,
-                Operation::Connect,
-                "not a Redis URL: expected redis://[user:password@]host:port/db",
-            )
-        })?;
-        let conn = ConnectionManager::new(client)
-            .await
-            .map_err(|e| map_error(Operation::Connect, e))?;
-        Ok(Self::from_manager(conn))
+        Self::connect_with(url, Variant::Lua).await
     }
 
-    /// Uses an existing connection manager.
-    pub fn from_manager(conn: ConnectionManager) -> Self {
+    /// Connects the chosen variant to `url`; see [`RedisBackend::connect`].
+    ///
+    /// # Errors
+    /// As for [`RedisBackend::connect`]; the WATCH variant checks the URL and credentials
+    /// with one connection of its pool.
+    pub async fn connect_with(url: &str, variant: Variant) -> Result<Self> {
+        let name = match variant {
+            Variant::Lua => lua::NAME,
+            Variant::Watch => watch::NAME,
+        };
+        let client = open_client(url, name)?;
+        let engine = match variant {
+            Variant::Lua => {
+                // Two quick retries: a wrong address or certificate fails in about a second,
+                // and later reconnects start over anyway on the next call.
+                let config = ConnectionManagerConfig::new()
+                    .set_number_of_retries(2)
+                    .set_connection_timeout(Some(Duration::from_secs(2)));
+                let conn = ConnectionManager::new_with_config(client.clone(), config)
+                    .await
+                    .map_err(|e| map_error(name, Operation::Connect, e))?;
+                Engine::Lua(Lua::new(conn))
+            }
+            Variant::Watch => {
+                let pool = Pool::new(client.clone(), Self::DEFAULT_POOL_SIZE, name);
+                // Fail now on a wrong address or password, not on the first lock.
+                pool.get(Operation::Connect).await?.done();
+                Engine::Watch(Box::new(Watch { pool }))
+            }
+        };
+        Ok(Self::build(client, engine, name))
+    }
+
+    /// The Lua variant over an existing connection manager; `client` opens the pub/sub
+    /// connection for release notifications.
+    pub fn from_manager(client: redis::Client, conn: ConnectionManager) -> Self {
+        Self::build(client, Engine::Lua(Lua::new(conn)), lua::NAME)
+    }
+
+    fn build(client: redis::Client, engine: Engine, name: &'static str) -> Self {
         RedisBackend {
-            conn,
-            script: Arc::new(Script::new(SCRIPT)),
-            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            inner: Arc::new(Inner {
+                engine,
+                notifier: Notifier::new(client, name),
+            }),
+            prefix: Self::DEFAULT_PREFIX.into(),
             grace: None,
         }
     }
 
     /// Puts every key under `prefix` instead of `lock:`; different prefixes never meet.
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.prefix = prefix.into().into();
         self
     }
 
@@ -79,18 +146,54 @@ impl RedisBackend {
         self
     }
 
-    /// The server-side id of the backend's connection (`CLIENT ID`), for operators and fault
-    /// tests that `CLIENT KILL` it.
+    /// Sets the WATCH variant's number of dedicated connections (at least 1): at most that
+    /// many operations run at once, the others wait for a connection. No effect on the Lua
+    /// variant, whose one multiplexed connection carries any number of operations.
+    pub fn with_pool_size(self, size: usize) -> Self {
+        match &self.inner.engine {
+            Engine::Watch(w) if w.pool.size() != size.max(1) => {
+                let name = watch::NAME;
+                let client = self.inner.notifier.client().clone();
+                let pool = Pool::new(client.clone(), size, name);
+                RedisBackend {
+                    inner: Arc::new(Inner {
+                        engine: Engine::Watch(Box::new(Watch { pool })),
+                        notifier: Notifier::new(client, name),
+                    }),
+                    ..self
+                }
+            }
+            _ => self,
+        }
+    }
+
+    /// Which variant this backend runs.
+    pub fn variant(&self) -> Variant {
+        match self.inner.engine {
+            Engine::Lua(_) => Variant::Lua,
+            Engine::Watch(_) => Variant::Watch,
+        }
+    }
+
+    /// The server-side ids (`CLIENT ID`) of the backend's command connections: the Lua
+    /// variant's one connection, or the WATCH variant's idle pooled ones. For operators and
+    /// for fault tests that `CLIENT KILL` them.
     ///
     /// # Errors
     /// [`ErrorKind::Unavailable`] when the server cannot be reached.
-    pub async fn client_id(&self) -> Result<i64> {
-        let mut conn = self.conn.clone();
-        redis::cmd("CLIENT")
-            .arg("ID")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| map_error(Operation::Inspect, e))
+    pub async fn client_ids(&self) -> Result<Vec<i64>> {
+        match &self.inner.engine {
+            Engine::Lua(l) => {
+                let mut conn = l.connection();
+                let id = redis::cmd("CLIENT")
+                    .arg("ID")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| map_error(self.name(), Operation::Inspect, e))?;
+                Ok(vec![id])
+            }
+            Engine::Watch(w) => Ok(w.pool.idle_ids()),
+        }
     }
 
     fn grace_ms(&self, ttl: Ttl) -> u64 {
@@ -99,188 +202,135 @@ impl RedisBackend {
             .unwrap_or(ttl.as_millis())
     }
 
-    async fn call(&self, op: Operation, key: &Key, args: &[&str]) -> Result<Vec<String>> {
+    async fn run(&self, key: &Key, req: Request<'_>) -> Result<Reply> {
         let keys = LockKeys::new(&self.prefix, key);
-        let mut invocation = self.script.key(&keys.record);
-        invocation.key(&keys.fence).key(&keys.channel);
-        for a in args {
-            invocation.arg(*a);
+        let span = tracing::debug_span!("redis_lock", op = ?req.operation(), key = key.as_str());
+        async {
+            match &self.inner.engine {
+                Engine::Lua(l) => l.run(&keys, &req).await,
+                Engine::Watch(w) => w.run(&keys, &req).await,
+            }
         }
-        let mut conn = self.conn.clone();
-        invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| map_error(op, e))
+        .instrument(span)
+        .await
     }
+
+    fn mismatch(&self, op: Operation, reply: &Reply) -> Error {
+        protocol(self.name(), op, format!("{reply:?}"))
+    }
+}
+
+fn open_client(url: &str, name: &'static str) -> Result<redis::Client> {
+    // The URL may hold a password: it never goes into the message.
+    let scheme = url.split("://").next().unwrap_or("");
+    if scheme == "rediss" && !cfg!(feature = "tls") {
+        return Err(Error::new(
+            ErrorKind::Config,
+            name,
+            Operation::Connect,
+            "rediss:// needs lock-redis built with its `tls` feature",
+        ));
+    }
+    redis::Client::open(url).map_err(|e| {
+        Error::new(
+            ErrorKind::Config,
+            name,
+            Operation::Connect,
+            format!(
+                "not a Redis URL ({:?}): expected redis://[user:password@]host:port/db \
+                 or rediss://...",
+                e.kind()
+            ),
+        )
+    })
 }
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("variant", &"lua")
+            .field("variant", &self.variant())
             .field("prefix", &self.prefix)
             .field("grace", &self.grace)
             .finish_non_exhaustive()
     }
 }
 
-fn map_error(op: Operation, e: redis::RedisError) -> Error {
-    let (kind, hint) = if e.code() == Some("CORRUPT") {
-        (
-            ErrorKind::Corrupt,
-            "a key of the lock's name holds something else; delete or rename it",
-        )
-    } else if e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
-    {
-        (
-            ErrorKind::PermissionDenied,
-            "check the user and password in the Redis URL and the user's ACL",
-        )
-    } else if e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_timeout()
-        || e.is_connection_refusal()
-    {
-        (
-            ErrorKind::Unavailable,
-            "the server is unreachable; the call is safe to retry",
-        )
-    } else {
-        (ErrorKind::Protocol, "unexpected reply from Redis")
-    };
-    let detail = e.detail().map_or_else(|| e.to_string(), str::to_owned);
-    let message = format!("{detail}; {hint}");
-    Error::new(kind, RedisBackend::LUA_NAME, op, message).with_source(e)
-}
-
-fn protocol(op: Operation, reply: &[String]) -> Error {
-    Error::new(
-        ErrorKind::Protocol,
-        RedisBackend::LUA_NAME,
-        op,
-        format!("unexpected script reply {:?}", reply.first()),
-    )
-}
-
-fn number(op: Operation, reply: &[String], i: usize) -> Result<u64> {
-    reply
-        .get(i)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| protocol(op, reply))
-}
-
-fn holder(op: Operation, json: &str) -> Result<HolderInfo> {
-    serde_json::from_str(json).map_err(|e| {
-        Error::new(
-            ErrorKind::Corrupt,
-            RedisBackend::LUA_NAME,
-            op,
-            format!("the record's holder field is not holder info: {e}"),
-        )
-    })
-}
-
 #[async_trait]
 impl LockBackend for RedisBackend {
     fn name(&self) -> &'static str {
-        Self::LUA_NAME
+        match self.inner.engine {
+            Engine::Lua(_) => lua::NAME,
+            Engine::Watch(_) => watch::NAME,
+        }
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none().cross_process(true).cross_host(true)
+        Capabilities::none()
+            .cross_process(true)
+            .cross_host(true)
+            .release_notification(true)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        let op = Operation::Obtain;
-        let holder_json = serde_json::to_string(req.holder).unwrap_or_default();
-        let (ttl, grace) = (
-            req.ttl.as_millis().to_string(),
-            self.grace_ms(req.ttl).to_string(),
-        );
-        let reply = self
-            .call(
-                op,
-                req.key,
-                &["obtain", &req.token.to_hex(), &ttl, &grace, &holder_json],
+        let holder_json = serde_json::to_string(req.holder).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                self.name(),
+                Operation::Obtain,
+                format!("holder info does not serialize: {e}"),
             )
-            .await?;
-        match reply.first().map(String::as_str) {
-            Some("acquired") => Ok(ObtainOutcome::Acquired {
-                fencing: Fencing(number(op, &reply, 1)?),
-                ttl: req.ttl,
-            }),
-            Some("reacquired") => Ok(ObtainOutcome::Reacquired {
-                holds: u32::try_from(number(op, &reply, 1)?).unwrap_or(u32::MAX),
-            }),
-            Some("busy") => Ok(ObtainOutcome::Busy(Busy {
-                remaining: Duration::from_millis(number(op, &reply, 1)?),
-                holder: match reply.get(2).map(String::as_str) {
-                    None | Some("") => None,
-                    Some(json) => Some(holder(op, json)?),
-                },
-            })),
-            _ => Err(protocol(op, &reply)),
+        })?;
+        let request = Request::Obtain {
+            token: req.token,
+            ttl: req.ttl,
+            grace_ms: self.grace_ms(req.ttl),
+            holder_json: &holder_json,
+        };
+        match self.run(req.key, request).await? {
+            Reply::Obtain(o) => Ok(o),
+            other => Err(self.mismatch(Operation::Obtain, &other)),
         }
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let op = Operation::Prolongate;
-        let (ttl, grace) = (
-            req.ttl.as_millis().to_string(),
-            self.grace_ms(req.ttl).to_string(),
-        );
-        let reply = self
-            .call(op, req.key, &["prolong", &req.token.to_hex(), &ttl, &grace])
-            .await?;
-        match reply.first().map(String::as_str) {
-            Some("prolonged") => Ok(ProlongOutcome::Prolonged),
-            Some("prolonged_late") => Ok(ProlongOutcome::ProlongedLate),
-            Some("lost") => Ok(ProlongOutcome::Lost),
-            _ => Err(protocol(op, &reply)),
+        let request = Request::Prolong {
+            token: req.token,
+            ttl: req.ttl,
+            grace_ms: self.grace_ms(req.ttl),
+        };
+        match self.run(req.key, request).await? {
+            Reply::Prolong(o) => Ok(o),
+            other => Err(self.mismatch(Operation::Prolongate, &other)),
         }
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        let op = Operation::Release;
-        let delay = req.delay_after.map_or(0, Ttl::as_millis).to_string();
-        let reply = self
-            .call(op, req.key, &["release", &req.token.to_hex(), &delay])
-            .await?;
-        match reply.first().map(String::as_str) {
-            Some("released") => Ok(ReleaseOutcome::Released),
-            Some("released_late") => Ok(ReleaseOutcome::ReleasedLate),
-            Some("decremented") => Ok(ReleaseOutcome::Decremented {
-                holds: u32::try_from(number(op, &reply, 1)?).unwrap_or(u32::MAX),
-            }),
-            Some("lost") => Ok(ReleaseOutcome::Lost),
-            _ => Err(protocol(op, &reply)),
+        let request = Request::Release {
+            token: req.token,
+            delay_ms: req.delay_after.map_or(0, Ttl::as_millis),
+        };
+        match self.run(req.key, request).await? {
+            Reply::Release(o) => Ok(o),
+            other => Err(self.mismatch(Operation::Release, &other)),
         }
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
-        let reply = self.call(Operation::Inspect, key, &["inspect"]).await?;
-        parse_state(Operation::Inspect, &reply)
+        match self.run(key, Request::Inspect).await? {
+            Reply::State(s) => Ok(s),
+            other => Err(self.mismatch(Operation::Inspect, &other)),
+        }
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
-        let reply = self.call(Operation::ForceRelease, key, &["force"]).await?;
-        parse_state(Operation::ForceRelease, &reply)
+        match self.run(key, Request::Force).await? {
+            Reply::State(s) => Ok(s),
+            other => Err(self.mismatch(Operation::ForceRelease, &other)),
+        }
     }
-}
 
-fn parse_state(op: Operation, reply: &[String]) -> Result<LockState> {
-    match reply.first().map(String::as_str) {
-        Some("free") => Ok(LockState::Free),
-        Some("cooling") => Ok(LockState::Cooling {
-            remaining: Duration::from_millis(number(op, reply, 1)?),
-        }),
-        Some("held") => Ok(LockState::Held {
-            remaining: Duration::from_millis(number(op, reply, 1)?),
-            holder: holder(op, reply.get(2).map_or("", String::as_str))?,
-            fencing: Fencing(number(op, reply, 3)?),
-            holds: u32::try_from(number(op, reply, 4)?).unwrap_or(u32::MAX),
-        }),
-        _ => Err(protocol(op, reply)),
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        let keys = LockKeys::new(&self.prefix, key);
+        self.inner.notifier.subscribe(&keys.channel).await.map(Some)
     }
 }

@@ -1,20 +1,29 @@
-//! Faults on a private Redis server: restart with data loss, SCRIPT FLUSH, a killed
-//! connection, a wrong password, a key of the wrong type.
+//! Faults on a private Redis server, for both variants: restart with data loss, SCRIPT
+//! FLUSH, killed connections, a paused server, a wrong password, a key of the wrong type,
+//! scripting forbidden by ACL; and what only a real server shows: WATCH transactions under
+//! concurrency, the two variants excluding each other, waiters woken by pub/sub.
 
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::Retry;
 use lock_core::{
     Attempt, ErrorKind, Fencing, Key, LockBackend, LockGuard, Locker, ProlongOutcome,
     ReleaseOutcome,
 };
-use lock_redis::RedisBackend;
+use lock_redis::{RedisBackend, Variant};
 use support::PrivateRedis;
 
+const BOTH: [Variant; 2] = [Variant::Lua, Variant::Watch];
+
+async fn backend(url: &str, variant: Variant) -> RedisBackend {
+    RedisBackend::connect_with(url, variant).await.unwrap()
+}
+
 async fn locker(url: &str) -> Locker {
-    Locker::new(Arc::new(RedisBackend::connect(url).await.unwrap()))
+    Locker::new(Arc::new(backend(url, Variant::Lua).await))
 }
 
 async fn take(locker: &Locker, key: &str) -> LockGuard {
@@ -114,24 +123,19 @@ async fn script_flush_is_transparent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_connection_reconnects_and_keeps_the_lock() {
+async fn killed_connections_reconnect_and_keep_the_lock() {
     let server = PrivateRedis::start();
-    let backend = RedisBackend::connect(&server.url).await.unwrap();
-    let locker = Locker::new(Arc::new(backend.clone()));
-    let guard = take(&locker, "job").await;
-    let client = redis::Client::open(server.url.as_str()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-    let id = backend.client_id().await.unwrap();
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(id)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let p = until_ok(async || guard.prolongate(Duration::from_secs(30)).await).await;
-    assert_eq!(p, ProlongOutcome::Prolonged);
-    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    for variant in BOTH {
+        let backend = backend(&server.url, variant).await;
+        let locker = Locker::new(Arc::new(backend.clone()));
+        let guard = take(&locker, "job").await;
+        let ids = backend.client_ids().await.unwrap();
+        assert!(!ids.is_empty(), "{variant:?} has a connection to kill");
+        support::kill_clients(&server.url, &backend).await;
+        let p = until_ok(async || guard.prolongate(Duration::from_secs(30)).await).await;
+        assert_eq!(p, ProlongOutcome::Prolonged, "{variant:?}");
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,13 +151,19 @@ async fn wrong_password_is_permission_denied_and_never_shown() {
         .await
         .unwrap();
     let url = format!("redis://:s3cret-battery@127.0.0.1:{}/0", server.port);
-    let err = RedisBackend::connect(&url).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
-    for shown in [err.to_string(), format!("{err:?}")] {
-        assert!(
-            !shown.contains("s3cret-battery"),
-            "password leaked: {shown}"
+    for variant in BOTH {
+        let err = RedisBackend::connect_with(&url, variant).await.unwrap_err();
+        assert_eq!(
+            err.kind(),
+            ErrorKind::PermissionDenied,
+            "{variant:?}: {err}"
         );
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(
+                !shown.contains("s3cret-battery"),
+                "password leaked: {shown}"
+            );
+        }
     }
     let ok = RedisBackend::connect(&format!("redis://:right-horse@127.0.0.1:{}/0", server.port))
         .await
@@ -163,8 +173,14 @@ async fn wrong_password_is_permission_denied_and_never_shown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_the_wrong_type_is_corrupt_and_untouched() {
+    for variant in BOTH {
+        wrong_type(variant).await;
+    }
+}
+
+async fn wrong_type(variant: Variant) {
     let server = PrivateRedis::start();
-    let backend = RedisBackend::connect(&server.url).await.unwrap();
+    let backend = backend(&server.url, variant).await;
     let locker = Locker::new(Arc::new(backend.clone()));
     let client = redis::Client::open(server.url.as_str()).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
@@ -221,4 +237,195 @@ async fn a_key_of_the_wrong_type_is_corrupt_and_untouched() {
         locker.lock("victim").try_obtain().await.unwrap_err().kind(),
         ErrorKind::Corrupt
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_longer_than_the_ttl_hands_the_lock_over_after_resume() {
+    let server = PrivateRedis::start();
+    for variant in BOTH {
+        let holder = Locker::new(Arc::new(
+            backend(&server.url, variant)
+                .await
+                .with_grace(Duration::from_secs(60)),
+        ));
+        let other = Locker::new(Arc::new(backend(&server.url, variant).await));
+        let guard = match holder
+            .lock("job")
+            .ttl(Duration::from_millis(1000))
+            .try_obtain()
+            .await
+            .unwrap()
+        {
+            Attempt::Obtained(g) => g,
+            Attempt::Busy(b) => panic!("busy: {b}"),
+        };
+        server.signal("STOP");
+        // Longer than the ttl: when the server wakes, its clock says the lock expired.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        server.signal("CONT");
+        let next = until_ok(async || other.lock("job").try_obtain().await).await;
+        let Attempt::Obtained(next) = next else {
+            panic!("{variant:?}: the lock outlived its ttl across the pause")
+        };
+        assert!(next.fencing() > guard.fencing());
+        let p = until_ok(async || guard.prolongate(Duration::from_secs(30)).await).await;
+        assert_eq!(
+            p,
+            ProlongOutcome::Lost,
+            "{variant:?}: the lock was taken over"
+        );
+        assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_transactions_on_a_small_pool_never_grant_twice() {
+    // 64 tasks through one backend with 4 dedicated connections, 2 keys: connections are
+    // reused constantly and transactions conflict; a WATCH shared between transactions
+    // would let two of them commit a grant of the same key.
+    let server = PrivateRedis::start();
+    let backend: Arc<dyn LockBackend> =
+        Arc::new(backend(&server.url, Variant::Watch).await.with_pool_size(4));
+    let inside: Arc<[std::sync::atomic::AtomicUsize; 2]> = Arc::default();
+    let grants = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..64 {
+        let (backend, inside, grants) = (backend.clone(), inside.clone(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            let locker = Locker::new(backend);
+            let k = t % 2;
+            for _ in 0..10 {
+                let attempt = locker
+                    .lock(format!("hot-{k}"))
+                    .ttl(Duration::from_secs(30))
+                    .wait(Duration::from_secs(60))
+                    .retry(Retry::linear(Duration::from_millis(2)))
+                    .obtain()
+                    .await;
+                let guard = match attempt {
+                    Ok(Attempt::Obtained(g)) => g,
+                    Ok(Attempt::Busy(b)) => panic!("still busy after 60 s: {b}"),
+                    // Losing MAX_CONFLICTS rounds in a row is allowed under this much
+                    // contention; it is retry-safe and changes nothing.
+                    Err(e) if e.is_retry_safe() => continue,
+                    Err(e) => panic!("{e}"),
+                };
+                let n = inside[k].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                assert_eq!(n, 0, "two holders of hot-{k} at once");
+                grants.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                inside[k].fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(grants.load(std::sync::atomic::Ordering::SeqCst) > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_two_variants_exclude_each_other() {
+    let server = PrivateRedis::start();
+    let lua = Locker::new(Arc::new(backend(&server.url, Variant::Lua).await));
+    let watch = Locker::new(Arc::new(backend(&server.url, Variant::Watch).await));
+    for (first, second) in [(&lua, &watch), (&watch, &lua)] {
+        let held = take(first, "shared").await;
+        let busy = second.lock("shared").try_obtain().await.unwrap();
+        let Attempt::Busy(busy) = busy else {
+            panic!("both variants granted the same lock")
+        };
+        assert!(busy.holder.is_some());
+        let state = second
+            .backend()
+            .inspect(&Key::new("shared").unwrap())
+            .await
+            .unwrap();
+        assert!(
+            matches!(state, lock_core::LockState::Held { fencing, .. } if fencing == held.fencing())
+        );
+        assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+        let again = take(second, "shared").await;
+        assert_eq!(again.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_long_before_its_fallback_poll() {
+    let server = PrivateRedis::start();
+    for variant in BOTH {
+        let holder = Locker::new(Arc::new(backend(&server.url, variant).await));
+        let waiter = Locker::new(Arc::new(backend(&server.url, variant).await));
+        let guard = take(&holder, "handoff").await;
+        let wait = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let got = waiter
+                .lock("handoff")
+                .wait(Duration::from_secs(60))
+                // Without a notification the first retry would come after 20 s.
+                .retry(Retry::linear(Duration::from_secs(20)).notified())
+                .obtain()
+                .await
+                .unwrap();
+            (got.is_busy(), started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+        let (busy, waited) = wait.await.unwrap();
+        assert!(!busy, "{variant:?}");
+        assert!(
+            waited < Duration::from_secs(10),
+            "{variant:?}: the waiter slept {waited:?}, the notification did not wake it"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_scripting_forbidden_the_watch_variant_still_locks() {
+    let server = PrivateRedis::start();
+    let mut admin = support::admin(&server.url).await;
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "noscript",
+                "on",
+                ">pw",
+                "~*",
+                "&*",
+                "+@all",
+                "-@scripting",
+            ][..],
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://noscript:pw@127.0.0.1:{}/0", server.port);
+    let lua = Locker::new(Arc::new(backend(&url, Variant::Lua).await));
+    let err = lua.lock("job").try_obtain().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
+    let watch = Locker::new(Arc::new(backend(&url, Variant::Watch).await));
+    let guard = take(&watch, "job").await;
+    assert!(watch.lock("job").try_obtain().await.unwrap().is_busy());
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_urls_lock_over_tls_and_verify_the_certificate() {
+    let server = PrivateRedis::start_tls();
+    // The certificate is self-signed: verification must refuse it...
+    let started = std::time::Instant::now();
+    let err = RedisBackend::connect(&server.url).await.unwrap_err();
+    eprintln!("refused after {:?}: {err}", started.elapsed());
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.to_string().contains("#insecure"), "{err}");
+    // ...unless the URL says `#insecure`, as a test setup may.
+    let insecure = format!("{}#insecure", server.url);
+    for variant in BOTH {
+        let locker = Locker::new(Arc::new(backend(&insecure, variant).await));
+        let guard = take(&locker, "job").await;
+        assert!(locker.lock("job").try_obtain().await.unwrap().is_busy());
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    }
 }

@@ -18,16 +18,55 @@ pub struct PrivateRedis {
 
 impl PrivateRedis {
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A server that speaks TLS only, with a fresh self-signed certificate for 127.0.0.1
+    /// (made by `openssl`); its `url` is `rediss://...`.
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let port = TcpListener::bind("127.0.0.1:0")
             .expect("a free port")
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
-            .arg(dir.path())
+            .arg(dir.path());
+        if tls {
+            let status = Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                ])
+                .args([
+                    "-subj",
+                    "/CN=localhost",
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                ])
+                .arg("-keyout")
+                .arg(dir.path().join("key.pem"))
+                .arg("-out")
+                .arg(dir.path().join("cert.pem"))
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl, to make a test certificate: apt-get install openssl");
+            assert!(status.success(), "openssl could not make a certificate");
+            cmd.args(["--port", "0", "--tls-port", &port.to_string()])
+                .args(["--tls-auth-clients", "no"])
+                .arg("--tls-cert-file")
+                .arg(dir.path().join("cert.pem"))
+                .arg("--tls-key-file")
+                .arg(dir.path().join("key.pem"));
+        } else {
+            cmd.args(["--port", &port.to_string()]);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start redis-server ({e}): install it with `apt-get install redis-server`, or set REDIS_URL"));
@@ -40,11 +79,24 @@ impl PrivateRedis {
             std::thread::sleep(Duration::from_millis(20));
         }
         PrivateRedis {
-            url: format!("redis://127.0.0.1:{port}/0"),
+            url: format!(
+                "{}://127.0.0.1:{port}/0",
+                if tls { "rediss" } else { "redis" }
+            ),
             port,
             child,
             _dir: dir,
         }
+    }
+
+    /// Sends `SIG<name>` (`STOP`, `CONT`) to the server by its pid.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill -{name} failed");
     }
 
     /// Stops the server by its pid (SIGKILL: nothing is saved).
@@ -72,4 +124,29 @@ pub fn shared_url() -> String {
     static SERVER: std::sync::OnceLock<std::sync::Mutex<PrivateRedis>> = std::sync::OnceLock::new();
     let server = SERVER.get_or_init(|| std::sync::Mutex::new(PrivateRedis::start()));
     server.lock().unwrap().url.clone()
+}
+
+pub mod harness;
+
+/// A connection for test-side commands.
+pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("Redis at {url}: {e}"))
+}
+
+/// `CLIENT KILL`s every command connection of `backend`.
+pub async fn kill_clients(url: &str, backend: &lock_redis::RedisBackend) {
+    let mut admin = admin(url).await;
+    for id in backend.client_ids().await.unwrap() {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
 }

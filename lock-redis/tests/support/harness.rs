@@ -1,28 +1,30 @@
-//! The whole conformance suite on Redis (Lua variant), multi-process cases included.
-
-mod support;
+//! The conformance harness for either variant on the shared server.
 
 use std::sync::{Arc, Mutex};
 
 use lock_conformance::{async_trait, Harness};
 use lock_core::{LockBackend, Token};
-use lock_redis::RedisBackend;
+use lock_redis::{RedisBackend, Variant};
 
-struct Redis {
+use super::{admin, kill_clients};
+
+pub struct Redis {
     url: String,
+    variant: Variant,
     made: Mutex<Vec<(String, RedisBackend)>>,
 }
 
 impl Redis {
-    fn new() -> Self {
+    pub fn new(variant: Variant) -> Self {
         Redis {
-            url: support::shared_url(),
+            url: super::shared_url(),
+            variant,
             made: Mutex::default(),
         }
     }
 
     async fn make(&self, prefix: String) -> RedisBackend {
-        let backend = RedisBackend::connect(&self.url)
+        let backend = RedisBackend::connect_with(&self.url, self.variant)
             .await
             .unwrap_or_else(|e| panic!("Redis at {} is needed: {e}", self.url))
             .with_prefix(prefix.clone());
@@ -34,9 +36,8 @@ impl Redis {
         format!("test-{}:", Token::generate().unwrap().to_hex())
     }
 
-    async fn admin(&self) -> redis::aio::MultiplexedConnection {
-        let client = redis::Client::open(self.url.as_str()).unwrap();
-        client.get_multiplexed_async_connection().await.unwrap()
+    fn made(&self) -> Vec<(String, RedisBackend)> {
+        self.made.lock().unwrap().clone()
     }
 }
 
@@ -49,23 +50,16 @@ impl Harness for Redis {
     async fn lose_data(&self, _: &Arc<dyn LockBackend>) -> bool {
         // Every key of this test's namespaces, fencing counters included, as a restart
         // without persistence would (the restart itself is in tests/faults.rs).
-        let prefixes: Vec<String> = self
-            .made
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(p, _)| p.clone())
-            .collect();
-        let mut admin = self.admin().await;
-        for prefix in prefixes {
+        let mut admin = admin(&self.url).await;
+        for (prefix, _) in self.made() {
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("{prefix}*"))
                 .query_async(&mut admin)
                 .await
                 .unwrap();
-            for key in keys {
+            if !keys.is_empty() {
                 let _: i64 = redis::cmd("DEL")
-                    .arg(key)
+                    .arg(keys)
                     .query_async(&mut admin)
                     .await
                     .unwrap();
@@ -75,40 +69,32 @@ impl Harness for Redis {
     }
 
     async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {
-        let backends: Vec<RedisBackend> = self
-            .made
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, b)| b.clone())
-            .collect();
-        let mut admin = self.admin().await;
-        for b in backends {
-            let id = b.client_id().await.unwrap();
-            let _: i64 = redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("ID")
-                .arg(id)
-                .query_async(&mut admin)
-                .await
-                .unwrap();
+        for (_, b) in self.made() {
+            kill_clients(&self.url, &b).await;
         }
         true
     }
 
     async fn shared_config(&self) -> Option<String> {
-        Some(format!("{} {}", self.url, Self::fresh_prefix()))
+        let variant = match self.variant {
+            Variant::Lua => "lua",
+            Variant::Watch => "watch",
+        };
+        Some(format!("{variant} {} {}", self.url, Self::fresh_prefix()))
     }
 
     async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {
-        let (url, prefix) = config.split_once(' ').expect("url and prefix");
+        let mut parts = config.split(' ');
+        let (variant, url, prefix) = (parts.next(), parts.next(), parts.next());
+        let variant = match variant {
+            Some("watch") => Variant::Watch,
+            _ => Variant::Lua,
+        };
         Arc::new(
-            RedisBackend::connect(url)
+            RedisBackend::connect_with(url.expect("url"), variant)
                 .await
                 .expect("Redis")
-                .with_prefix(prefix),
+                .with_prefix(prefix.expect("prefix")),
         )
     }
 }
-
-lock_conformance::suite!("redis-lua", Redis::new());

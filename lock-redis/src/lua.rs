@@ -1,0 +1,151 @@
+//! The Lua variant: every operation is one `EVALSHA` of `scripts/lock.lua`.
+
+use std::time::Duration;
+
+use lock_core::LockState;
+use lock_core::{Busy, Fencing, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result};
+use redis::aio::ConnectionManager;
+use redis::Script;
+
+use crate::error::{map_error, protocol};
+use crate::keys::LockKeys;
+use crate::record::parse_holder;
+use crate::request::{Reply, Request};
+
+const SCRIPT: &str = include_str!("scripts/lock.lua");
+
+/// The backend name of this variant.
+pub(crate) const NAME: &str = crate::RedisBackend::LUA_NAME;
+
+/// The script, loaded once per server and called by its SHA-1; redis-rs reloads it on
+/// `NOSCRIPT` (after `SCRIPT FLUSH` or a restart) and retries, transparently.
+pub(crate) struct Lua {
+    conn: ConnectionManager,
+    script: Script,
+}
+
+impl Lua {
+    pub(crate) fn new(conn: ConnectionManager) -> Self {
+        Lua {
+            conn,
+            script: Script::new(SCRIPT),
+        }
+    }
+
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
+        let op = req.operation();
+        let mut call = self.script.key(&keys.record);
+        call.key(&keys.fence).key(&keys.channel);
+        match req {
+            Request::Obtain {
+                token,
+                ttl,
+                grace_ms,
+                holder_json,
+            } => call
+                .arg("obtain")
+                .arg(token.to_hex())
+                .arg(ttl.as_millis())
+                .arg(*grace_ms)
+                .arg(*holder_json),
+            Request::Prolong {
+                token,
+                ttl,
+                grace_ms,
+            } => call
+                .arg("prolong")
+                .arg(token.to_hex())
+                .arg(ttl.as_millis())
+                .arg(*grace_ms),
+            Request::Release { token, delay_ms } => {
+                call.arg("release").arg(token.to_hex()).arg(*delay_ms)
+            }
+            Request::Inspect => call.arg("inspect"),
+            Request::Force => call.arg("force"),
+        };
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map_error(NAME, op, e))?;
+        let r = Parsed { op, reply: &reply };
+        Ok(match req {
+            Request::Obtain { ttl, .. } => Reply::Obtain(match r.word() {
+                "acquired" => ObtainOutcome::Acquired {
+                    fencing: Fencing(r.number(1)?),
+                    ttl: *ttl,
+                },
+                "reacquired" => ObtainOutcome::Reacquired { holds: r.holds(1)? },
+                "busy" => ObtainOutcome::Busy(Busy {
+                    remaining: Duration::from_millis(r.number(1)?),
+                    holder: match reply.get(2).map(String::as_str) {
+                        None | Some("") => None,
+                        Some(json) => Some(parse_holder(NAME, op, json)?),
+                    },
+                }),
+                _ => return Err(r.unexpected()),
+            }),
+            Request::Prolong { .. } => Reply::Prolong(match r.word() {
+                "prolonged" => ProlongOutcome::Prolonged,
+                "prolonged_late" => ProlongOutcome::ProlongedLate,
+                "lost" => ProlongOutcome::Lost,
+                _ => return Err(r.unexpected()),
+            }),
+            Request::Release { .. } => Reply::Release(match r.word() {
+                "released" => ReleaseOutcome::Released,
+                "released_late" => ReleaseOutcome::ReleasedLate,
+                "decremented" => ReleaseOutcome::Decremented { holds: r.holds(1)? },
+                "lost" => ReleaseOutcome::Lost,
+                _ => return Err(r.unexpected()),
+            }),
+            Request::Inspect | Request::Force => Reply::State(match r.word() {
+                "free" => LockState::Free,
+                "cooling" => LockState::Cooling {
+                    remaining: Duration::from_millis(r.number(1)?),
+                },
+                "held" => LockState::Held {
+                    remaining: Duration::from_millis(r.number(1)?),
+                    holder: parse_holder(NAME, op, reply.get(2).map_or("", String::as_str))?,
+                    fencing: Fencing(r.number(3)?),
+                    holds: r.holds(4)?,
+                },
+                _ => return Err(r.unexpected()),
+            }),
+        })
+    }
+}
+
+/// A script reply: a word and its numbers.
+struct Parsed<'a> {
+    op: Operation,
+    reply: &'a [String],
+}
+
+impl Parsed<'_> {
+    fn word(&self) -> &str {
+        self.reply.first().map_or("", String::as_str)
+    }
+
+    fn unexpected(&self) -> lock_core::Error {
+        protocol(
+            NAME,
+            self.op,
+            format!("script answered {:?}", self.reply.first()),
+        )
+    }
+
+    fn number(&self, i: usize) -> Result<u64> {
+        self.reply
+            .get(i)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| self.unexpected())
+    }
+
+    fn holds(&self, i: usize) -> Result<u32> {
+        u32::try_from(self.number(i)?).map_err(|_| self.unexpected())
+    }
+}

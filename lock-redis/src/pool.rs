@@ -1,0 +1,124 @@
+//! Dedicated connections for the WATCH/MULTI variant.
+//!
+//! `WATCH` state belongs to a server connection: two transactions interleaved on one
+//! multiplexed connection would watch each other's keys and could both commit. So each
+//! transaction checks a connection out of this pool for its whole length, and nobody else
+//! sends a command on it meanwhile. A connection comes back only when its transaction ended
+//! cleanly: one that saw an error, or whose transaction was cancelled mid-flight, is dropped
+//! and replaced by a fresh one on demand.
+
+use std::sync::Mutex;
+
+use lock_core::{Operation, Result};
+use redis::aio::MultiplexedConnection;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::map_error;
+
+/// A pool of at most `size` connections, opened lazily.
+pub(crate) struct Pool {
+    client: redis::Client,
+    idle: Mutex<Vec<Dedicated>>,
+    permits: std::sync::Arc<Semaphore>,
+    size: usize,
+    backend: &'static str,
+}
+
+/// One connection and the id the server knows it by (for `CLIENT KILL ID`).
+pub(crate) struct Dedicated {
+    pub(crate) conn: MultiplexedConnection,
+    pub(crate) id: i64,
+}
+
+/// A connection checked out for one transaction.
+pub(crate) struct Lease<'a> {
+    pool: &'a Pool,
+    conn: Option<Dedicated>,
+    _permit: OwnedSemaphorePermit,
+    clean: bool,
+}
+
+impl Pool {
+    pub(crate) fn new(client: redis::Client, size: usize, backend: &'static str) -> Self {
+        let size = size.max(1);
+        Pool {
+            client,
+            idle: Mutex::default(),
+            permits: std::sync::Arc::new(Semaphore::new(size)),
+            size,
+            backend,
+        }
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Waits for a free slot, then hands out an idle connection or opens one.
+    pub(crate) async fn get(&self, op: Operation) -> Result<Lease<'_>> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the pool's semaphore is never closed");
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match idle {
+            Some(c) => c,
+            None => self.open(op).await?,
+        };
+        Ok(Lease {
+            pool: self,
+            conn: Some(conn),
+            _permit: permit,
+            clean: false,
+        })
+    }
+
+    async fn open(&self, op: Operation) -> Result<Dedicated> {
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| map_error(self.backend, op, e))?;
+        let id = redis::cmd("CLIENT")
+            .arg("ID")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_error(self.backend, op, e))?;
+        Ok(Dedicated { conn, id })
+    }
+
+    /// The server ids of the idle connections.
+    pub(crate) fn idle_ids(&self) -> Vec<i64> {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.iter().map(|d| d.id).collect()
+    }
+}
+
+impl Lease<'_> {
+    pub(crate) fn conn(&mut self) -> &mut MultiplexedConnection {
+        &mut self
+            .conn
+            .as_mut()
+            .expect("a lease holds its connection until dropped")
+            .conn
+    }
+
+    /// Marks the transaction as ended cleanly: the connection goes back to the pool.
+    pub(crate) fn done(mut self) {
+        self.clean = true;
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(conn)) = (self.clean, self.conn.take()) {
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! One operation of the contract as both variants receive it, and its answer.
+
+use lock_core::{LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Token, Ttl};
+
+/// What to do to one lock.
+pub(crate) enum Request<'a> {
+    Obtain {
+        token: &'a Token,
+        ttl: Ttl,
+        grace_ms: u64,
+        holder_json: &'a str,
+    },
+    Prolong {
+        token: &'a Token,
+        ttl: Ttl,
+        grace_ms: u64,
+    },
+    Release {
+        token: &'a Token,
+        delay_ms: u64,
+    },
+    Inspect,
+    Force,
+}
+
+impl Request<'_> {
+    pub(crate) fn operation(&self) -> Operation {
+        match self {
+            Request::Obtain { .. } => Operation::Obtain,
+            Request::Prolong { .. } => Operation::Prolongate,
+            Request::Release { .. } => Operation::Release,
+            Request::Inspect => Operation::Inspect,
+            Request::Force => Operation::ForceRelease,
+        }
+    }
+}
+
+/// The answer, in the one outcome vocabulary.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Obtain(ObtainOutcome),
+    Prolong(ProlongOutcome),
+    Release(ReleaseOutcome),
+    State(LockState),
+}
