@@ -1,0 +1,453 @@
+//! `PostgresBackend`: the contract on Postgres.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    Busy, Capabilities, Error, ErrorKind, Fencing, Key, LockBackend, LockState, ObtainOutcome,
+    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
+    ReleaseSubscription, Result, Token, Ttl,
+};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{PgPool, Row};
+use tracing::Instrument;
+
+use crate::error::{is_missing_schema, map_error, protocol};
+use crate::notify::Notifier;
+use crate::sql::{Args, Names};
+
+pub(crate) const NAME: &str = PostgresBackend::NAME;
+
+/// Locks in a Postgres database: a transaction-scoped advisory lock serializes each
+/// operation on a key, and a table holds the lock's state.
+///
+/// Each operation is one statement, one round trip, in its own transaction: holding a lock
+/// pins no connection, and the backend works through PgBouncer in transaction mode. The
+/// table, its fencing sequence and its function are created on first use, or up front with
+/// [`PostgresBackend::migrate`]. Clones share the pool.
+#[derive(Clone)]
+pub struct PostgresBackend {
+    pool: PgPool,
+    names: Arc<Names>,
+    grace: Option<Duration>,
+    notifications: bool,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    migrated: AtomicBool,
+    migrating: tokio::sync::Mutex<()>,
+    notifier: Notifier,
+    application_name: String,
+}
+
+impl PostgresBackend {
+    /// The backend's name in errors and reports.
+    pub const NAME: &'static str = "postgres";
+    /// The default schema of the lock table.
+    pub const DEFAULT_SCHEMA: &'static str = "public";
+    /// The default name of the lock table.
+    pub const DEFAULT_TABLE: &'static str = "distlock";
+    /// The default number of pooled connections when built from a URL.
+    pub const DEFAULT_POOL_SIZE: u32 = 16;
+
+    /// Connects a pool to `url` (`postgres://user[:password]@host[:port]/database`, with
+    /// sqlx's options such as `sslmode=require`). Nothing is sent until the first operation.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for a malformed URL. A wrong password, a missing database or an
+    /// unreachable server shows on the first operation (or [`PostgresBackend::migrate`]).
+    pub fn connect(url: &str) -> Result<Self> {
+        let application_name = format!("lock-postgres-{}", &Token::generate()?.to_hex()[..12]);
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| map_error(Operation::Connect, e))?
+            .application_name(&application_name);
+        let pool = PgPoolOptions::new()
+            .max_connections(Self::DEFAULT_POOL_SIZE)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(options);
+        Ok(Self::build(pool, application_name))
+    }
+
+    /// Uses an existing pool.
+    pub fn from_pool(pool: PgPool) -> Self {
+        let name = pool
+            .connect_options()
+            .get_application_name()
+            .unwrap_or_default()
+            .to_owned();
+        Self::build(pool, name)
+    }
+
+    fn build(pool: PgPool, application_name: String) -> Self {
+        PostgresBackend {
+            pool,
+            names: Arc::new(
+                Names::new(Self::DEFAULT_SCHEMA, Self::DEFAULT_TABLE)
+                    .expect("the default names are valid identifiers"),
+            ),
+            grace: None,
+            notifications: true,
+            shared: Arc::new(Shared {
+                migrated: AtomicBool::new(false),
+                migrating: tokio::sync::Mutex::default(),
+                notifier: Notifier::default(),
+                application_name,
+            }),
+        }
+    }
+
+    /// Keeps the locks in `schema.table` (both matching `[a-z_][a-z0-9_]{0,47}`) instead of
+    /// `public.distlock`; different tables never meet.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for any other name.
+    pub fn with_table(mut self, schema: &str, table: &str) -> Result<Self> {
+        let names = Names::new(schema, table).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                NAME,
+                Operation::Validate,
+                format!(
+                    "{schema:?}.{table:?}: schema and table names must match \
+                     [a-z_][a-z0-9_]{{0,47}}"
+                ),
+            )
+        })?;
+        self.names = Arc::new(names);
+        self.shared = Arc::new(Shared {
+            migrated: AtomicBool::new(false),
+            migrating: tokio::sync::Mutex::default(),
+            notifier: Notifier::default(),
+            application_name: self.shared.application_name.clone(),
+        });
+        Ok(self)
+    }
+
+    /// Keeps expired rows for `grace` instead of each lock's ttl, for late detection.
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// Turns release notifications (`LISTEN`/`NOTIFY`) on (the default) or off. Turn them
+    /// off through PgBouncer in transaction mode, where `LISTEN` cannot work: waiters poll.
+    pub fn with_notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// The pool the backend runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The `application_name` of the backend's connections when built from a URL (as
+    /// `pg_stat_activity` shows it), for operators and fault tests.
+    pub fn application_name(&self) -> &str {
+        &self.shared.application_name
+    }
+
+    /// `schema.table` of the lock table.
+    pub fn table(&self) -> String {
+        format!("{}.{}", self.names.schema, self.names.table)
+    }
+
+    /// Creates the schema, table, sequence and function if missing, and checks that an
+    /// existing table has the expected shape. Idempotent; concurrent calls take turns.
+    ///
+    /// # Errors
+    /// [`ErrorKind::PermissionDenied`] when the user may not create them,
+    /// [`ErrorKind::Config`] when a table of that name exists with another shape.
+    pub async fn migrate(&self) -> Result<()> {
+        let op = Operation::Connect;
+        let _turn = self.shared.migrating.lock().await;
+        let migration = self.names.migration();
+        sqlx::raw_sql(&migration)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_error(op, e))?;
+        self.check_shape().await?;
+        self.shared.migrated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn check_shape(&self) -> Result<()> {
+        const EXPECTED: [(&str, &str); 8] = [
+            ("key", "text"),
+            ("state", "text"),
+            ("token", "text"),
+            ("holder", "text"),
+            ("fencing", "bigint"),
+            ("holds", "integer"),
+            ("expires_at", "timestamp with time zone"),
+            ("forget_at", "timestamp with time zone"),
+        ];
+        let query = self.names.shape_query();
+        let rows = sqlx::raw_sql(&query)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_error(Operation::Connect, e))?;
+        let found: Vec<(String, String)> = rows
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(|e| map_error(Operation::Connect, e))?;
+        for (column, ty) in EXPECTED {
+            match found.iter().find(|(c, _)| c == column) {
+                Some((_, t)) if t == ty => {}
+                other => {
+                    let what = match other {
+                        Some((_, t)) => format!("column {column} is {t}, not {ty}"),
+                        None => format!("it has no column {column}"),
+                    };
+                    return Err(Error::new(
+                        ErrorKind::Config,
+                        NAME,
+                        Operation::Connect,
+                        format!(
+                            "table {} exists but is not a lock table: {what}; choose another \
+                             table name with with_table(), or drop that table",
+                            self.table()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn ensure_schema(&self) -> Result<()> {
+        if self.shared.migrated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.migrate().await
+    }
+
+    fn grace_ms(&self, ttl: Ttl) -> u64 {
+        self.grace
+            .map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(ttl.as_millis())
+    }
+
+    /// Runs one operation; if the table or function vanished (dropped under a running
+    /// backend), makes them again once and retries: the rows are gone, so holders hear
+    /// `Lost`, and fencing still grows (the server clock floors it).
+    async fn call(&self, op: Operation, word: &str, key: &Key, args: Args<'_>) -> Result<Reply> {
+        let span = tracing::debug_span!("postgres_lock", op = word, key = key.as_str());
+        async {
+            self.ensure_schema().await?;
+            let statement = self.names.call(word, key.as_str(), &args);
+            let row = match sqlx::raw_sql(&statement).fetch_one(&self.pool).await {
+                Err(e) if is_missing_schema(&e) => {
+                    tracing::warn!(table = %self.table(), "lock table missing, creating it again");
+                    self.shared.migrated.store(false, Ordering::Release);
+                    self.ensure_schema().await?;
+                    sqlx::raw_sql(&statement).fetch_one(&self.pool).await
+                }
+                other => other,
+            }
+            .map_err(|e| map_error(op, e))?;
+            Reply::decode(op, &row)
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// One row of the function's answer.
+struct Reply {
+    op: Operation,
+    outcome: String,
+    ms: Option<i64>,
+    holder: Option<String>,
+    fencing: Option<i64>,
+    holds: Option<i32>,
+}
+
+impl Reply {
+    fn decode(op: Operation, row: &PgRow) -> Result<Self> {
+        let get = || -> std::result::Result<Reply, sqlx::Error> {
+            Ok(Reply {
+                op,
+                outcome: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
+                ms: row.try_get(1)?,
+                holder: row.try_get(2)?,
+                fencing: row.try_get(3)?,
+                holds: row.try_get(4)?,
+            })
+        };
+        get().map_err(|e| protocol(op, e))
+    }
+
+    fn unexpected(&self) -> Error {
+        protocol(self.op, format!("outcome {:?}", self.outcome))
+    }
+
+    fn remaining(&self) -> Result<Duration> {
+        let ms = self.ms.ok_or_else(|| self.unexpected())?;
+        Ok(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+    }
+
+    fn fencing(&self) -> Result<Fencing> {
+        let f = self.fencing.ok_or_else(|| self.unexpected())?;
+        u64::try_from(f)
+            .map(Fencing)
+            .map_err(|_| self.unexpected())
+    }
+
+    fn holds(&self) -> Result<u32> {
+        let h = self.holds.ok_or_else(|| self.unexpected())?;
+        u32::try_from(h).map_err(|_| self.unexpected())
+    }
+
+    fn holder(&self) -> Result<Option<lock_core::HolderInfo>> {
+        self.holder
+            .as_deref()
+            .map(|json| {
+                serde_json::from_str(json).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Corrupt,
+                        NAME,
+                        self.op,
+                        format!("the row's holder is not holder info ({e}); force-release the lock"),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    fn state(&self) -> Result<LockState> {
+        match self.outcome.as_str() {
+            "free" => Ok(LockState::Free),
+            "cooling" => Ok(LockState::Cooling {
+                remaining: self.remaining()?,
+            }),
+            "held" => Ok(LockState::Held {
+                holder: self.holder()?.ok_or_else(|| self.unexpected())?,
+                fencing: self.fencing()?,
+                remaining: self.remaining()?,
+                holds: self.holds()?,
+            }),
+            _ => Err(self.unexpected()),
+        }
+    }
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The pool's options hold the password: only names are shown.
+        f.debug_struct("PostgresBackend")
+            .field("table", &self.table())
+            .field("grace", &self.grace)
+            .field("notifications", &self.notifications)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl LockBackend for PostgresBackend {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .cross_process(true)
+            .cross_host(true)
+            .release_notification(self.notifications)
+    }
+
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        let op = Operation::Obtain;
+        let holder = serde_json::to_string(req.holder).map_err(|e| {
+            Error::new(ErrorKind::InvalidInput, NAME, op, format!("holder info: {e}"))
+        })?;
+        let token = req.token.to_hex();
+        let args = Args {
+            token: Some(&token),
+            ttl_ms: req.ttl.as_millis(),
+            grace_ms: self.grace_ms(req.ttl),
+            holder: Some(&holder),
+            delay_ms: 0,
+        };
+        let r = self.call(op, "obtain", req.key, args).await?;
+        match r.outcome.as_str() {
+            "acquired" => Ok(ObtainOutcome::Acquired {
+                fencing: r.fencing()?,
+                ttl: req.ttl,
+            }),
+            "reacquired" => Ok(ObtainOutcome::Reacquired { holds: r.holds()? }),
+            "busy" => Ok(ObtainOutcome::Busy(Busy {
+                holder: r.holder()?,
+                remaining: r.remaining()?,
+            })),
+            _ => Err(r.unexpected()),
+        }
+    }
+
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        let token = req.token.to_hex();
+        let args = Args {
+            token: Some(&token),
+            ttl_ms: req.ttl.as_millis(),
+            grace_ms: self.grace_ms(req.ttl),
+            ..Args::default()
+        };
+        let r = self
+            .call(Operation::Prolongate, "prolong", req.key, args)
+            .await?;
+        match r.outcome.as_str() {
+            "prolonged" => Ok(ProlongOutcome::Prolonged),
+            "prolonged_late" => Ok(ProlongOutcome::ProlongedLate),
+            "lost" => Ok(ProlongOutcome::Lost),
+            _ => Err(r.unexpected()),
+        }
+    }
+
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        let token = req.token.to_hex();
+        let args = Args {
+            token: Some(&token),
+            delay_ms: req.delay_after.map_or(0, Ttl::as_millis),
+            ..Args::default()
+        };
+        let r = self
+            .call(Operation::Release, "release", req.key, args)
+            .await?;
+        match r.outcome.as_str() {
+            "released" => Ok(ReleaseOutcome::Released),
+            "released_late" => Ok(ReleaseOutcome::ReleasedLate),
+            "decremented" => Ok(ReleaseOutcome::Decremented { holds: r.holds()? }),
+            "lost" => Ok(ReleaseOutcome::Lost),
+            _ => Err(r.unexpected()),
+        }
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.call(Operation::Inspect, "inspect", key, Args::default())
+            .await?
+            .state()
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.call(Operation::ForceRelease, "force", key, Args::default())
+            .await?
+            .state()
+    }
+
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        if !self.notifications {
+            return Ok(None);
+        }
+        self.shared
+            .notifier
+            .subscribe(&self.pool, &self.names.channel, key.as_str())
+            .await
+            .map(Some)
+    }
+}

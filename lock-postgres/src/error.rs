@@ -1,0 +1,84 @@
+//! sqlx errors turned into the one `lock_core::Error`, with what to do about them.
+
+use lock_core::{Error, ErrorKind, Operation};
+
+use crate::backend::NAME;
+
+/// Postgres error codes the backend reacts to.
+pub(crate) mod code {
+    /// The table or the function is gone (dropped under a running backend).
+    pub(crate) const UNDEFINED_TABLE: &str = "42P01";
+    pub(crate) const UNDEFINED_FUNCTION: &str = "42883";
+}
+
+/// Whether `e` says the lock table or its function does not exist (any more).
+pub(crate) fn is_missing_schema(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == code::UNDEFINED_TABLE || c == code::UNDEFINED_FUNCTION)
+}
+
+pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
+    let (kind, message) = match &e {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            let (kind, hint) = match code.as_str() {
+                "28P01" | "28000" => (
+                    ErrorKind::PermissionDenied,
+                    "check the user and password in the Postgres URL",
+                ),
+                "42501" => (
+                    ErrorKind::PermissionDenied,
+                    "the user lacks a privilege on the lock table, its schema or function; \
+                     grant it, or run migrate() as a user that may create them",
+                ),
+                "3D000" => (
+                    ErrorKind::Config,
+                    "the database does not exist: create it, or fix the URL",
+                ),
+                "3F000" => (
+                    ErrorKind::Config,
+                    "the schema does not exist: run migrate(), or fix the schema name",
+                ),
+                c if c.starts_with("08")
+                    || c.starts_with("57P")
+                    || c.starts_with("53")
+                    || c == "40001"
+                    || c == "40P01"
+                    || c == "55P03" =>
+                {
+                    (
+                        ErrorKind::Unavailable,
+                        "the server dropped or refused the call; it is safe to retry",
+                    )
+                }
+                _ => (ErrorKind::Protocol, "unexpected error from Postgres"),
+            };
+            (kind, format!("{} (SQLSTATE {code}); {hint}", db.message()))
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => (
+            ErrorKind::Unavailable,
+            format!("{e}; the server is unreachable, the call is safe to retry"),
+        ),
+        sqlx::Error::Tls(_) => (
+            ErrorKind::Config,
+            format!("{e}; check the server's certificate and the URL's sslmode"),
+        ),
+        sqlx::Error::Configuration(_) => (
+            ErrorKind::Config,
+            "not a usable Postgres URL: expected postgres://user[:password]@host[:port]/database"
+                .to_owned(),
+        ),
+        _ => (ErrorKind::Protocol, e.to_string()),
+    };
+    Error::new(kind, NAME, op, message).with_source(e)
+}
+
+/// A reply row that does not have the shape the function promises.
+pub(crate) fn protocol(op: Operation, what: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Protocol, NAME, op, format!("unexpected reply: {what}"))
+}

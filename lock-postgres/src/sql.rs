@@ -1,0 +1,161 @@
+//! The SQL the backend sends: the schema file with its names filled in, and one statement
+//! per operation.
+//!
+//! Statements go out over the simple query protocol with their values written into the
+//! text: one message, one round trip, no prepared statement kept on the server, so they
+//! work through a transaction-pooling proxy (PgBouncer in transaction mode) as well as
+//! directly. Values are never spliced in raw: strings travel as hex
+//! (`convert_from(decode('…', 'hex'), 'UTF8')`), which no setting of the server can
+//! reinterpret, and numbers as decimal digits.
+
+use std::fmt::Write;
+
+use sha2::{Digest, Sha256};
+
+const SCHEMA: &str = include_str!("sql/schema.sql");
+
+/// The names of one lock table, already checked to be plain lowercase identifiers.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) schema: String,
+    pub(crate) table: String,
+    /// `"schema"."fn"`, the function every operation calls.
+    function: String,
+    /// The NOTIFY channel of release notifications (a short digest of the table's name).
+    pub(crate) channel: String,
+}
+
+impl Names {
+    /// `None` unless both names match `[a-z_][a-z0-9_]{0,47}`.
+    pub(crate) fn new(schema: &str, table: &str) -> Option<Self> {
+        let ok = |s: &str| {
+            (1..=48).contains(&s.len())
+                && s.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        };
+        if !ok(schema) || !ok(table) {
+            return None;
+        }
+        let digest = Sha256::digest(format!("{schema}.{table}").as_bytes());
+        let mut channel = String::from("lock_released_");
+        for b in &digest[..8] {
+            let _ = write!(channel, "{b:02x}");
+        }
+        Some(Names {
+            function: format!("\"{schema}\".\"{table}_op\""),
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+            channel,
+        })
+    }
+
+    /// The whole schema script, for `migrate()`, in one transaction under an advisory lock
+    /// so that concurrent migrations take turns.
+    pub(crate) fn migration(&self) -> String {
+        let body = SCHEMA
+            .replace("{schema}", &format!("\"{}\"", self.schema))
+            .replace("{table}", &format!("\"{}\"", self.table))
+            .replace("{seq}", &format!("\"{}_fencing\"", self.table))
+            .replace("{fn}", &format!("\"{}_op\"", self.table))
+            .replace("{channel}", &format!("'{}'", self.channel));
+        format!(
+            "BEGIN;\nSELECT pg_advisory_xact_lock({});\n{body}\nCOMMIT;",
+            advisory_id(&format!("migrate {}.{}", self.schema, self.table))
+        )
+    }
+
+    /// The columns and types a lock table has, to check an existing one against.
+    pub(crate) fn shape_query(&self) -> String {
+        format!(
+            "SELECT column_name::text, data_type::text FROM information_schema.columns \
+             WHERE table_schema = {} AND table_name = {} ORDER BY ordinal_position",
+            text(&self.schema),
+            text(&self.table)
+        )
+    }
+
+    /// One operation: `SELECT * FROM fn(op, key, lock, token, ttl, grace, holder, delay)`.
+    pub(crate) fn call(&self, op: &str, key: &str, args: &Args<'_>) -> String {
+        format!(
+            "SELECT o_outcome, o_ms, o_holder, o_fencing, o_holds FROM {}({}, {}, {}, {}, {}, {}, {}, {})",
+            self.function,
+            text(op),
+            text(key),
+            advisory_id(&format!("{}.{} {key}", self.schema, self.table)),
+            args.token.map_or_else(|| "NULL".to_owned(), text),
+            args.ttl_ms,
+            args.grace_ms,
+            args.holder.map_or_else(|| "NULL".to_owned(), text),
+            args.delay_ms,
+        )
+    }
+}
+
+/// The values of one call besides the operation and the key.
+#[derive(Default)]
+pub(crate) struct Args<'a> {
+    pub(crate) token: Option<&'a str>,
+    pub(crate) ttl_ms: u64,
+    pub(crate) grace_ms: u64,
+    pub(crate) holder: Option<&'a str>,
+    pub(crate) delay_ms: u64,
+}
+
+/// A text value as an expression that cannot be misread, whatever it holds.
+fn text(s: &str) -> String {
+    let mut hex = String::with_capacity(s.len() * 2 + 40);
+    hex.push_str("convert_from(decode('");
+    for b in s.as_bytes() {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex.push_str("', 'hex'), 'UTF8')");
+    hex
+}
+
+/// The advisory lock id of a name: the first 8 bytes of its SHA-256, big-endian, as a
+/// signed 64-bit integer. Stable across versions, platforms and Postgres releases.
+pub(crate) fn advisory_id(name: &str) -> i64 {
+    let digest = Sha256::digest(name.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_plain_identifiers_only() {
+        assert!(Names::new("public", "locks").is_some());
+        assert!(Names::new("_a1", "b_2").is_some());
+        for (s, t) in [("", "t"), ("s", "T"), ("s", "t;drop"), ("1s", "t"), ("s", "t\"")] {
+            assert!(Names::new(s, t).is_none(), "{s}.{t}");
+        }
+        assert!(Names::new("s", &"t".repeat(49)).is_none());
+    }
+
+    #[test]
+    fn text_values_are_hex_only() {
+        let sql = text("it's \\ \"x\" ünï");
+        assert!(sql.starts_with("convert_from(decode('"));
+        let inner = &sql["convert_from(decode('".len()..sql.len() - "', 'hex'), 'UTF8')".len()];
+        assert!(inner.bytes().all(|b| b.is_ascii_hexdigit()), "{inner}");
+    }
+
+    #[test]
+    fn advisory_ids_are_stable() {
+        // Documented: the first 8 bytes of SHA-256, big-endian. SHA-256("a") starts ca978112ca1bbdca.
+        assert_eq!(advisory_id("a"), i64::from_be_bytes(0xca97_8112_ca1b_bdca_u64.to_be_bytes()));
+    }
+
+    #[test]
+    fn the_migration_names_everything() {
+        let m = Names::new("s", "t").unwrap().migration();
+        for placeholder in ["{schema}", "{table}", "{seq}", "{fn}", "{channel}"] {
+            assert!(!m.contains(placeholder), "{placeholder} left in the migration");
+        }
+        assert!(m.contains("\"s\".\"t_op\""));
+    }
+}

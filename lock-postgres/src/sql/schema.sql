@@ -1,0 +1,162 @@
+-- The lock table, the fencing sequence and the one function every operation calls.
+--
+-- Placeholders, filled in by sql.rs with quoted identifiers: {schema}, {table}, {seq}, {fn};
+-- and {channel}, a string literal: the LISTEN/NOTIFY channel of release notifications.
+-- migrate() runs this whole file in one transaction under an advisory lock, so concurrent
+-- migrations wait for each other; every statement is idempotent.
+
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- One row per lock that is held, expired within its grace period, or cooling down.
+-- Cooling rows have state 'cooling', expires_at = forget_at = the end of the cooldown, and
+-- no token. Times are the server's clock_timestamp(), never a client's clock.
+CREATE TABLE IF NOT EXISTS {schema}.{table} (
+    key        text        PRIMARY KEY,
+    state      text        NOT NULL CHECK (state IN ('held', 'cooling')),
+    token      text        CHECK (state = 'cooling' OR token IS NOT NULL),
+    holder     text,
+    fencing    bigint,
+    holds      integer,
+    expires_at timestamptz NOT NULL,
+    forget_at  timestamptz NOT NULL
+);
+
+-- Fencing tokens. A sequence never goes back, also across restarts; the function also
+-- floors each token at the server's clock in microseconds, so tokens keep growing even if
+-- the sequence is dropped and made again (this assumes the server's clock never goes back).
+CREATE SEQUENCE IF NOT EXISTS {schema}.{seq};
+
+-- p_op: obtain | prolong | release | inspect | force.
+-- p_lock: the advisory lock id of p_key (64 bits of SHA-256, computed by the client). Two
+-- keys with the same id only wait for each other's statements; their rows stay separate.
+-- Answers one row: o_outcome and, as the outcome needs them, o_ms (remaining ttl or
+-- cooldown), o_holder (JSON), o_fencing, o_holds.
+CREATE OR REPLACE FUNCTION {schema}.{fn}(
+    p_op text, p_key text, p_lock bigint, p_token text,
+    p_ttl_ms bigint, p_grace_ms bigint, p_holder text, p_delay_ms bigint)
+RETURNS TABLE (o_outcome text, o_ms bigint, o_holder text, o_fencing bigint, o_holds integer)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    now_ts  timestamptz := clock_timestamp();
+    r       {schema}.{table}%ROWTYPE;
+    phase   text;
+    ours    boolean := false;
+    f       bigint;
+    now_us  bigint;
+BEGIN
+    -- Every statement on this key waits here for the one before it to commit.
+    PERFORM pg_advisory_xact_lock(p_lock);
+
+    SELECT * INTO r FROM {schema}.{table} t WHERE t.key = p_key;
+    IF NOT FOUND OR r.forget_at <= now_ts THEN
+        phase := 'free';
+    ELSIF r.state = 'cooling' THEN
+        phase := 'cooling';
+    ELSE
+        ours := r.token = p_token;
+        phase := CASE WHEN r.expires_at > now_ts THEN 'live' ELSE 'expired' END;
+    END IF;
+
+    IF p_op = 'inspect' OR p_op = 'force' THEN
+        IF phase = 'cooling' THEN
+            o_outcome := 'cooling';
+            o_ms := ceil(extract(epoch FROM r.expires_at - now_ts) * 1000);
+        ELSIF phase = 'live' THEN
+            o_outcome := 'held';
+            o_ms := ceil(extract(epoch FROM r.expires_at - now_ts) * 1000);
+            o_holder := r.holder; o_fencing := r.fencing; o_holds := r.holds;
+        ELSE
+            o_outcome := 'free';
+        END IF;
+        IF p_op = 'force' THEN
+            DELETE FROM {schema}.{table} t WHERE t.key = p_key;
+            PERFORM pg_notify({channel}, p_key);
+        END IF;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    IF p_op = 'obtain' THEN
+        IF phase = 'cooling' THEN
+            o_outcome := 'busy';
+            o_ms := ceil(extract(epoch FROM r.expires_at - now_ts) * 1000);
+        ELSIF phase = 'live' AND NOT ours THEN
+            o_outcome := 'busy';
+            o_ms := ceil(extract(epoch FROM r.expires_at - now_ts) * 1000);
+            o_holder := r.holder;
+        ELSIF phase = 'live' THEN
+            UPDATE {schema}.{table} t
+               SET holds = t.holds + 1,
+                   expires_at = now_ts + p_ttl_ms * interval '1 millisecond',
+                   forget_at = now_ts + (p_ttl_ms + p_grace_ms) * interval '1 millisecond'
+             WHERE t.key = p_key
+            RETURNING t.holds INTO o_holds;
+            o_outcome := 'reacquired';
+        ELSE
+            f := nextval('{schema}.{seq}'::regclass);
+            now_us := floor(extract(epoch FROM now_ts) * 1000000);
+            IF f < now_us THEN
+                PERFORM setval('{schema}.{seq}'::regclass, now_us);
+                f := now_us;
+            END IF;
+            INSERT INTO {schema}.{table} AS t
+                   (key, state, token, holder, fencing, holds, expires_at, forget_at)
+            VALUES (p_key, 'held', p_token, p_holder, f, 1,
+                    now_ts + p_ttl_ms * interval '1 millisecond',
+                    now_ts + (p_ttl_ms + p_grace_ms) * interval '1 millisecond')
+            ON CONFLICT (key) DO UPDATE
+               SET state = EXCLUDED.state, token = EXCLUDED.token, holder = EXCLUDED.holder,
+                   fencing = EXCLUDED.fencing, holds = 1, expires_at = EXCLUDED.expires_at,
+                   forget_at = EXCLUDED.forget_at;
+            o_outcome := 'acquired';
+            o_fencing := f;
+            -- Now and then, sweep rows past their grace period (other keys included);
+            -- rows another statement has locked are left for later.
+            IF random() < 0.01 THEN
+                DELETE FROM {schema}.{table} t WHERE t.ctid IN (
+                    SELECT s.ctid FROM {schema}.{table} s
+                     WHERE s.forget_at < now_ts LIMIT 100 FOR UPDATE SKIP LOCKED);
+            END IF;
+        END IF;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    IF NOT ours OR phase NOT IN ('live', 'expired') THEN
+        o_outcome := 'lost';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    IF p_op = 'prolong' THEN
+        UPDATE {schema}.{table} t
+           SET expires_at = now_ts + p_ttl_ms * interval '1 millisecond',
+               forget_at = now_ts + (p_ttl_ms + p_grace_ms) * interval '1 millisecond'
+         WHERE t.key = p_key;
+        o_outcome := CASE WHEN phase = 'live' THEN 'prolonged' ELSE 'prolonged_late' END;
+    ELSIF p_op = 'release' THEN
+        IF phase = 'live' AND r.holds > 1 THEN
+            UPDATE {schema}.{table} t SET holds = t.holds - 1 WHERE t.key = p_key
+            RETURNING t.holds INTO o_holds;
+            o_outcome := 'decremented';
+        ELSE
+            IF p_delay_ms > 0 THEN
+                UPDATE {schema}.{table} t
+                   SET state = 'cooling', token = NULL, holder = NULL, fencing = NULL,
+                       holds = NULL,
+                       expires_at = now_ts + p_delay_ms * interval '1 millisecond',
+                       forget_at = now_ts + p_delay_ms * interval '1 millisecond'
+                 WHERE t.key = p_key;
+            ELSE
+                DELETE FROM {schema}.{table} t WHERE t.key = p_key;
+            END IF;
+            PERFORM pg_notify({channel}, p_key);
+            o_outcome := CASE WHEN phase = 'live' THEN 'released' ELSE 'released_late' END;
+        END IF;
+    ELSE
+        RAISE EXCEPTION 'unknown lock operation %', p_op USING ERRCODE = '22023';
+    END IF;
+    RETURN NEXT;
+END
+$fn$;

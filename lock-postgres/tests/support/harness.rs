@@ -1,0 +1,122 @@
+//! The conformance harness: every backend in a fresh table of a schema private to the
+//! harness, dropped with it.
+
+use std::sync::{Arc, Mutex};
+
+use lock_conformance::{async_trait, Harness};
+use lock_core::{LockBackend, Token};
+use lock_postgres::PostgresBackend;
+
+use super::exec;
+
+pub struct Postgres {
+    url: String,
+    schema: String,
+    notifications: bool,
+    made: Mutex<Vec<PostgresBackend>>,
+}
+
+impl Postgres {
+    pub fn new() -> Self {
+        Self::at(super::shared_url(), true)
+    }
+
+    /// Through a URL of choice (a PgBouncer), with or without LISTEN/NOTIFY.
+    pub fn at(url: String, notifications: bool) -> Self {
+        Postgres {
+            url,
+            schema: format!("lt_{}", &Token::generate().unwrap().to_hex()[..16]),
+            notifications,
+            made: Mutex::default(),
+        }
+    }
+
+    fn make(&self, table: &str) -> PostgresBackend {
+        let backend = PostgresBackend::connect(&self.url)
+            .unwrap()
+            .with_table(&self.schema, table)
+            .unwrap()
+            .with_notifications(self.notifications);
+        self.made.lock().unwrap().push(backend.clone());
+        backend
+    }
+
+    fn fresh_table() -> String {
+        format!("t_{}", &Token::generate().unwrap().to_hex()[..16])
+    }
+
+    fn made(&self) -> Vec<PostgresBackend> {
+        self.made.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let (url, schema) = (self.url.clone(), self.schema.clone());
+        self.made.lock().unwrap().clear();
+        // Drop runs outside any runtime we may block: a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(exec(&url, &format!("DROP SCHEMA IF EXISTS {schema} CASCADE")));
+        })
+        .join();
+    }
+}
+
+#[async_trait]
+impl Harness for Postgres {
+    async fn backend(&self) -> Arc<dyn LockBackend> {
+        Arc::new(self.make(&Self::fresh_table()))
+    }
+
+    async fn lose_data(&self, _: &Arc<dyn LockBackend>) -> bool {
+        // Rows and fencing sequences, as if the database were restored from nothing; the
+        // clock floor must keep fencing growing.
+        for b in self.made() {
+            let table = b.table();
+            exec(
+                &self.url,
+                &format!(
+                    "DO $$ BEGIN IF to_regclass('{table}') IS NOT NULL THEN \
+                     TRUNCATE {table}; ALTER SEQUENCE {table}_fencing RESTART; END IF; END $$"
+                ),
+            )
+            .await;
+        }
+        true
+    }
+
+    async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {
+        for b in self.made() {
+            exec(
+                &self.url,
+                &format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE application_name = '{}'",
+                    b.application_name()
+                ),
+            )
+            .await;
+        }
+        true
+    }
+
+    async fn shared_config(&self) -> Option<String> {
+        Some(format!("{} {} {}", self.url, self.schema, Self::fresh_table()))
+    }
+
+    async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {
+        let mut parts = config.split(' ');
+        let (url, schema, table) = (parts.next(), parts.next(), parts.next());
+        Arc::new(
+            PostgresBackend::connect(url.expect("url"))
+                .unwrap()
+                .with_table(schema.expect("schema"), table.expect("table"))
+                .unwrap()
+                .with_notifications(self.notifications),
+        )
+    }
+}
