@@ -8,13 +8,22 @@ cd "$(dirname "$0")/.."
 step() { printf '\n== %s\n' "$*"; }
 
 step "servers"
-# lock-redis's tests use REDIS_URL, else a Redis on 127.0.0.1:6379, else start a private
-# redis-server themselves: make sure the binary is there for that last case.
-if [ -z "${REDIS_URL:-}" ] && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && ! command -v redis-server >/dev/null 2>&1; then
-  echo "no Redis reachable and no redis-server: installing Debian's redis-server" >&2
-  apt-get update -qq && apt-get install -y -qq redis-server >&2
+# The conformance suites use REDIS_URL / DATABASE_URL when set, else the servers on
+# 127.0.0.1:6379 / :5432 when they answer, else start private ones; the fault tests always
+# start private servers (to restart, pause or kill them). So the binaries must be here:
+# redis-server, Postgres (initdb, postgres), pgbouncer, and openssl for a test certificate.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian's ${missing[*]}" >&2
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
 fi
-command -v redis-server >/dev/null 2>&1 || echo "note: no redis-server binary; the fault tests that need a private server will fail" >&2
+export PATH="$PATH:/usr/sbin"
 
 step "format"
 cargo fmt --all -- --check

@@ -62,6 +62,14 @@ impl PostgresBackend {
     /// [`ErrorKind::Config`] for a malformed URL. A wrong password, a missing database or an
     /// unreachable server shows on the first operation (or [`PostgresBackend::migrate`]).
     pub fn connect(url: &str) -> Result<Self> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(Error::new(
+                ErrorKind::Config,
+                NAME,
+                Operation::Connect,
+                "not a Postgres URL: expected postgres://user[:password]@host[:port]/database",
+            ));
+        }
         let application_name = format!("lock-postgres-{}", &Token::generate()?.to_hex()[..12]);
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| map_error(Operation::Connect, e))?
@@ -295,9 +303,7 @@ impl Reply {
 
     fn fencing(&self) -> Result<Fencing> {
         let f = self.fencing.ok_or_else(|| self.unexpected())?;
-        u64::try_from(f)
-            .map(Fencing)
-            .map_err(|_| self.unexpected())
+        u64::try_from(f).map(Fencing).map_err(|_| self.unexpected())
     }
 
     fn holds(&self) -> Result<u32> {
@@ -314,7 +320,9 @@ impl Reply {
                         ErrorKind::Corrupt,
                         NAME,
                         self.op,
-                        format!("the row's holder is not holder info ({e}); force-release the lock"),
+                        format!(
+                            "the row's holder is not holder info ({e}); force-release the lock"
+                        ),
                     )
                 })
             })
@@ -365,7 +373,12 @@ impl LockBackend for PostgresBackend {
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let op = Operation::Obtain;
         let holder = serde_json::to_string(req.holder).map_err(|e| {
-            Error::new(ErrorKind::InvalidInput, NAME, op, format!("holder info: {e}"))
+            Error::new(
+                ErrorKind::InvalidInput,
+                NAME,
+                op,
+                format!("holder info: {e}"),
+            )
         })?;
         let token = req.token.to_hex();
         let args = Args {

@@ -80,5 +80,10 @@ pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
 
 /// A reply row that does not have the shape the function promises.
 pub(crate) fn protocol(op: Operation, what: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Protocol, NAME, op, format!("unexpected reply: {what}"))
+    Error::new(
+        ErrorKind::Protocol,
+        NAME,
+        op,
+        format!("unexpected reply: {what}"),
+    )
 }

@@ -30,7 +30,9 @@ impl Names {
     pub(crate) fn new(schema: &str, table: &str) -> Option<Self> {
         let ok = |s: &str| {
             (1..=48).contains(&s.len())
-                && s.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+                && s.bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
                 && s.bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         };
@@ -130,7 +132,13 @@ mod tests {
     fn names_are_plain_identifiers_only() {
         assert!(Names::new("public", "locks").is_some());
         assert!(Names::new("_a1", "b_2").is_some());
-        for (s, t) in [("", "t"), ("s", "T"), ("s", "t;drop"), ("1s", "t"), ("s", "t\"")] {
+        for (s, t) in [
+            ("", "t"),
+            ("s", "T"),
+            ("s", "t;drop"),
+            ("1s", "t"),
+            ("s", "t\""),
+        ] {
             assert!(Names::new(s, t).is_none(), "{s}.{t}");
         }
         assert!(Names::new("s", &"t".repeat(49)).is_none());
@@ -147,14 +155,20 @@ mod tests {
     #[test]
     fn advisory_ids_are_stable() {
         // Documented: the first 8 bytes of SHA-256, big-endian. SHA-256("a") starts ca978112ca1bbdca.
-        assert_eq!(advisory_id("a"), i64::from_be_bytes(0xca97_8112_ca1b_bdca_u64.to_be_bytes()));
+        assert_eq!(
+            advisory_id("a"),
+            i64::from_be_bytes(0xca97_8112_ca1b_bdca_u64.to_be_bytes())
+        );
     }
 
     #[test]
     fn the_migration_names_everything() {
         let m = Names::new("s", "t").unwrap().migration();
         for placeholder in ["{schema}", "{table}", "{seq}", "{fn}", "{channel}"] {
-            assert!(!m.contains(placeholder), "{placeholder} left in the migration");
+            assert!(
+                !m.contains(placeholder),
+                "{placeholder} left in the migration"
+            );
         }
         assert!(m.contains("\"s\".\"t_op\""));
     }

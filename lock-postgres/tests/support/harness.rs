@@ -11,6 +11,8 @@ use super::exec;
 
 pub struct Postgres {
     url: String,
+    /// Where test-side statements go: the server itself, not a bouncer in front of it.
+    admin_url: String,
     schema: String,
     notifications: bool,
     made: Mutex<Vec<PostgresBackend>>,
@@ -24,11 +26,18 @@ impl Postgres {
     /// Through a URL of choice (a PgBouncer), with or without LISTEN/NOTIFY.
     pub fn at(url: String, notifications: bool) -> Self {
         Postgres {
+            admin_url: url.clone(),
             url,
             schema: format!("lt_{}", &Token::generate().unwrap().to_hex()[..16]),
             notifications,
             made: Mutex::default(),
         }
+    }
+
+    /// Sends test-side statements straight to the server at `url`.
+    pub fn with_admin(mut self, url: String) -> Self {
+        self.admin_url = url;
+        self
     }
 
     fn make(&self, table: &str) -> PostgresBackend {
@@ -52,15 +61,21 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let (url, schema) = (self.url.clone(), self.schema.clone());
+        let (url, schema) = (self.admin_url.clone(), self.schema.clone());
         self.made.lock().unwrap().clear();
+        if url.is_empty() {
+            return;
+        }
         // Drop runs outside any runtime we may block: a thread of its own.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            rt.block_on(exec(&url, &format!("DROP SCHEMA IF EXISTS {schema} CASCADE")));
+            rt.block_on(exec(
+                &url,
+                &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+            ));
         })
         .join();
     }
@@ -78,7 +93,7 @@ impl Harness for Postgres {
         for b in self.made() {
             let table = b.table();
             exec(
-                &self.url,
+                &self.admin_url,
                 &format!(
                     "DO $$ BEGIN IF to_regclass('{table}') IS NOT NULL THEN \
                      TRUNCATE {table}; ALTER SEQUENCE {table}_fencing RESTART; END IF; END $$"
@@ -92,7 +107,7 @@ impl Harness for Postgres {
     async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {
         for b in self.made() {
             exec(
-                &self.url,
+                &self.admin_url,
                 &format!(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
                      WHERE application_name = '{}'",
@@ -105,7 +120,12 @@ impl Harness for Postgres {
     }
 
     async fn shared_config(&self) -> Option<String> {
-        Some(format!("{} {} {}", self.url, self.schema, Self::fresh_table()))
+        Some(format!(
+            "{} {} {}",
+            self.url,
+            self.schema,
+            Self::fresh_table()
+        ))
     }
 
     async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {

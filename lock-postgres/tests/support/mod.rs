@@ -46,8 +46,13 @@ fn is_root() -> bool {
 pub fn unprivileged(program: impl AsRef<Path>) -> Command {
     if is_root() {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=postgres", "--regid=postgres", "--clear-groups", "--"])
-            .arg(program.as_ref());
+        c.args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(program.as_ref());
         c
     } else {
         Command::new(program.as_ref())
@@ -62,7 +67,11 @@ fn bin_dir() -> PathBuf {
         }
     }
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect()
+        })
         .unwrap_or_default();
     versions.sort();
     versions
@@ -92,12 +101,21 @@ impl PrivatePostgres {
                 .status()
                 .map(|s| s.success())
                 .unwrap_or(false);
-            assert!(ok, "cannot hand {} to the postgres user", dir.path().display());
+            assert!(
+                ok,
+                "cannot hand {} to the postgres user",
+                dir.path().display()
+            );
         }
         let bin = bin_dir();
         std::fs::write(dir.path().join("pw"), PASSWORD).unwrap();
         let out = unprivileged(bin.join("initdb"))
-            .args(["-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256"])
+            .args([
+                "-U",
+                "postgres",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+            ])
             .arg(format!("--pwfile={}", dir.path().join("pw").display()))
             .arg("-D")
             .arg(dir.path().join("data"))
@@ -124,7 +142,12 @@ impl PrivatePostgres {
         let child = unprivileged(self.bin.join("postgres"))
             .arg("-D")
             .arg(self.dir.path().join("data"))
-            .args(["-p", &self.port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-c",
+                "listen_addresses=127.0.0.1",
+            ])
             .arg("-k")
             .arg(self.dir.path())
             .args(["-c", "fsync=off", "-c", "max_connections=200"])
@@ -176,6 +199,38 @@ impl PrivatePostgres {
     }
 }
 
+/// Stops `pids` and removes `dir` once this test process is gone, for servers kept in a
+/// `static` (statics are never dropped): a detached shell polls for our pid.
+pub fn reap_when_gone(pids: &[u32], dir: &Path) {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let pids = pids.join(" ");
+    let script = format!(
+        "while kill -0 {owner} 2>/dev/null; do sleep 1; done; kill -INT {pids} 2>/dev/null; \
+         sleep 5; kill -KILL {pids} 2>/dev/null; rm -rf '{dir}'",
+        owner = std::process::id(),
+        dir = dir.display()
+    );
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
+impl PrivatePostgres {
+    /// The server's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Keeps the server for the rest of the test process, then stops it (for statics).
+    pub fn reap_at_exit(&self) {
+        reap_when_gone(&self.pid().into_iter().collect::<Vec<_>>(), self.dir.path());
+    }
+}
+
 impl Drop for PrivatePostgres {
     fn drop(&mut self) {
         self.stop();
@@ -193,7 +248,11 @@ pub fn shared_url() -> String {
     }
     static SERVER: std::sync::OnceLock<std::sync::Mutex<PrivatePostgres>> =
         std::sync::OnceLock::new();
-    let server = SERVER.get_or_init(|| std::sync::Mutex::new(PrivatePostgres::start()));
+    let server = SERVER.get_or_init(|| {
+        let server = PrivatePostgres::start();
+        server.reap_at_exit();
+        std::sync::Mutex::new(server)
+    });
     server.lock().unwrap().url.clone()
 }
 
@@ -201,7 +260,7 @@ pub fn shared_url() -> String {
 pub struct PgBouncer {
     pub url: String,
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl PgBouncer {
@@ -213,7 +272,7 @@ impl PgBouncer {
              [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
              unix_socket_dir =\nauth_type = plain\nauth_file = {dir}/users.txt\n\
              pool_mode = transaction\ndefault_pool_size = 2\nmax_client_conn = 200\n\
-             ignore_startup_parameters = extra_float_digits,application_name\n\
+             ignore_startup_parameters = extra_float_digits\n\
              logfile = {dir}/pgbouncer.log\n",
             dir = dir.path().display()
         );
@@ -241,8 +300,13 @@ impl PgBouncer {
         PgBouncer {
             url: format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres"),
             child,
-            _dir: dir,
+            dir,
         }
+    }
+
+    /// Keeps the bouncer for the rest of the test process, then stops it (for statics).
+    pub fn reap_at_exit(&self) {
+        reap_when_gone(&[self.child.id()], self.dir.path());
     }
 }
 

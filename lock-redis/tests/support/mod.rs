@@ -122,7 +122,23 @@ pub fn shared_url() -> String {
         return "redis://127.0.0.1:6379/0".to_owned();
     }
     static SERVER: std::sync::OnceLock<std::sync::Mutex<PrivateRedis>> = std::sync::OnceLock::new();
-    let server = SERVER.get_or_init(|| std::sync::Mutex::new(PrivateRedis::start()));
+    let server = SERVER.get_or_init(|| {
+        let server = PrivateRedis::start();
+        // Statics are never dropped: a detached shell stops the server after we exit.
+        let script = format!(
+            "while kill -0 {} 2>/dev/null; do sleep 1; done; kill -KILL {} 2>/dev/null",
+            std::process::id(),
+            server.child.id()
+        );
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        std::sync::Mutex::new(server)
+    });
     server.lock().unwrap().url.clone()
 }
 
