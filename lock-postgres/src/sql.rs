@@ -58,7 +58,6 @@ impl Names {
         let body = SCHEMA
             .replace("{schema}", &format!("\"{}\"", self.schema))
             .replace("{table}", &format!("\"{}\"", self.table))
-            .replace("{seq}", &format!("\"{}_fencing\"", self.table))
             .replace("{fn}", &format!("\"{}_op\"", self.table))
             .replace("{channel}", &format!("'{}'", self.channel));
         format!(
@@ -164,7 +163,7 @@ mod tests {
     #[test]
     fn the_migration_names_everything() {
         let m = Names::new("s", "t").unwrap().migration();
-        for placeholder in ["{schema}", "{table}", "{seq}", "{fn}", "{channel}"] {
+        for placeholder in ["{schema}", "{table}", "{fn}", "{channel}"] {
             assert!(
                 !m.contains(placeholder),
                 "{placeholder} left in the migration"

@@ -1,30 +1,27 @@
--- The lock table, the fencing sequence and the one function every operation calls.
+-- The lock table and the one function every operation calls.
 --
--- Placeholders, filled in by sql.rs with quoted identifiers: {schema}, {table}, {seq}, {fn};
+-- Placeholders, filled in by sql.rs with quoted identifiers: {schema}, {table}, {fn};
 -- and {channel}, a string literal: the LISTEN/NOTIFY channel of release notifications.
 -- migrate() runs this whole file in one transaction under an advisory lock, so concurrent
 -- migrations wait for each other; every statement is idempotent.
 
 CREATE SCHEMA IF NOT EXISTS {schema};
 
--- One row per lock that is held, expired within its grace period, or cooling down.
--- Cooling rows have state 'cooling', expires_at = forget_at = the end of the cooldown, and
--- no token. Times are the server's clock_timestamp(), never a client's clock.
+-- One row per key used in the last day. state 'held': token, holder, holds, expires_at;
+-- forget_at ends the grace period. 'cooling': expires_at = forget_at = the end of the
+-- cooldown. 'free': released; the row stays a day (forget_at) only to remember `fencing`,
+-- the last fencing token of the key. Times are the server's clock_timestamp(), never a
+-- client's clock.
 CREATE TABLE IF NOT EXISTS {schema}.{table} (
     key        text        PRIMARY KEY,
-    state      text        NOT NULL CHECK (state IN ('held', 'cooling')),
-    token      text        CHECK (state = 'cooling' OR token IS NOT NULL),
+    state      text        NOT NULL CHECK (state IN ('held', 'cooling', 'free')),
+    token      text        CHECK (state <> 'held' OR token IS NOT NULL),
     holder     text,
-    fencing    bigint,
+    fencing    bigint      NOT NULL,
     holds      integer,
     expires_at timestamptz NOT NULL,
     forget_at  timestamptz NOT NULL
 );
-
--- Fencing tokens. A sequence never goes back, also across restarts; the function also
--- floors each token at the server's clock in microseconds, so tokens keep growing even if
--- the sequence is dropped and made again (this assumes the server's clock never goes back).
-CREATE SEQUENCE IF NOT EXISTS {schema}.{seq};
 
 -- p_op: obtain | prolong | release | inspect | force.
 -- p_lock: the advisory lock id of p_key (64 bits of SHA-256, computed by the client). Two
@@ -43,13 +40,13 @@ DECLARE
     phase   text;
     ours    boolean := false;
     f       bigint;
-    now_us  bigint;
+    keep    interval := interval '1 day';
 BEGIN
     -- Every statement on this key waits here for the one before it to commit.
     PERFORM pg_advisory_xact_lock(p_lock);
 
     SELECT * INTO r FROM {schema}.{table} t WHERE t.key = p_key;
-    IF NOT FOUND OR r.forget_at <= now_ts THEN
+    IF NOT FOUND OR r.state = 'free' OR r.forget_at <= now_ts THEN
         phase := 'free';
     ELSIF r.state = 'cooling' THEN
         phase := 'cooling';
@@ -69,8 +66,11 @@ BEGIN
         ELSE
             o_outcome := 'free';
         END IF;
-        IF p_op = 'force' THEN
-            DELETE FROM {schema}.{table} t WHERE t.key = p_key;
+        IF p_op = 'force' AND FOUND THEN
+            UPDATE {schema}.{table} t
+               SET state = 'free', token = NULL, holder = NULL, holds = NULL,
+                   expires_at = now_ts, forget_at = now_ts + keep
+             WHERE t.key = p_key;
             PERFORM pg_notify({channel}, p_key);
         END IF;
         RETURN NEXT;
@@ -94,12 +94,11 @@ BEGIN
             RETURNING t.holds INTO o_holds;
             o_outcome := 'reacquired';
         ELSE
-            f := nextval('{schema}.{seq}'::regclass);
-            now_us := floor(extract(epoch FROM now_ts) * 1000000);
-            IF f < now_us THEN
-                PERFORM setval('{schema}.{seq}'::regclass, now_us);
-                f := now_us;
-            END IF;
+            -- Above the key's last token, and never below the server's clock in
+            -- microseconds: tokens keep growing after the row is swept or the table is
+            -- lost (this assumes the server's clock never goes back).
+            f := greatest(coalesce(r.fencing, 0) + 1,
+                          floor(extract(epoch FROM now_ts) * 1000000)::bigint);
             INSERT INTO {schema}.{table} AS t
                    (key, state, token, holder, fencing, holds, expires_at, forget_at)
             VALUES (p_key, 'held', p_token, p_holder, f, 1,
@@ -111,8 +110,8 @@ BEGIN
                    forget_at = EXCLUDED.forget_at;
             o_outcome := 'acquired';
             o_fencing := f;
-            -- Now and then, sweep rows past their grace period (other keys included);
-            -- rows another statement has locked are left for later.
+            -- Now and then, sweep rows past their grace period or their day of memory
+            -- (other keys included); rows another statement has locked are left for later.
             IF random() < 0.01 THEN
                 DELETE FROM {schema}.{table} t WHERE t.ctid IN (
                     SELECT s.ctid FROM {schema}.{table} s
@@ -143,13 +142,15 @@ BEGIN
         ELSE
             IF p_delay_ms > 0 THEN
                 UPDATE {schema}.{table} t
-                   SET state = 'cooling', token = NULL, holder = NULL, fencing = NULL,
-                       holds = NULL,
+                   SET state = 'cooling', token = NULL, holder = NULL, holds = NULL,
                        expires_at = now_ts + p_delay_ms * interval '1 millisecond',
                        forget_at = now_ts + p_delay_ms * interval '1 millisecond'
                  WHERE t.key = p_key;
             ELSE
-                DELETE FROM {schema}.{table} t WHERE t.key = p_key;
+                UPDATE {schema}.{table} t
+                   SET state = 'free', token = NULL, holder = NULL, holds = NULL,
+                       expires_at = now_ts, forget_at = now_ts + keep
+                 WHERE t.key = p_key;
             END IF;
             PERFORM pg_notify({channel}, p_key);
             o_outcome := CASE WHEN phase = 'live' THEN 'released' ELSE 'released_late' END;

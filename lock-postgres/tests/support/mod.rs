@@ -243,8 +243,19 @@ pub fn shared_url() -> String {
     if let Ok(url) = std::env::var("DATABASE_URL") {
         return url;
     }
-    if TcpStream::connect("127.0.0.1:5432").is_ok() {
-        return "postgres://postgres@127.0.0.1:5432/postgres".to_owned();
+    // The local server only if it lets `postgres` in without a password (a freshly
+    // installed Debian server asks for one over TCP): else a private one.
+    let local = "postgres://postgres@127.0.0.1:5432/postgres";
+    let login = || {
+        Command::new("psql")
+            .args(["-w", "-q", "-tA", "-c", "SELECT 1", local])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if TcpStream::connect("127.0.0.1:5432").is_ok() && login() {
+        return local.to_owned();
     }
     static SERVER: std::sync::OnceLock<std::sync::Mutex<PrivatePostgres>> =
         std::sync::OnceLock::new();
