@@ -1,0 +1,228 @@
+//! `lockrun`: run a command under a distributed lock.
+//!
+//! ```text
+//! lockrun --key nightly-report --ttl 30s --wait 10s -- ./report.sh --full
+//! LOCK_URL=redis://cache:6379/0 lockrun --key nightly-report -- ./report.sh
+//! lockrun inspect --key nightly-report
+//! lockrun release --key nightly-report --force
+//! ```
+//!
+//! Exit status: COMMAND's own (128 + N if a signal N ended it); 75 when the lock was not
+//! obtained within `--wait` (like `flock -E 75`); 76 when the lock was lost while COMMAND ran
+//! (COMMAND got SIGTERM, then SIGKILL after `--kill-after`); 78 for a configuration error;
+//! 69 when the backend failed; 127 / 126 when COMMAND cannot be found / run; 2 for a usage
+//! error.
+
+mod run;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use lock_config::{parse_duration, LockConfig};
+use lock_core::{Error, ErrorKind, Key};
+
+/// Exit status when the lock was not obtained in time.
+pub(crate) const EXIT_BUSY: u8 = 75;
+/// Exit status when the lock was lost while COMMAND ran.
+pub(crate) const EXIT_LOST: u8 = 76;
+/// Exit status for a backend that failed (unreachable, refused, corrupt).
+pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
+/// Exit status for a configuration error (bad URL, bad option).
+pub(crate) const EXIT_CONFIG: u8 = 78;
+
+#[derive(Parser)]
+#[command(
+    name = "lockrun",
+    version,
+    about = "Run a command under a distributed lock (file, Redis or Postgres).",
+    long_about = "Obtains the lock KEY (waiting up to --wait), runs COMMAND while a watchdog \
+                  prolongs the lock, releases it when COMMAND ends and exits with COMMAND's \
+                  status.\n\nExit status: COMMAND's own (128+N if signal N ended it); 75 lock \
+                  not obtained in time; 76 lock lost while COMMAND ran (COMMAND got SIGTERM, \
+                  then SIGKILL after --kill-after); 78 configuration error; 69 backend \
+                  failure; 127/126 COMMAND not found / not executable; 2 usage error.",
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    run: RunArgs,
+    /// The command to run under the lock, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+    #[command(subcommand)]
+    sub: Option<Sub>,
+}
+
+/// Options of every form, before or after a subcommand.
+#[derive(Args, Clone)]
+struct Common {
+    /// The lock backend: file:///DIR, redis://HOST:PORT/DB, redis+watch://…, rediss://…,
+    /// postgres://USER@HOST/DB. Default: a file lock under $XDG_RUNTIME_DIR/lockrun, or the
+    /// temporary directory.
+    #[arg(long, env = "LOCK_URL", global = true, value_name = "URL")]
+    backend: Option<String>,
+    /// The name of the lock.
+    #[arg(long, global = true, value_name = "KEY")]
+    key: Option<String>,
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    /// How long the lock stays valid without being prolonged; the watchdog prolongs it every
+    /// third of that while COMMAND runs (e.g. 30s, 5m, 1h).
+    #[arg(long, default_value = "30s", value_parser = duration, value_name = "DURATION")]
+    ttl: Duration,
+    /// How long to wait for a busy lock before giving up with status 75 (0s: do not wait).
+    #[arg(long, default_value = "0s", value_parser = duration, value_name = "DURATION")]
+    wait: Duration,
+    /// Keep the lock cooling down for this long after COMMAND ends, so that nobody runs it
+    /// again before then.
+    #[arg(long, default_value = "0s", value_parser = duration, value_name = "DURATION")]
+    delay_after: Duration,
+    /// Free text stored with the lock, shown to anyone who finds it busy.
+    #[arg(long, value_name = "TEXT")]
+    metadata: Option<String>,
+    /// Give up at once when the holder's remaining ttl is longer than the whole --wait.
+    #[arg(long)]
+    dont_queue: bool,
+    /// After a lost lock, how long COMMAND has between SIGTERM and SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = duration, value_name = "DURATION")]
+    kill_after: Duration,
+}
+
+#[derive(Subcommand)]
+enum Sub {
+    /// Print the lock's state as JSON: free, held (holder, fencing, remaining_ms, holds) or
+    /// cooling (remaining_ms).
+    Inspect,
+    /// Break the lock for an operator, whoever holds it (needs --force); prints the state it
+    /// broke as JSON. The holder's next prolong or release answers Lost.
+    Release {
+        /// Confirms breaking a lock that someone else may hold.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration: write e.g. 500ms, 30s, 5m, 1h"))
+}
+
+/// Prints `e` the way an operator reads it, and picks the exit status.
+pub(crate) fn fail(e: &Error) -> ExitCode {
+    eprintln!("lockrun: {e}");
+    ExitCode::from(match e.kind() {
+        ErrorKind::Config | ErrorKind::InvalidInput => EXIT_CONFIG,
+        _ => EXIT_UNAVAILABLE,
+    })
+}
+
+fn default_backend() -> String {
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => std::path::PathBuf::from(d).join("lockrun"),
+        _ => std::env::temp_dir().join(format!("lockrun-{}", nix::unistd::getuid())),
+    };
+    format!("file://{}", dir.display())
+}
+
+struct Target {
+    config: LockConfig,
+    key: Key,
+}
+
+fn target(common: &Common) -> Result<Target, Error> {
+    let key = common.key.as_deref().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Config,
+            "lockrun",
+            lock_core::Operation::Validate,
+            "--key KEY is required: the name of the lock",
+        )
+    })?;
+    Ok(Target {
+        config: LockConfig::from_url(common.backend.clone().unwrap_or_else(default_backend)),
+        key: Key::new(key)?,
+    })
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LOCKRUN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockrun: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_UNAVAILABLE);
+        }
+    };
+    runtime.block_on(async move {
+        match cli.sub {
+            Some(Sub::Inspect) => inspect(&cli.common).await,
+            Some(Sub::Release { force }) => {
+                if !force {
+                    eprintln!(
+                        "lockrun: release breaks the lock whoever holds it; add --force to confirm"
+                    );
+                    return ExitCode::from(2);
+                }
+                force_release(&cli.common).await
+            }
+            None => match target(&cli.common) {
+                Ok(t) => run::run(t.config, t.key, &cli.run, cli.command).await,
+                Err(e) => fail(&e),
+            },
+        }
+    })
+}
+
+async fn inspect(common: &Common) -> ExitCode {
+    let result = async {
+        let t = target(common)?;
+        let backend = t.config.backend().await?;
+        backend.inspect(&t.key).await
+    }
+    .await;
+    match result {
+        Ok(state) => {
+            println!(
+                "{}",
+                serde_json::to_string(&state).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+async fn force_release(common: &Common) -> ExitCode {
+    let result = async {
+        let t = target(common)?;
+        let backend = t.config.backend().await?;
+        backend.force_release(&t.key).await
+    }
+    .await;
+    match result {
+        Ok(state) => {
+            println!(
+                "{}",
+                serde_json::to_string(&state).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}

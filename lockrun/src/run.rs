@@ -1,0 +1,202 @@
+//! The main form: obtain, run COMMAND under a watchdog, forward signals, release.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lock_config::LockConfig;
+use lock_core::{Attempt, Busy, Key, ReleaseOutcome};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::{fail, RunArgs, EXIT_BUSY, EXIT_LOST};
+
+/// The signals passed on to COMMAND.
+const FORWARDED: [(SignalKind, Signal); 6] = [
+    (SignalKind::terminate(), Signal::SIGTERM),
+    (SignalKind::interrupt(), Signal::SIGINT),
+    (SignalKind::hangup(), Signal::SIGHUP),
+    (SignalKind::quit(), Signal::SIGQUIT),
+    (SignalKind::user_defined1(), Signal::SIGUSR1),
+    (SignalKind::user_defined2(), Signal::SIGUSR2),
+];
+
+pub(crate) async fn run(
+    config: LockConfig,
+    key: Key,
+    args: &RunArgs,
+    command: Vec<OsString>,
+) -> ExitCode {
+    let locker = match config.locker().await {
+        Ok(l) => l,
+        Err(e) => return fail(&e),
+    };
+    let mut builder = locker
+        .lock(key.as_str())
+        .ttl(args.ttl)
+        .wait(args.wait)
+        .watchdog();
+    if let Some(m) = &args.metadata {
+        builder = builder.metadata(m.clone());
+    }
+    if args.dont_queue {
+        builder = builder.dont_queue();
+    }
+    // Listen for signals before the wait, so that a SIGTERM while waiting is not lost.
+    let mut signals = Vec::new();
+    for (kind, sig) in FORWARDED {
+        match signal(kind) {
+            Ok(s) => signals.push((s, sig)),
+            Err(e) => eprintln!("lockrun: cannot catch {sig}: {e}"),
+        }
+    }
+    let guard = tokio::select! {
+        attempt = builder.obtain() => match attempt {
+            Ok(Attempt::Obtained(g)) => g,
+            Ok(Attempt::Busy(busy)) => {
+                report_busy(&key, &busy, args.wait);
+                return ExitCode::from(EXIT_BUSY);
+            }
+            Err(e) => return fail(&e),
+        },
+        sig = next_signal(&mut signals) => {
+            eprintln!("lockrun: {sig} while waiting for {key}; nothing was run");
+            return ExitCode::from(128 + sig as u8);
+        }
+    };
+    let (program, rest) = command.split_first().expect("clap requires COMMAND");
+    let mut child = match tokio::process::Command::new(program).args(rest).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let status = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!("lockrun: cannot run {}: {e}", program.to_string_lossy());
+            let _ = guard.release().await;
+            return ExitCode::from(status);
+        }
+    };
+    let pid = child.id().map(|id| Pid::from_raw(id as i32));
+    let send = |sig: Signal| {
+        if let Some(pid) = pid {
+            let _ = kill(pid, sig);
+        }
+    };
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let mut was_lost = false;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            () = &mut lost, if !was_lost => {
+                was_lost = true;
+                eprintln!(
+                    "lockrun: lost the lock on {key} while {} ran; sending it SIGTERM \
+                     (SIGKILL in {:?})",
+                    program.to_string_lossy(),
+                    args.kill_after
+                );
+                send(Signal::SIGTERM);
+                match tokio::time::timeout(args.kill_after, child.wait()).await {
+                    Ok(status) => break status,
+                    Err(_) => {
+                        send(Signal::SIGKILL);
+                        break child.wait().await;
+                    }
+                }
+            }
+            sig = next_signal(&mut signals) => send(sig),
+        }
+    };
+    let code = match status {
+        Ok(s) => s
+            .code()
+            .map(|c| c as u8)
+            .or_else(|| s.signal().map(|n| 128 + n as u8))
+            .unwrap_or(1),
+        Err(e) => {
+            eprintln!("lockrun: lost track of the command: {e}");
+            1
+        }
+    };
+    if was_lost {
+        let _ = guard.release().await;
+        return ExitCode::from(EXIT_LOST);
+    }
+    let released = if args.delay_after.is_zero() {
+        guard.release().await
+    } else {
+        guard.release_after(args.delay_after).await
+    };
+    match released {
+        Ok(ReleaseOutcome::Released | ReleaseOutcome::Decremented { .. }) => {}
+        Ok(ReleaseOutcome::ReleasedLate) => {
+            eprintln!("lockrun: the lock on {key} had expired before the release (nobody took it)")
+        }
+        Ok(ReleaseOutcome::Lost) => {
+            eprintln!("lockrun: the lock on {key} was lost before the release");
+            return ExitCode::from(EXIT_LOST);
+        }
+        Err(e) => eprintln!("lockrun: release of {key} failed, it expires by its ttl: {e}"),
+    }
+    ExitCode::from(code)
+}
+
+async fn next_signal(signals: &mut [(tokio::signal::unix::Signal, Signal)]) -> Signal {
+    if signals.is_empty() {
+        return std::future::pending().await;
+    }
+    let futures = signals.iter_mut().map(|(s, sig)| {
+        let sig = *sig;
+        Box::pin(async move {
+            s.recv().await;
+            sig
+        })
+    });
+    futures_select_all(futures).await
+}
+
+/// The first of several futures to finish.
+async fn futures_select_all<F: std::future::Future<Output = Signal> + Unpin>(
+    futures: impl Iterator<Item = F>,
+) -> Signal {
+    let mut futures: Vec<F> = futures.collect();
+    std::future::poll_fn(move |cx| {
+        for f in futures.iter_mut() {
+            if let std::task::Poll::Ready(sig) = std::pin::Pin::new(f).poll(cx) {
+                return std::task::Poll::Ready(sig);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+fn report_busy(key: &Key, busy: &Busy, wait: Duration) {
+    let remaining = busy.remaining.as_secs_f64();
+    match &busy.holder {
+        Some(h) => {
+            let meta = h
+                .metadata
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
+            eprintln!(
+                "lockrun: {key} is held by {} pid {}{meta} for another {remaining:.1}s; \
+                 gave up after waiting {:.1}s",
+                h.host,
+                h.pid,
+                wait.as_secs_f64()
+            )
+        }
+        None => eprintln!(
+            "lockrun: {key} is cooling down for another {remaining:.1}s; gave up after \
+             waiting {:.1}s",
+            wait.as_secs_f64()
+        ),
+    }
+}
