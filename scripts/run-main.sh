@@ -4,4 +4,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-toolchain.sh
-exec cargo run --locked -q -p examples --example cron_report
+cargo run --locked -q -p examples --example cron_report
+# The same story with lockrun, the command-line tool: two runs of one job at once on the file
+# lock; the second gives up with status 75 while the first holds the lock.
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cargo build --locked -q -p lockrun
+lockrun=target/debug/lockrun
+echo
+echo "lockrun: two runs of nightly-report at once (file lock in $dir)"
+"$lockrun" --backend "file://$dir" --key nightly-report -- sh -c 'echo "  run 1: writing the report"; sleep 2; echo "  run 1: done"' &
+first=$!
+sleep 1
+status=0
+"$lockrun" --backend "file://$dir" --key nightly-report -- echo "  run 2: writing the report" || status=$?
+echo "  run 2 exited with $status (75: the lock was busy)"
+wait "$first"

@@ -25,6 +25,32 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 export PATH="$PATH:/usr/sbin"
 
+# Shared servers for the conformance suites, lockrun's tests and the examples: the ones
+# configured (REDIS_URL, DATABASE_URL) or on the default ports, else started here.
+if [ -z "${REDIS_URL:-}" ] && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+  echo "no Redis on 127.0.0.1:6379: starting one" >&2
+  redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes >&2
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.1; done
+fi
+if [ -z "${DATABASE_URL:-}" ] && ! psql -w -q -tA -c 'SELECT 1' postgres://postgres@127.0.0.1:5432/postgres >/dev/null 2>&1; then
+  # No Postgres that lets `postgres` in without a password: our own on port 55432.
+  pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  pg_dir=/tmp/distlock-ci-postgres
+  run_pg() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --clear-groups -- "$@"; else "$@"; fi; }
+  if ! (exec 3<>/dev/tcp/127.0.0.1/55432) 2>/dev/null; then
+    echo "no Postgres to log in to on 127.0.0.1:5432: starting one on port 55432" >&2
+    rm -rf "$pg_dir" && mkdir -p "$pg_dir"
+    [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$pg_dir"
+    run_pg "$pg_bin/initdb" -U postgres --auth=trust -D "$pg_dir/data" >/dev/null
+    run_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w \
+      -o "-p 55432 -c listen_addresses=127.0.0.1 -k $pg_dir -c max_connections=300 -c fsync=off" start >&2
+  fi
+  export DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres
+fi
+REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+export REDIS_URL DATABASE_URL
+
 step "format"
 cargo fmt --all -- --check
 step "lints"
@@ -33,5 +59,9 @@ step "docs"
 RUSTDOCFLAGS=-Dwarnings cargo doc --locked --workspace --no-deps -q
 step "examples"
 cargo run --locked -q -p examples --example cron_report
+cargo run --locked -q -p examples --example custom_backend
+cargo run --locked -q -p examples --example dev_prod_swap
+LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example dev_prod_swap
+LOCK_URL=$DATABASE_URL cargo run --locked -q -p examples --example dev_prod_swap
 step "tests"
 cargo test --locked --workspace

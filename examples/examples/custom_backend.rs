@@ -1,0 +1,142 @@
+//! A backend of your own, checked by the conformance suite.
+//!
+//! `AuditedBackend` wraps any backend and counts what it is asked: the kind of decorator a
+//! team writes for metrics or auditing. It implements `LockBackend` itself, so it must keep
+//! the whole contract; the suite checks that it does.
+//!
+//! ```text
+//! cargo run -p examples --example custom_backend      # a few cases, printed
+//! cargo test -p examples --example custom_backend     # the whole suite, as tests
+//! ```
+//!
+//! In your own crate, the whole suite is one line in a test file:
+//! `lock_conformance::suite!("audited", MyHarness);` (see this file's `tests` module).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use lock_conformance::{async_trait, cases, Harness, Suite};
+use lock_core::{
+    Capabilities, Key, LockBackend, LockState, MemoryBackend, ObtainOutcome, ObtainRequest,
+    ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, ReleaseSubscription, Result,
+};
+
+/// Counts every call, then hands it to the inner backend.
+#[derive(Debug)]
+struct AuditedBackend<B> {
+    inner: B,
+    calls: AtomicU64,
+}
+
+impl<B> AuditedBackend<B> {
+    const NAME: &'static str = "audited";
+
+    fn new(inner: B) -> Self {
+        AuditedBackend {
+            inner,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    fn count(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl<B: LockBackend> LockBackend for AuditedBackend<B> {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        self.count();
+        self.inner.obtain(req).await
+    }
+
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        self.count();
+        self.inner.prolongate(req).await
+    }
+
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.count();
+        self.inner.release(req).await
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.count();
+        self.inner.inspect(key).await
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.count();
+        self.inner.force_release(key).await
+    }
+
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        self.inner.subscribe(key).await
+    }
+}
+
+/// What the suite needs: a fresh backend per call (namespaces that never meet), and, for
+/// the fault cases, a way to lose the data.
+struct Audited(MemoryBackend);
+
+#[async_trait]
+impl Harness for Audited {
+    async fn backend(&self) -> Arc<dyn LockBackend> {
+        let namespace = format!("ns-{}:", lock_core::Token::generate().unwrap().to_hex());
+        Arc::new(AuditedBackend::new(self.0.namespaced(namespace)))
+    }
+
+    /// The data-loss case needs a way to lose everything, as a server restart would.
+    async fn lose_data(&self, _: &Arc<dyn LockBackend>) -> bool {
+        self.0.simulate_data_loss();
+        true
+    }
+}
+
+/// Runs one case of the suite and prints its verdict.
+macro_rules! check {
+    ($suite:expr, $($case:ident),* $(,)?) => {
+        $(
+            match cases::$case(&$suite).await {
+                Ok(()) => println!("  ok    {}", stringify!($case)),
+                Err(failure) => {
+                    println!("  FAIL  {}: {failure}", stringify!($case));
+                    std::process::exit(1);
+                }
+            }
+        )*
+    };
+}
+
+#[tokio::main]
+async fn main() {
+    println!("the conformance suite on AuditedBackend<MemoryBackend>:");
+    let suite = Suite::new("audited", Audited(MemoryBackend::new()));
+    check!(
+        suite,
+        backend_reports_its_name,
+        second_owner_gets_busy,
+        reentrant_obtain_counts_holds,
+        foreign_token_changes_nothing,
+        fencing_grows_across_everything,
+        cooldown_blocks_everyone_then_frees,
+        exclusion_under_contention,
+        model_sequences,
+    );
+    println!("all passed; `cargo test -p examples --example custom_backend` runs every case");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    lock_conformance::suite!("audited", Audited(MemoryBackend::new()));
+}

@@ -1,0 +1,267 @@
+//! The real `lockrun` binary, as separate processes, on the file backend, Redis and Postgres:
+//! two at once on one key, exit status passing through, a lost lock killing COMMAND, SIGTERM
+//! forwarded with the lock released, `inspect` JSON.
+//!
+//! Redis comes from `REDIS_URL` or 127.0.0.1:6379, Postgres from `DATABASE_URL` or
+//! postgres://postgres@127.0.0.1:5432/postgres (`scripts/test.sh` brings both up when none
+//! answer); a missing server fails these tests, it never skips them.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const LOCKRUN: &str = env!("CARGO_BIN_EXE_lockrun");
+
+/// A name no other test, run or process uses.
+fn unique() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{nanos}-{n}", std::process::id())
+}
+
+/// A backend URL for this test alone.
+fn url(backend: &str) -> (String, Option<PathBuf>) {
+    let id = unique();
+    match backend {
+        "file" => {
+            let dir = std::env::temp_dir().join(format!("lockrun-test-{id}"));
+            (format!("file://{}", dir.display()), Some(dir))
+        }
+        "redis" => {
+            let base = std::env::var("REDIS_URL")
+                .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned());
+            (format!("{base}?prefix=lockrun-{id}:"), None)
+        }
+        "postgres" => {
+            let base = std::env::var("DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+            (format!("{base}?table=lockrun_test"), None)
+        }
+        other => panic!("no backend {other}"),
+    }
+}
+
+struct Env {
+    url: String,
+    key: String,
+    dir: Option<PathBuf>,
+}
+
+impl Env {
+    fn new(backend: &str) -> Self {
+        let (url, dir) = url(backend);
+        Env {
+            url,
+            key: format!("job-{}", unique()),
+            dir,
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(LOCKRUN);
+        c.env("LOCK_URL", &self.url)
+            .arg("--key")
+            .arg(&self.key)
+            .args(args);
+        c
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        let out = self.cmd(args).output().expect("lockrun runs");
+        if out.status.code() == Some(69) {
+            panic!(
+                "the backend at {} is unreachable: {}",
+                self.url,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        out
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.cmd(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("lockrun runs")
+    }
+
+    fn state(&self) -> serde_json::Value {
+        let out = self.output(&["inspect"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("inspect prints JSON")
+    }
+
+    fn wait_until_held(&self) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let state = self.state();
+            if state["state"] == "held" {
+                return state;
+            }
+            assert!(Instant::now() < deadline, "never held: {state}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("lockrun did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn exit_status_passes_through(backend: &str) {
+    let env = Env::new(backend);
+    let out = env.output(&["--", "sh", "-c", "exit 7"]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(env.state()["state"], "free", "released after the command");
+}
+
+fn a_second_run_gets_75_or_waits(backend: &str) {
+    let env = Env::new(backend);
+    let mut first = env.spawn(&["--metadata", "first run", "--", "sleep", "3"]);
+    let held = env.wait_until_held();
+    assert_eq!(held["holder"]["pid"], first.id(), "{held}");
+    assert!(held["fencing"].as_u64().is_some() && held["remaining_ms"].as_u64().is_some());
+    let busy = env.output(&["--", "true"]);
+    assert_eq!(busy.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&busy.stderr);
+    assert!(
+        stderr.contains("is held by") && stderr.contains("first run"),
+        "{stderr}"
+    );
+    let waited = env.output(&["--wait", "60s", "--", "sh", "-c", "exit 0"]);
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    assert!(wait_exit(&mut first, Duration::from_secs(30)).success());
+}
+
+fn a_lost_lock_kills_the_command_with_76(backend: &str) {
+    let env = Env::new(backend);
+    let mut run = env.spawn(&["--ttl", "1s", "--kill-after", "5s", "--", "sleep", "60"]);
+    env.wait_until_held();
+    let broke = env.output(&["release", "--force"]);
+    assert!(
+        broke.status.success(),
+        "{}",
+        String::from_utf8_lossy(&broke.stderr)
+    );
+    let status = wait_exit(&mut run, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(76));
+}
+
+fn sigterm_is_forwarded_and_the_lock_released(backend: &str) {
+    let env = Env::new(backend);
+    let mut run = env.spawn(&["--", "sh", "-c", "trap 'exit 42' TERM; sleep 60 & wait"]);
+    env.wait_until_held();
+    // Give sh a moment to set its trap.
+    std::thread::sleep(Duration::from_millis(300));
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).unwrap();
+    let status = wait_exit(&mut run, Duration::from_secs(30));
+    assert_eq!(
+        status.code(),
+        Some(42),
+        "COMMAND's status after its TERM trap"
+    );
+    assert_eq!(env.state()["state"], "free");
+}
+
+fn delay_after_leaves_a_cooldown(backend: &str) {
+    let env = Env::new(backend);
+    let out = env.output(&["--delay-after", "30s", "--", "true"]);
+    assert!(out.status.success());
+    let state = env.state();
+    assert_eq!(state["state"], "cooling", "{state}");
+    let busy = env.output(&["--", "true"]);
+    assert_eq!(busy.status.code(), Some(75));
+    assert!(env.output(&["release", "--force"]).status.success());
+}
+
+macro_rules! on_each_backend {
+    ($($case:ident),* $(,)?) => {
+        mod file { $( #[test] fn $case() { super::$case("file") } )* }
+        mod redis { $( #[test] fn $case() { super::$case("redis") } )* }
+        mod postgres { $( #[test] fn $case() { super::$case("postgres") } )* }
+    };
+}
+
+on_each_backend!(
+    exit_status_passes_through,
+    a_second_run_gets_75_or_waits,
+    a_lost_lock_kills_the_command_with_76,
+    sigterm_is_forwarded_and_the_lock_released,
+    delay_after_leaves_a_cooldown,
+);
+
+#[test]
+fn usage_and_configuration_errors_say_what_to_do() {
+    let out = Command::new(LOCKRUN).args(["--key", "k"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "no COMMAND is a usage error");
+    let out = Command::new(LOCKRUN)
+        .args([
+            "--backend",
+            "carrier-pigeon://x",
+            "--key",
+            "k",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown lock URL scheme"));
+    let out = Command::new(LOCKRUN)
+        .args(["--ttl", "soon", "--key", "k", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a duration"));
+    let out = Command::new(LOCKRUN)
+        .args([
+            "--backend",
+            "memory:",
+            "--key",
+            "k",
+            "--",
+            "/nonexistent/cmd",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+}
