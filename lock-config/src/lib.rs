@@ -16,7 +16,7 @@
 //! # URLs
 //! | URL | backend |
 //! |---|---|
-//! | `memory:` | a fresh in-process [`MemoryBackend`](lock_core::MemoryBackend) (tests) |
+//! | `memory:` | a fresh in-process [`MemoryBackend`] (tests) |
 //! | `file:///var/lock/myapp`, `file://locks`, `file:locks` | [`lock_file::FileBackend`] in that directory (relative paths from the working directory) |
 //! | `redis://[user:pass@]host:port/db`, `rediss://…` | Redis, Lua variant |
 //! | `redis+watch://…`, `rediss+watch://…`, or `?variant=watch` | Redis, WATCH/MULTI variant |
