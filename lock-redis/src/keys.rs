@@ -5,12 +5,11 @@
 //!
 //! | Redis key | type | what |
 //! |---|---|---|
-//! | `P{T}:rec:K` | hash | the record: `st`, `tok`, `holder`, `fen`, `holds`, `exp`, `forget`, `until` |
-//! | `P{T}:fence:K` | string | the fencing counter, outliving the record |
+//! | `P{T}:rec:K` | string | the record, `v1\|state\|token\|fencing\|holds\|expires\|forget\|holder` (see `scripts/lock.lua`) |
 //! | `P{T}:released:K` | channel | a message on every release that frees the lock |
 //!
 //! The full key is part of every name, so two keys never share a record; the `{T}` hash tag
-//! puts all three in one Redis Cluster slot whatever characters `K` holds (a `{` or `}` in `K`
+//! puts both in one Redis Cluster slot whatever characters `K` holds (a `{` or `}` in `K`
 //! cannot move the tag, which comes first).
 
 use lock_core::Key;
@@ -18,7 +17,6 @@ use sha2::{Digest, Sha256};
 
 pub(crate) struct LockKeys {
     pub(crate) record: String,
-    pub(crate) fence: String,
     pub(crate) channel: String,
 }
 
@@ -32,7 +30,6 @@ impl LockKeys {
         let k = key.as_str();
         LockKeys {
             record: format!("{prefix}{{{tag}}}:rec:{k}"),
-            fence: format!("{prefix}{{{tag}}}:fence:{k}"),
             channel: format!("{prefix}{{{tag}}}:released:{k}"),
         }
     }

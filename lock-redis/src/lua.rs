@@ -39,7 +39,7 @@ impl Lua {
     pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
         let op = req.operation();
         let mut call = self.script.key(&keys.record);
-        call.key(&keys.fence).key(&keys.channel);
+        call.key(&keys.channel);
         match req {
             Request::Obtain {
                 token,

@@ -1,7 +1,8 @@
-//! The lock record as the WATCH/MULTI variant reads it, and the contract's decisions on it.
+//! The lock record as the WATCH/MULTI variant reads and writes it, and the contract's
+//! decisions on it.
 //!
-//! The fields and the rules are those of `scripts/lock.lua`, so the two variants read and
-//! write the same records and exclude each other on one server.
+//! The format and the rules are those of `scripts/lock.lua` (whose header documents the
+//! format), so the two variants share records and exclude each other on one server.
 
 use std::time::Duration;
 
@@ -9,25 +10,27 @@ use lock_core::{Fencing, HolderInfo, LockState, Operation, Result};
 
 use crate::error::corrupt;
 
-/// The hash fields of a record, in the order the WATCH variant asks for them.
-pub(crate) const FIELDS: [&str; 8] = [
-    "st", "tok", "holder", "fen", "holds", "exp", "forget", "until",
-];
+/// How long a released record remembers its fencing token (as in the script).
+pub(crate) const FREE_KEEP_MS: u64 = 3_600_000;
+
+/// What a record says about its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Held,
+    Cooling,
+    Free,
+}
 
 /// A decoded record; times are server milliseconds.
 #[derive(Debug, Clone)]
-pub(crate) enum Record {
-    Held {
-        token: String,
-        holder: String,
-        fencing: u64,
-        holds: u32,
-        expires: u64,
-        forget: u64,
-    },
-    Cooling {
-        until: u64,
-    },
+pub(crate) struct Record {
+    pub(crate) state: State,
+    pub(crate) token: String,
+    pub(crate) fencing: u64,
+    pub(crate) holds: u32,
+    pub(crate) expires: u64,
+    pub(crate) forget: u64,
+    pub(crate) holder: String,
 }
 
 /// Where a record stands at one instant, for one token.
@@ -40,59 +43,81 @@ pub(crate) enum Phase {
 }
 
 impl Record {
-    /// Decodes `FIELDS` of a key that exists; anything else than a lock record is `Corrupt`.
+    /// Decodes `v1|state|token|fencing|holds|expires|forget|holder`; anything else is
+    /// `Corrupt`.
     pub(crate) fn decode(
         backend: &'static str,
         op: Operation,
         name: &str,
-        f: Vec<Option<String>>,
+        raw: &str,
     ) -> Result<Self> {
         let bad = || {
             corrupt(
                 backend,
                 op,
-                format!("{name} is a hash but not a lock record"),
+                format!("{name} is a string but not a lock record"),
             )
         };
-        let num = |i: usize| -> Option<u64> { f.get(i)?.as_deref()?.parse().ok() };
-        match f.first().and_then(Option::as_deref) {
-            Some("held") => Ok(Record::Held {
-                token: f.get(1).cloned().flatten().ok_or_else(bad)?,
-                holder: f.get(2).cloned().flatten().ok_or_else(bad)?,
-                fencing: num(3).ok_or_else(bad)?,
-                holds: num(4).and_then(|h| u32::try_from(h).ok()).ok_or_else(bad)?,
-                expires: num(5).ok_or_else(bad)?,
-                forget: num(6).ok_or_else(bad)?,
-            }),
-            Some("cooling") => Ok(Record::Cooling {
-                until: num(7).ok_or_else(bad)?,
-            }),
-            _ => Err(bad()),
+        let mut f = raw.splitn(8, '|');
+        if f.next() != Some("v1") {
+            return Err(bad());
         }
+        let state = match f.next() {
+            Some("held") => State::Held,
+            Some("cooling") => State::Cooling,
+            Some("free") => State::Free,
+            _ => return Err(bad()),
+        };
+        let token = f.next().ok_or_else(bad)?.to_owned();
+        let mut num = || -> Result<u64> { f.next().and_then(|s| s.parse().ok()).ok_or_else(bad) };
+        let fencing = num()?;
+        let holds = u32::try_from(num()?).map_err(|_| bad())?;
+        let expires = num()?;
+        let forget = num()?;
+        let holder = f.next().ok_or_else(bad)?.to_owned();
+        Ok(Record {
+            state,
+            token,
+            fencing,
+            holds,
+            expires,
+            forget,
+            holder,
+        })
+    }
+
+    /// The record's text, as the script writes it.
+    pub(crate) fn encode(&self) -> String {
+        let state = match self.state {
+            State::Held => "held",
+            State::Cooling => "cooling",
+            State::Free => "free",
+        };
+        format!(
+            "v1|{state}|{}|{}|{}|{}|{}|{}",
+            self.token, self.fencing, self.holds, self.expires, self.forget, self.holder
+        )
     }
 
     /// The phase at server time `now` for `token` (`None`: nobody's).
     pub(crate) fn phase(rec: Option<&Record>, now: u64, token: Option<&str>) -> Phase {
-        match rec {
-            None => Phase::Free,
-            Some(Record::Cooling { until }) if *until > now => Phase::Cooling {
-                remaining: until - now,
-            },
-            Some(Record::Cooling { .. }) => Phase::Free,
-            Some(Record::Held { forget, .. }) if *forget <= now => Phase::Free,
-            Some(Record::Held {
-                token: t, expires, ..
-            }) => {
-                let ours = token == Some(t.as_str());
-                if *expires > now {
-                    Phase::Live {
-                        ours,
-                        remaining: expires - now,
-                    }
-                } else {
-                    Phase::Expired { ours }
-                }
+        let Some(r) = rec else { return Phase::Free };
+        if r.state == State::Free || r.forget <= now {
+            return Phase::Free;
+        }
+        if r.state == State::Cooling {
+            return Phase::Cooling {
+                remaining: r.expires - now,
+            };
+        }
+        let ours = token == Some(r.token.as_str());
+        if r.expires > now {
+            Phase::Live {
+                ours,
+                remaining: r.expires - now,
             }
+        } else {
+            Phase::Expired { ours }
         }
     }
 
@@ -107,19 +132,11 @@ impl Record {
             (Phase::Cooling { remaining }, _) => LockState::Cooling {
                 remaining: Duration::from_millis(remaining),
             },
-            (
-                Phase::Live { remaining, .. },
-                Some(Record::Held {
-                    holder,
-                    fencing,
-                    holds,
-                    ..
-                }),
-            ) => LockState::Held {
-                holder: parse_holder(backend, op, holder)?,
-                fencing: Fencing(*fencing),
+            (Phase::Live { remaining, .. }, Some(r)) => LockState::Held {
+                holder: parse_holder(backend, op, &r.holder)?,
+                fencing: Fencing(r.fencing),
                 remaining: Duration::from_millis(remaining),
-                holds: *holds,
+                holds: r.holds,
             },
             _ => LockState::Free,
         })
@@ -135,4 +152,37 @@ pub(crate) fn parse_holder(backend: &'static str, op: Operation, json: &str) -> 
             format!("the record's holder field is not holder info ({e})"),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_junk_is_corrupt() {
+        let r = Record {
+            state: State::Held,
+            token: "ab12".into(),
+            fencing: 1_795_000_000_000_001,
+            holds: 2,
+            expires: 10,
+            forget: 20,
+            holder: r#"{"host":"a|b","pid":1}"#.into(),
+        };
+        let back = Record::decode("t", Operation::Inspect, "k", &r.encode()).unwrap();
+        assert_eq!(back.encode(), r.encode());
+        assert_eq!(back.holder, r.holder, "a '|' in the holder survives");
+        for junk in [
+            "",
+            "v2|held|a|1|1|1|1|{}",
+            "v1|gone|a|1|1|1|1|{}",
+            "v1|held|a|x|1|1|1|{}",
+            "v1|held|a|1",
+        ] {
+            assert!(
+                Record::decode("t", Operation::Inspect, "k", junk).is_err(),
+                "{junk}"
+            );
+        }
+    }
 }

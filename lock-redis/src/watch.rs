@@ -2,17 +2,17 @@
 //!
 //! Each operation, on a connection of its own from the pool:
 //!
-//! 1. one pipeline: `UNWATCH`, `WATCH rec fence`, `TIME`, `EXISTS rec`, `HMGET rec <fields>`,
-//!    `GET fence`: the record and the fencing counter as of the server's clock;
-//! 2. the decision, in Rust, by the rules of `scripts/lock.lua`;
-//! 3. if the decision writes: `MULTI`, the writes, `EXEC`. `EXEC` answers nil when another
-//!    client touched the record or the counter since the `WATCH`: the operation starts over
-//!    (at most [`MAX_CONFLICTS`] times, then a retry-safe `Unavailable` error).
+//! 1. one pipeline: `UNWATCH`, `WATCH rec`, `TIME`, `GET rec`: the record as of the server's
+//!    clock (a key of another type fails the `GET` with `WRONGTYPE`: `Corrupt`);
+//! 2. the decision, in Rust, by the rules of `scripts/lock.lua`, on the same record format;
+//! 3. if the decision writes: `MULTI`, `SET rec …` (and `PUBLISH` on a release), `EXEC`.
+//!    `EXEC` answers nil when another client touched the record since the `WATCH`: the
+//!    operation starts over (at most [`MAX_CONFLICTS`] times, then a retry-safe
+//!    `Unavailable` error).
 //!
 //! So a cycle is 2 round trips per operation that writes and 1 for one that does not (busy,
 //! inspect, lost). `UNWATCH` first clears whatever an earlier read-only operation left
-//! watched on the connection. Expiry is the server's `TIME`; absolute expiries are set with
-//! `PEXPIREAT` from that same reading.
+//! watched on the connection.
 
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use lock_core::{
 use crate::error::map_error;
 use crate::keys::LockKeys;
 use crate::pool::Pool;
-use crate::record::{parse_holder, Phase, Record, FIELDS};
+use crate::record::{parse_holder, Phase, Record, State, FREE_KEEP_MS};
 use crate::request::{Reply, Request};
 
 /// The backend name of this variant.
@@ -32,10 +32,6 @@ pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
 
 /// Transactions of one operation that may lose to a concurrent writer before it gives up.
 pub(crate) const MAX_CONFLICTS: u32 = 32;
-
-/// How long the fencing counter outlives the lock's last use (it only orders acquisitions
-/// within one microsecond; the server clock floors it otherwise).
-const FENCE_KEEP_MS: u64 = 86_400_000;
 
 pub(crate) struct Watch {
     pub(crate) pool: Pool,
@@ -46,7 +42,6 @@ struct Snapshot {
     now_ms: u64,
     now_us: u64,
     record: Option<Record>,
-    fence: u64,
 }
 
 impl Watch {
@@ -70,10 +65,8 @@ impl Watch {
             }
             tracing::debug!(attempt, key = %keys.record, "transaction lost to a concurrent writer");
             // Spread the contenders out a little before the next round.
-            tokio::time::sleep(Duration::from_micros(fastrand::u64(
-                0..200 * u64::from(attempt + 1),
-            )))
-            .await;
+            let pause = fastrand::u64(0..200 * u64::from(attempt + 1));
+            tokio::time::sleep(Duration::from_micros(pause)).await;
         }
         Err(Error::new(
             ErrorKind::Unavailable,
@@ -98,36 +91,21 @@ async fn read(
         .ignore()
         .cmd("WATCH")
         .arg(&keys.record)
-        .arg(&keys.fence)
         .ignore()
         .cmd("TIME")
-        .cmd("EXISTS")
-        .arg(&keys.record)
-        .cmd("HMGET")
-        .arg(&keys.record)
-        .arg(&FIELDS[..])
         .cmd("GET")
-        .arg(&keys.fence);
-    let (time, exists, fields, fence): ((u64, u64), bool, Vec<Option<String>>, Option<String>) = p
+        .arg(&keys.record);
+    let (time, raw): ((u64, u64), Option<String>) = p
         .query_async(conn)
         .await
         .map_err(|e| map_error(NAME, op, e))?;
-    let record = if exists {
-        Some(Record::decode(NAME, op, &keys.record, fields)?)
-    } else {
-        None
-    };
-    let fence = match fence {
-        None => 0,
-        Some(s) => s.parse().map_err(|_| {
-            crate::error::corrupt(NAME, op, format!("{} is not a fencing counter", keys.fence))
-        })?,
-    };
+    let record = raw
+        .map(|raw| Record::decode(NAME, op, &keys.record, &raw))
+        .transpose()?;
     Ok(Snapshot {
         now_ms: time.0 * 1000 + time.1 / 1000,
         now_us: time.0 * 1_000_000 + time.1,
         record,
-        fence,
     })
 }
 
@@ -142,45 +120,48 @@ fn decide(
     let rec = s.record.as_ref();
     let mut tx = redis::pipe();
     tx.atomic();
-    // Sets the expiry fields and the physical expiry (ttl + grace) of a held record.
-    let expire = |tx: &mut redis::Pipeline, ttl: u64, grace: u64| {
-        tx.cmd("HSET")
-            .arg(&keys.record)
-            .arg("exp")
-            .arg(now + ttl)
-            .arg("forget")
-            .arg(now + ttl + grace)
-            .ignore()
-            .cmd("PEXPIREAT")
-            .arg(&keys.record)
-            .arg(now + ttl + grace)
-            .ignore();
+    // Writes the record; `px` None keeps the key's physical expiry.
+    let put = |tx: &mut redis::Pipeline, r: &Record, px: Option<u64>| {
+        let cmd = tx.cmd("SET").arg(&keys.record).arg(r.encode());
+        match px {
+            Some(px) => cmd.arg("PX").arg(px.max(1)).ignore(),
+            None => cmd.arg("KEEPTTL").ignore(),
+        };
     };
-    // Frees the lock or starts its cooldown, and wakes waiters.
+    // Frees the lock or starts its cooldown, keeping the fencing token, and wakes waiters.
     let free = |tx: &mut redis::Pipeline, delay: u64| {
-        tx.cmd("DEL").arg(&keys.record).ignore();
-        if delay > 0 {
-            tx.cmd("HSET")
-                .arg(&keys.record)
-                .arg("st")
-                .arg("cooling")
-                .arg("until")
-                .arg(now + delay)
-                .ignore()
-                .cmd("PEXPIREAT")
-                .arg(&keys.record)
-                .arg(now + delay)
-                .ignore();
-        }
+        let fencing = rec.map_or(0, |r| r.fencing);
+        let (state, until, keep) = if delay > 0 {
+            (State::Cooling, now + delay, delay)
+        } else {
+            (State::Free, now, FREE_KEEP_MS)
+        };
+        let r = Record {
+            state,
+            token: String::new(),
+            fencing,
+            holds: 0,
+            expires: until,
+            forget: until,
+            holder: String::new(),
+        };
+        put(tx, &r, Some(keep));
         tx.cmd("PUBLISH")
             .arg(&keys.channel)
             .arg("released")
             .ignore();
     };
-    let holds = match rec {
-        Some(Record::Held { holds, .. }) => *holds,
-        _ => 0,
-    };
+    // The record held by `token` for `ttl` (+ grace) from now.
+    let held =
+        |token: String, fencing: u64, holds: u32, ttl: u64, grace: u64, holder: &str| Record {
+            state: State::Held,
+            token,
+            fencing,
+            holds,
+            expires: now + ttl,
+            forget: now + ttl + grace,
+            holder: holder.to_owned(),
+        };
     Ok(match req {
         Request::Obtain {
             token,
@@ -189,55 +170,30 @@ fn decide(
             holder_json,
         } => {
             let hex = token.to_hex();
-            match Record::phase(rec, now, Some(&hex)) {
-                Phase::Cooling { remaining } => (None, busy(remaining, None)),
-                Phase::Live {
-                    ours: false,
-                    remaining,
-                } => {
-                    let holder = match rec {
-                        Some(Record::Held { holder, .. }) => Some(parse_holder(NAME, op, holder)?),
-                        _ => None,
-                    };
-                    (None, busy(remaining, holder))
+            let ttl_ms = ttl.as_millis();
+            match (Record::phase(rec, now, Some(&hex)), rec) {
+                (Phase::Cooling { remaining }, _) => (None, busy(remaining, None)),
+                (
+                    Phase::Live {
+                        ours: false,
+                        remaining,
+                    },
+                    Some(r),
+                ) => {
+                    let holder = parse_holder(NAME, op, &r.holder)?;
+                    (None, busy(remaining, Some(holder)))
                 }
-                Phase::Live { ours: true, .. } => {
-                    let holds = holds.saturating_add(1);
-                    tx.cmd("HSET")
-                        .arg(&keys.record)
-                        .arg("holds")
-                        .arg(holds)
-                        .ignore();
-                    expire(&mut tx, ttl.as_millis(), *grace_ms);
+                (Phase::Live { ours: true, .. }, Some(r)) => {
+                    let holds = r.holds.saturating_add(1);
+                    let next = held(hex, r.fencing, holds, ttl_ms, *grace_ms, &r.holder);
+                    put(&mut tx, &next, Some(ttl_ms + grace_ms));
                     (Some(tx), Reply::Obtain(ObtainOutcome::Reacquired { holds }))
                 }
-                Phase::Free | Phase::Expired { .. } => {
-                    // Never below the server's clock in microseconds, as in the Lua script.
-                    let fencing = (s.fence + 1).max(s.now_us);
-                    let keep = ttl.as_millis() + grace_ms + FENCE_KEEP_MS;
-                    tx.cmd("SET")
-                        .arg(&keys.fence)
-                        .arg(fencing)
-                        .arg("PX")
-                        .arg(keep)
-                        .ignore()
-                        .cmd("DEL")
-                        .arg(&keys.record)
-                        .ignore()
-                        .cmd("HSET")
-                        .arg(&keys.record)
-                        .arg("st")
-                        .arg("held")
-                        .arg("tok")
-                        .arg(&hex)
-                        .arg("holder")
-                        .arg(*holder_json)
-                        .arg("fen")
-                        .arg(fencing)
-                        .arg("holds")
-                        .arg(1)
-                        .ignore();
-                    expire(&mut tx, ttl.as_millis(), *grace_ms);
+                _ => {
+                    // Above the key's last token, never below the server clock in µs.
+                    let fencing = (rec.map_or(0, |r| r.fencing) + 1).max(s.now_us);
+                    let next = held(hex, fencing, 1, ttl_ms, *grace_ms, holder_json);
+                    put(&mut tx, &next, Some(ttl_ms + grace_ms));
                     let acquired = ObtainOutcome::Acquired {
                         fencing: Fencing(fencing),
                         ttl: *ttl,
@@ -250,36 +206,41 @@ fn decide(
             token,
             ttl,
             grace_ms,
-        } => match Record::phase(rec, now, Some(&token.to_hex())) {
-            Phase::Live { ours: true, .. } => {
-                expire(&mut tx, ttl.as_millis(), *grace_ms);
-                (Some(tx), Reply::Prolong(ProlongOutcome::Prolonged))
-            }
-            Phase::Expired { ours: true } => {
-                expire(&mut tx, ttl.as_millis(), *grace_ms);
-                (Some(tx), Reply::Prolong(ProlongOutcome::ProlongedLate))
-            }
-            _ => (None, Reply::Prolong(ProlongOutcome::Lost)),
-        },
+        } => {
+            let hex = token.to_hex();
+            let outcome = match Record::phase(rec, now, Some(&hex)) {
+                Phase::Live { ours: true, .. } => ProlongOutcome::Prolonged,
+                Phase::Expired { ours: true } => ProlongOutcome::ProlongedLate,
+                _ => return Ok((None, Reply::Prolong(ProlongOutcome::Lost))),
+            };
+            let Some(r) = rec else {
+                return Ok((None, Reply::Prolong(ProlongOutcome::Lost)));
+            };
+            let ttl_ms = ttl.as_millis();
+            let next = held(hex, r.fencing, r.holds, ttl_ms, *grace_ms, &r.holder);
+            put(&mut tx, &next, Some(ttl_ms + grace_ms));
+            (Some(tx), Reply::Prolong(outcome))
+        }
         Request::Release { token, delay_ms } => {
-            match Record::phase(rec, now, Some(&token.to_hex())) {
-                Phase::Live { ours: true, .. } if holds > 1 => {
-                    let holds = holds - 1;
-                    tx.cmd("HSET")
-                        .arg(&keys.record)
-                        .arg("holds")
-                        .arg(holds)
-                        .ignore();
+            let hex = token.to_hex();
+            match (Record::phase(rec, now, Some(&hex)), rec) {
+                (Phase::Live { ours: true, .. }, Some(r)) if r.holds > 1 => {
+                    let next = Record {
+                        holds: r.holds - 1,
+                        ..r.clone()
+                    };
+                    put(&mut tx, &next, None);
+                    let holds = next.holds;
                     (
                         Some(tx),
                         Reply::Release(ReleaseOutcome::Decremented { holds }),
                     )
                 }
-                Phase::Live { ours: true, .. } => {
+                (Phase::Live { ours: true, .. }, _) => {
                     free(&mut tx, *delay_ms);
                     (Some(tx), Reply::Release(ReleaseOutcome::Released))
                 }
-                Phase::Expired { ours: true } => {
+                (Phase::Expired { ours: true }, _) => {
                     free(&mut tx, *delay_ms);
                     (Some(tx), Reply::Release(ReleaseOutcome::ReleasedLate))
                 }
@@ -289,6 +250,9 @@ fn decide(
         Request::Inspect => (None, Reply::State(Record::state(rec, now, NAME, op)?)),
         Request::Force => {
             let before = Record::state(rec, now, NAME, op)?;
+            if rec.is_none() {
+                return Ok((None, Reply::State(before)));
+            }
             free(&mut tx, 0);
             (Some(tx), Reply::State(before))
         }

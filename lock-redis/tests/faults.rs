@@ -237,6 +237,24 @@ async fn wrong_type(variant: Variant) {
         locker.lock("victim").try_obtain().await.unwrap_err().kind(),
         ErrorKind::Corrupt
     );
+    // A string that is not a lock record is refused too, and left as it was.
+    let _: () = redis::cmd("SET")
+        .arg(&rec)
+        .arg("v1|held|not|a|lock")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        locker.lock("victim").try_obtain().await.unwrap_err().kind(),
+        ErrorKind::Corrupt,
+        "{variant:?}"
+    );
+    let kept: String = redis::cmd("GET")
+        .arg(&rec)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(kept, "v1|held|not|a|lock");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
