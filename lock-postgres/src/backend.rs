@@ -78,6 +78,9 @@ impl PostgresBackend {
         let pool = PgPoolOptions::new()
             .max_connections(Self::DEFAULT_POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
+            // No ping before each statement: one round trip per operation. A dead
+            // connection fails its statement with a retry-safe `Unavailable` instead.
+            .test_before_acquire(false)
             .connect_lazy_with(options);
         Ok(Self::build(pool, application_name))
     }
