@@ -171,7 +171,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.sub {
-            Some(Sub::Inspect) => inspect(&cli.common).await,
+            Some(Sub::Inspect) => look(&cli.common, Look::Inspect).await,
             Some(Sub::Release { force }) => {
                 if !force {
                     eprintln!(
@@ -179,7 +179,7 @@ fn main() -> ExitCode {
                     );
                     return ExitCode::from(2);
                 }
-                force_release(&cli.common).await
+                look(&cli.common, Look::Break).await
             }
             None => match target(&cli.common) {
                 Ok(t) => run::run(t.config, t.key, &cli.run, cli.command).await,
@@ -189,38 +189,36 @@ fn main() -> ExitCode {
     })
 }
 
-async fn inspect(common: &Common) -> ExitCode {
-    let result = async {
-        let t = target(common)?;
-        let backend = t.config.backend().await?;
-        backend.inspect(&t.key).await
-    }
-    .await;
-    match result {
-        Ok(state) => {
-            println!(
-                "{}",
-                serde_json::to_string(&state).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(&e),
-    }
+/// What `inspect` and `release --force` do to the lock.
+#[derive(Clone, Copy)]
+enum Look {
+    Inspect,
+    Break,
 }
 
-async fn force_release(common: &Common) -> ExitCode {
+/// Inspects or breaks the lock and prints the state it found as JSON.
+async fn look(common: &Common, how: Look) -> ExitCode {
     let result = async {
         let t = target(common)?;
         let backend = t.config.backend().await?;
-        backend.force_release(&t.key).await
+        match how {
+            Look::Inspect => backend.inspect(&t.key).await,
+            Look::Break => backend.force_release(&t.key).await,
+        }
     }
     .await;
-    match result {
-        Ok(state) => {
-            println!(
-                "{}",
-                serde_json::to_string(&state).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-            );
+    match result.and_then(|state| {
+        serde_json::to_string(&state).map_err(|e| {
+            Error::new(
+                ErrorKind::Protocol,
+                "lockrun",
+                lock_core::Operation::Inspect,
+                format!("the state does not serialize: {e}"),
+            )
+        })
+    }) {
+        Ok(json) => {
+            println!("{json}");
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),
