@@ -50,6 +50,16 @@ fn config_error(message: impl Into<String>) -> Error {
 /// Everything a program needs to lock, from a file (TOML, JSON… through serde), the
 /// environment ([`LockConfig::from_env`]) or code.
 ///
+/// ```toml
+/// [lock]
+/// url = "redis://cache.internal:6379/0?prefix=billing:"
+/// ttl = "5m"
+/// wait = "30s"
+/// grace = "10m"
+/// retry = "exponential:10ms..1s+notified"
+/// ```
+/// Unknown fields are refused, so a typo (`tll`) is an error, not a silent default.
+///
 /// Durations are human strings (`30s`, `5m`, `1h`); `retry` is `none`, `linear:<interval>`,
 /// `exponential:<min>..<max>`, each optionally followed by `+notified`, or `notified`
 /// (the default: woken by the backend's release notification, with a jittered fallback poll).
@@ -540,5 +550,31 @@ mod tests {
             .unwrap();
         assert_eq!(guard.key().as_str(), "app:k");
         assert!(serde_json::from_str::<LockConfig>(r#"{"url": "memory:", "tll": "5s"}"#).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_toml_section_makes_a_locker() {
+        #[derive(Deserialize)]
+        struct App {
+            lock: LockConfig,
+        }
+        let app: App = toml::from_str(
+            "[lock]\nurl = \"memory:?grace=10m\"\nttl = \"5m\"\nwait = \"30s\"\n\
+             retry = \"exponential:10ms..1s+notified\"\n",
+        )
+        .unwrap();
+        let locker = app.lock.locker().await.unwrap();
+        assert_eq!(locker.backend().name(), "memory");
+        let guard = locker
+            .lock("k")
+            .try_obtain()
+            .await
+            .unwrap()
+            .obtained()
+            .unwrap();
+        assert!(
+            guard.remaining() > std::time::Duration::from_secs(240),
+            "ttl 5m applied"
+        );
     }
 }
