@@ -78,9 +78,10 @@ impl PostgresBackend {
         let pool = PgPoolOptions::new()
             .max_connections(Self::DEFAULT_POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
-            // No ping before each statement: one round trip per operation. A dead
-            // connection fails its statement with a retry-safe `Unavailable` instead.
-            .test_before_acquire(false)
+            // sqlx pings a pooled connection before handing it out: after a server restart
+            // or terminated sessions, dead idle connections are replaced instead of failing
+            // one call each. (Turning it off saved nothing measurable in the bench.)
+            .test_before_acquire(true)
             .connect_lazy_with(options);
         Ok(Self::build(pool, application_name))
     }

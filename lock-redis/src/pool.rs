@@ -89,6 +89,11 @@ impl Pool {
         Ok(Dedicated { conn, id })
     }
 
+    /// Drops every idle connection; the next transactions open fresh ones.
+    pub(crate) fn discard_idle(&self) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
     /// The server ids of the idle connections.
     pub(crate) fn idle_ids(&self) -> Vec<i64> {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());

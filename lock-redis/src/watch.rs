@@ -47,9 +47,23 @@ struct Snapshot {
 impl Watch {
     pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
         let op = req.operation();
-        for attempt in 0..MAX_CONFLICTS {
+        let mut broken = 0;
+        let mut attempt = 0;
+        while attempt < MAX_CONFLICTS {
             let mut lease = self.pool.get(op).await?;
-            let snap = read(lease.conn(), keys, op).await?;
+            let snap = match read(lease.conn(), keys, op).await {
+                Ok(snap) => snap,
+                // The read changes nothing, so a fresh connection may try it again. What broke
+                // this one (a server restart, CLIENT KILL) most likely broke the other idle
+                // ones too: they are dropped rather than failing a call each.
+                Err(e) if e.kind() == ErrorKind::Unavailable && broken == 0 => {
+                    broken += 1;
+                    self.pool.discard_idle();
+                    tracing::debug!(key = %keys.record, "pooled connection broken, trying another: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let (writes, reply) = decide(keys, req, &snap)?;
             let Some(writes) = writes else {
                 lease.done();
@@ -63,9 +77,10 @@ impl Watch {
             if committed.is_some() {
                 return Ok(reply);
             }
+            attempt += 1;
             tracing::debug!(attempt, key = %keys.record, "transaction lost to a concurrent writer");
             // Spread the contenders out a little before the next round.
-            let pause = fastrand::u64(0..200 * u64::from(attempt + 1));
+            let pause = fastrand::u64(0..200 * u64::from(attempt));
             tokio::time::sleep(Duration::from_micros(pause)).await;
         }
         Err(Error::new(

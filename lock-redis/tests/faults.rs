@@ -447,3 +447,33 @@ async fn rediss_urls_lock_over_tls_and_verify_the_certificate() {
         assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_pool_full_of_killed_connections_costs_no_failed_call() {
+    let server = PrivateRedis::start();
+    let backend = backend(&server.url, Variant::Watch).await;
+    let locker = Locker::new(Arc::new(backend.clone()));
+    // Operations at once leave several idle connections in the pool.
+    let (a, b, c, d) = tokio::join!(
+        take(&locker, "job-a"),
+        take(&locker, "job-b"),
+        take(&locker, "job-c"),
+        take(&locker, "job-d")
+    );
+    let guards = [a, b, c, d];
+    assert!(
+        backend.client_ids().await.unwrap().len() > 1,
+        "several idle connections"
+    );
+    support::kill_clients(&server.url, &backend).await;
+    for g in &guards {
+        assert_eq!(
+            g.prolongate(Duration::from_secs(30)).await.unwrap(),
+            ProlongOutcome::Prolonged,
+            "a dead idle connection must not fail the call"
+        );
+    }
+    for g in guards {
+        assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}
