@@ -265,3 +265,24 @@ fn usage_and_configuration_errors_say_what_to_do() {
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
 }
+
+#[test]
+fn a_command_that_ignores_sigterm_after_a_lost_lock_is_killed() {
+    let env = Env::new("file");
+    let started = Instant::now();
+    let mut run = env.spawn(&[
+        "--ttl",
+        "1s",
+        "--kill-after",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; while true; do sleep 0.1; done",
+    ]);
+    env.wait_until_held();
+    assert!(env.output(&["release", "--force"]).status.success());
+    let status = wait_exit(&mut run, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(76), "lost lock, COMMAND killed");
+    assert!(started.elapsed() < Duration::from_secs(25));
+}
