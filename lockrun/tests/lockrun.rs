@@ -252,6 +252,18 @@ fn usage_and_configuration_errors_say_what_to_do() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a duration"));
+    // Options work before and after a subcommand.
+    for args in [
+        ["inspect", "--backend", "memory:", "--key", "k"],
+        ["--backend", "memory:", "--key", "k", "inspect"],
+    ] {
+        let out = Command::new(LOCKRUN).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            r#"{"state":"free"}"#
+        );
+    }
     let out = Command::new(LOCKRUN)
         .args([
             "--backend",
