@@ -105,12 +105,20 @@ impl Harness for Postgres {
     }
 
     async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {
+        // Behind a bouncer, server connections are shared by every test of the process:
+        // only idle ones are cut (the bouncer checks a connection before reuse), so no
+        // other test's statement dies with them.
+        let idle = if self.admin_url == self.url {
+            ""
+        } else {
+            " AND state = 'idle'"
+        };
         for b in self.made() {
             exec(
                 &self.admin_url,
                 &format!(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                     WHERE application_name = '{}'",
+                     WHERE application_name = '{}'{idle}",
                     b.application_name()
                 ),
             )

@@ -283,6 +283,7 @@ impl PgBouncer {
              [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
              unix_socket_dir =\nauth_type = plain\nauth_file = {dir}/users.txt\n\
              pool_mode = transaction\ndefault_pool_size = 2\nmax_client_conn = 200\n\
+             server_check_delay = 0\nserver_check_query = select 1\n\
              ignore_startup_parameters = extra_float_digits\n\
              logfile = {dir}/pgbouncer.log\n",
             dir = dir.path().display()
