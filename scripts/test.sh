@@ -65,3 +65,6 @@ LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$DATABASE_URL cargo run --locked -q -p examples --example dev_prod_swap
 step "tests"
 cargo test --locked --workspace
+step "lock-config without its backends"
+# A URL whose backend the build left out must say which cargo feature to enable.
+cargo test --locked -q -p lock-config --no-default-features
