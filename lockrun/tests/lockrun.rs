@@ -2,9 +2,9 @@
 //! two at once on one key, exit status passing through, a lost lock killing COMMAND, SIGTERM
 //! forwarded with the lock released, `inspect` JSON.
 //!
-//! Redis comes from `REDIS_URL` or 127.0.0.1:6379, Postgres from `DATABASE_URL` or
-//! postgres://postgres@127.0.0.1:5432/postgres (`scripts/test.sh` brings both up when none
-//! answer); a missing server fails these tests, it never skips them.
+//! Redis and Postgres come from `test-servers`: `REDIS_URL` / `DATABASE_URL`, else the local
+//! default servers, else private ones started for this test process; a server that cannot
+//! be had fails these tests, it never skips them.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -26,6 +26,15 @@ fn unique() -> String {
     format!("{}-{nanos}-{n}", std::process::id())
 }
 
+/// How to add a query parameter to `url`.
+fn sep(url: &str) -> char {
+    if url.contains('?') {
+        '&'
+    } else {
+        '?'
+    }
+}
+
 /// A backend URL for this test alone.
 fn url(backend: &str) -> (String, Option<PathBuf>) {
     let id = unique();
@@ -35,14 +44,12 @@ fn url(backend: &str) -> (String, Option<PathBuf>) {
             (format!("file://{}", dir.display()), Some(dir))
         }
         "redis" => {
-            let base = std::env::var("REDIS_URL")
-                .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned());
-            (format!("{base}?prefix=lockrun-{id}:"), None)
+            let base = test_servers::redis::shared_url();
+            (format!("{base}{}prefix=lockrun-{id}:", sep(&base)), None)
         }
         "postgres" => {
-            let base = std::env::var("DATABASE_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-            (format!("{base}?table=lockrun_test"), None)
+            let base = test_servers::postgres::shared_url();
+            (format!("{base}{}table=lockrun_test", sep(&base)), None)
         }
         other => panic!("no backend {other}"),
     }
