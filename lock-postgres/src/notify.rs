@@ -2,8 +2,10 @@
 //!
 //! Every release that frees a lock runs `pg_notify(channel, key)` in its transaction, so the
 //! notification goes out when the release commits. One listening connection per backend
-//! (sqlx's `PgListener`, outside the pool's count) hears them all and wakes the waiters of
-//! that key. It is started by the first waiter, which returns from `subscribe` only once the
+//! (sqlx's `PgListener`, outside the pool's count) hears them all and wakes *one* waiter of
+//! that key, in turn: only one can win the lock, and waking all of them would queue their
+//! obtains on the key's advisory lock behind the winner's commit. A woken waiter that loses
+//! to another process waits for the next release like the rest. It is started by the first waiter, which returns from `subscribe` only once the
 //! `LISTEN` is in place, so a release committed after that reaches it. After a dropped
 //! connection the listener reconnects and listens again; every waiter is woken then, since a
 //! notification may have been missed, and the waiters' fallback poll covers the gap.
@@ -11,7 +13,7 @@
 //! Through PgBouncer in transaction mode `LISTEN` cannot work (the session is not kept):
 //! turn notifications off there (`with_notifications(false)`), and waiters poll.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
 use lock_core::{Operation, ReleaseSubscription, Result};
@@ -21,9 +23,13 @@ use tokio::sync::watch;
 
 use crate::error::map_error;
 
+/// The waiters of each key, woken in turn.
+type Waiters = HashMap<String, VecDeque<Waiter>>;
+
 pub(crate) struct Notifier {
     started: tokio::sync::Mutex<bool>,
-    waiters: Arc<Mutex<HashMap<String, Wanted>>>,
+    waiters: Arc<Mutex<Waiters>>,
+    next_id: std::sync::atomic::AtomicU64,
     /// Dropped with the backend: the listening task sees it and closes its connection.
     _alive: watch::Sender<()>,
     alive: watch::Receiver<()>,
@@ -35,29 +41,37 @@ impl Default for Notifier {
         Notifier {
             started: tokio::sync::Mutex::default(),
             waiters: Arc::default(),
+            next_id: std::sync::atomic::AtomicU64::new(0),
             _alive: tx,
             alive: rx,
         }
     }
 }
 
-struct Wanted {
+struct Waiter {
+    id: u64,
     tx: watch::Sender<u64>,
-    count: usize,
+}
+
+impl Waiter {
+    fn wake(&self) {
+        self.tx.send_modify(|v| *v += 1);
+    }
 }
 
 struct Registration {
     key: String,
-    waiters: Weak<Mutex<HashMap<String, Wanted>>>,
+    id: u64,
+    waiters: Weak<Mutex<Waiters>>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
         if let Some(waiters) = self.waiters.upgrade() {
             let mut w = waiters.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(entry) = w.get_mut(&self.key) {
-                entry.count -= 1;
-                if entry.count == 0 {
+            if let Some(queue) = w.get_mut(&self.key) {
+                queue.retain(|waiter| waiter.id != self.id);
+                if queue.is_empty() {
                     w.remove(&self.key);
                 }
             }
@@ -87,17 +101,19 @@ impl Notifier {
                 *started = true;
             }
         }
-        let rx = {
-            let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-            let entry = w.entry(key.to_owned()).or_insert_with(|| Wanted {
-                tx: watch::channel(0).0,
-                count: 0,
-            });
-            entry.count += 1;
-            entry.tx.subscribe()
-        };
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = watch::channel(0);
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_owned())
+            .or_default()
+            .push_back(Waiter { id, tx });
         let registration = Registration {
             key: key.to_owned(),
+            id,
             waiters: Arc::downgrade(&self.waiters),
         };
         Ok(ReleaseSubscription::new(rx, Some(Box::new(registration))))
@@ -107,7 +123,7 @@ impl Notifier {
 /// Hands notifications out until the backend is gone.
 async fn listen(
     mut listener: PgListener,
-    waiters: Weak<Mutex<HashMap<String, Wanted>>>,
+    waiters: Weak<Mutex<Waiters>>,
     mut alive: watch::Receiver<()>,
 ) {
     loop {
@@ -120,17 +136,21 @@ async fn listen(
             return;
         };
         {
-            let w = waiters.lock().unwrap_or_else(|p| p.into_inner());
+            let mut w = waiters.lock().unwrap_or_else(|p| p.into_inner());
             match &next {
                 Ok(Some(n)) => {
-                    if let Some(entry) = w.get(n.payload()) {
-                        entry.tx.send_modify(|v| *v += 1);
+                    // The longest-waiting one, which then goes to the back of the line.
+                    if let Some(queue) = w.get_mut(n.payload()) {
+                        if let Some(first) = queue.pop_front() {
+                            first.wake();
+                            queue.push_back(first);
+                        }
                     }
                 }
                 // Reconnected (None) or failed: a notification may be lost; wake everyone.
                 Ok(None) | Err(_) => {
-                    for entry in w.values() {
-                        entry.tx.send_modify(|v| *v += 1);
+                    for waiter in w.values().flatten() {
+                        waiter.wake();
                     }
                 }
             }

@@ -296,3 +296,42 @@ async fn a_release_wakes_a_waiter_long_before_its_fallback_poll() {
         "the waiter slept {waited:?}: the notification did not wake it"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_release_wakes_the_next_waiter_of_the_process() {
+    // One waiter is woken per release (not the whole herd); each release must still reach
+    // a waiter, so two waiters get the lock in turn long before their 20 s fallback poll.
+    let server = PrivatePostgres::start();
+    let backend = Arc::new(PostgresBackend::connect(&server.url).unwrap());
+    let holder = Locker::new(backend.clone());
+    let guard = take(&holder, "queue").await;
+    let started = std::time::Instant::now();
+    let mut waiters = Vec::new();
+    for _ in 0..2 {
+        let locker = Locker::new(backend.clone());
+        waiters.push(tokio::spawn(async move {
+            let got = locker
+                .lock("queue")
+                .wait(Duration::from_secs(60))
+                .retry(Retry::linear(Duration::from_secs(20)).notified())
+                .obtain()
+                .await
+                .unwrap();
+            let Attempt::Obtained(g) = got else {
+                panic!("still busy after 60 s")
+            };
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}: a waiter slept until its fallback poll",
+        started.elapsed()
+    );
+}
