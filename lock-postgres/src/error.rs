@@ -18,6 +18,17 @@ pub(crate) fn is_missing_schema(e: &sqlx::Error) -> bool {
         .is_some_and(|c| c == code::UNDEFINED_TABLE || c == code::UNDEFINED_FUNCTION)
 }
 
+/// Whether `e` says the connection itself is gone (closed, terminated, cut).
+pub(crate) fn is_broken_connection(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("57P0") || c.starts_with("08")),
+        _ => false,
+    }
+}
+
 pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
     let (kind, message) = match &e {
         sqlx::Error::Database(db) => {

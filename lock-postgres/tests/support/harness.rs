@@ -124,6 +124,26 @@ impl Harness for Postgres {
             )
             .await;
         }
+        // pg_terminate_backend only signals: wait until those sessions are really gone, so
+        // the case sees dead connections, not ones that die halfway through it.
+        let admin = sqlx::PgPool::connect(&self.admin_url).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for b in self.made() {
+            loop {
+                let alive: i64 = sqlx::query_scalar(&format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1{idle}"
+                ))
+                .bind(b.application_name())
+                .fetch_one(&admin)
+                .await
+                .unwrap();
+                if alive == 0 || std::time::Instant::now() > deadline {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        admin.close().await;
         true
     }
 
