@@ -390,7 +390,7 @@ fn postgres(
     Err(left_out("postgres"))
 }
 
-#[allow(dead_code)]
+#[cfg(not(all(feature = "file", feature = "redis", feature = "postgres")))]
 fn left_out(feature: &str) -> Error {
     config_error(format!(
         "this build of lock-config left out the {feature} backend: enable its cargo feature \
