@@ -9,9 +9,10 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
+use crate::detached::{GiveBack, Obtain};
 use crate::{
-    Attempt, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, ObtainRequest,
-    Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
+    Attempt, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, Operation,
+    ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
 };
 
 /// The locks a [`Locker`](crate::Locker) still holds, for `release_all`.
@@ -87,7 +88,10 @@ pub(crate) struct Shared {
     state: Mutex<Validity>,
     /// Given back (by its own release, its drop, or `release_all`): nothing more to do.
     released: AtomicBool,
-    stop_watchdog: Option<CancellationToken>,
+    /// Cancelled when the guard is given back: stops its watchdog or expiry timer.
+    stop: CancellationToken,
+    /// A watchdog task keeps the validity (and so fires `lost` when it runs out).
+    watchdog: bool,
     registry: Weak<Registry>,
 }
 
@@ -108,17 +112,17 @@ struct LostSignal {
 }
 
 impl LostSignal {
-    fn token(&mut self) -> CancellationToken {
-        let lost = self.lost;
-        self.token
-            .get_or_insert_with(|| {
-                let token = CancellationToken::new();
-                if lost {
-                    token.cancel();
-                }
-                token
-            })
-            .clone()
+    /// The token, and whether it was made just now.
+    fn token(&mut self) -> (CancellationToken, bool) {
+        if let Some(token) = &self.token {
+            return (token.clone(), false);
+        }
+        let token = CancellationToken::new();
+        if self.lost {
+            token.cancel();
+        }
+        self.token = Some(token.clone());
+        (token, true)
     }
 
     /// Marks it lost; true the first time.
@@ -133,9 +137,7 @@ impl LostSignal {
 impl Shared {
     /// Marks the guard released; false when it already was (by `release_all` or itself).
     fn take_for_release(&self) -> bool {
-        if let Some(stop) = &self.stop_watchdog {
-            stop.cancel();
-        }
+        self.stop.cancel();
         !self.released.swap(true, Ordering::AcqRel)
     }
 
@@ -153,17 +155,36 @@ impl Shared {
         lock(&self.state).ttl
     }
 
-    fn lost_token(&self) -> CancellationToken {
-        lock(&self.state).lost.token()
+    /// The lost signal; made on first use, together with the timer that fires it when the
+    /// validity runs out (a watchdog guard's watchdog does that itself).
+    fn lost_token(self: &Arc<Self>) -> CancellationToken {
+        let (token, fresh) = lock(&self.state).lost.token();
+        if fresh && !self.watchdog {
+            spawn_expiry_timer(Arc::clone(self));
+        }
+        token
     }
 
+    /// Whether the lock is lost, its validity having run out counting as lost.
     fn is_lost(&self) -> bool {
-        lock(&self.state).lost.lost
+        let expired = {
+            let state = lock(&self.state);
+            if state.lost.lost {
+                return true;
+            }
+            state.until <= Instant::now()
+        };
+        if expired && !self.released.load(Ordering::Acquire) {
+            self.mark_lost("its validity ran out before it was prolonged");
+            return true;
+        }
+        false
     }
 
+    /// Extends the validity to `ttl` from `sent_at` (never shortens it).
     fn renewed(&self, sent_at: Instant, ttl: Ttl) {
         let mut state = lock(&self.state);
-        state.until = sent_at + ttl.as_duration();
+        state.until = state.until.max(sent_at + ttl.as_duration());
         state.ttl = ttl;
     }
 
@@ -218,7 +239,7 @@ impl fmt::Debug for Shared {
             .field("key", &self.key)
             .field("token", &self.token)
             .field("fencing", &self.fencing)
-            .field("lost", &self.is_lost())
+            .field("lost", &lock(&self.state).lost.lost)
             .finish()
     }
 }
@@ -257,6 +278,7 @@ impl LockGuard {
             ttl,
             lost,
         } = shared_parts;
+        let shared_lost = lost.is_some();
         let shared = registry.insert(|id| {
             Arc::new(Shared {
                 id,
@@ -274,12 +296,16 @@ impl LockGuard {
                     },
                 }),
                 released: AtomicBool::new(false),
-                stop_watchdog: watchdog.map(|_| CancellationToken::new()),
+                stop: CancellationToken::new(),
+                watchdog: watchdog.is_some(),
                 registry: Arc::downgrade(registry),
             })
         });
-        if let Some(fraction) = watchdog {
-            spawn_watchdog(Arc::clone(&shared), fraction);
+        match watchdog {
+            Some(fraction) => spawn_watchdog(Arc::clone(&shared), fraction),
+            // A shared lost signal (a reentrant guard's) already has listeners.
+            None if shared_lost => spawn_expiry_timer(Arc::clone(&shared)),
+            None => {}
         }
         LockGuard { shared }
     }
@@ -289,56 +315,41 @@ impl LockGuard {
     /// The new guard shares this one's fencing token and lost signal; each guard gives back
     /// one hold, and the lock is free once both are released. If this guard's hold had
     /// expired meanwhile and nobody took the key, the answer is a fresh acquisition with a
-    /// new fencing token (the expired hold no longer counts).
+    /// new fencing token: the expired hold no longer counts, so this guard is then detached
+    /// (lost, and its release does nothing) and the new guard is the only holder.
     ///
     /// # Errors
     /// The backend's error.
     ///
     /// # Cancel safety
-    /// Dropping the future gives back the hold it may have been granted.
+    /// Cancel safe: dropping the future gives back the hold it may have been granted, after
+    /// the grant (the obtain finishes in a task of its own).
     pub async fn reenter(&self) -> Result<Attempt<LockGuard>> {
-        let shared = Arc::clone(&self.shared);
+        let shared = &self.shared;
         let registry = shared.registry.upgrade().unwrap_or_default();
         let ttl = shared.ttl();
         let sent_at = Instant::now();
-        // The obtain runs in its own task so that, if this future is dropped, the task still
-        // sees the answer and gives back a hold it was granted; a release by this token
-        // could not tell that hold from the one this guard already has.
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let task_shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let s = &task_shared;
-            let req = ObtainRequest {
-                key: &s.key,
-                token: &s.token,
-                ttl,
-                holder: &s.holder,
-            };
-            let outcome = s.backend.obtain(req).await;
-            let granted = matches!(
-                outcome,
-                Ok(ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. })
-            );
-            if tx.send(outcome).is_err() && granted {
-                let req = ReleaseRequest {
-                    key: &s.key,
-                    token: &s.token,
-                    delay_after: None,
-                };
-                let _ = s.backend.release(req).await;
+        let call = Obtain {
+            backend: Arc::clone(&shared.backend),
+            key: shared.key.clone(),
+            token: shared.token,
+            ttl,
+            holder: Arc::clone(&shared.holder),
+        };
+        let (fencing, lost) = match call.run(GiveBack::OneHold).await? {
+            ObtainOutcome::Reacquired { .. } => {
+                // The backend reset the lock's ttl: this guard's validity grows with it.
+                shared.renewed(sent_at, ttl);
+                (shared.fencing, Some(shared.lost_token()))
             }
-        });
-        let outcome = rx.await.map_err(|_| {
-            Error::new(
-                ErrorKind::Unavailable,
-                shared.backend.name(),
-                Operation::Obtain,
-                "the reentrant obtain task was cancelled",
-            )
-        })??;
-        let (fencing, lost) = match outcome {
-            ObtainOutcome::Reacquired { .. } => (shared.fencing, Some(shared.lost_token())),
-            ObtainOutcome::Acquired { fencing, .. } => (fencing, None),
+            ObtainOutcome::Acquired { fencing, .. } => {
+                // Same token, so this guard's release would free the new holder's lock.
+                if shared.take_for_release() {
+                    shared.deregister();
+                }
+                shared.mark_lost("it expired, and reenter() obtained the lock afresh");
+                (fencing, None)
+            }
             ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
         };
         let parts = GuardParts {
@@ -372,14 +383,22 @@ impl LockGuard {
             .saturating_duration_since(Instant::now())
     }
 
-    /// Whether the lock is known to be lost: a prolong or release answered `Lost`, or the
-    /// watchdog could not prolong it before it ran out.
+    /// Whether the lock is known to be lost: a prolong or release answered `Lost`, or its
+    /// validity ([`LockGuard::remaining`]) ran out before a prolong renewed it. Once lost,
+    /// always lost, even if a late prolong then answers `ProlongedLate`.
     pub fn is_lost(&self) -> bool {
         self.shared.is_lost()
     }
 
     /// Resolves the moment the lock is known to be lost; at once if it already is. Never
     /// resolves on a normal release.
+    ///
+    /// It is never late: it fires when a prolong or release answers `Lost`, and in any case
+    /// when the validity runs out (the ttl counted from the moment the request that granted
+    /// or last prolonged the lock was *sent*), even while a watchdog's prolong is still in
+    /// flight. That moment comes before the backend can grant the lock to anyone else, by
+    /// its own clock, as long as the two clocks run at the same rate; timer resolution adds
+    /// about a millisecond.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -398,7 +417,8 @@ impl LockGuard {
         self.shared.lost_token().cancelled_owned()
     }
 
-    /// The lost signal as a [`CancellationToken`], to hand to other tasks.
+    /// The lost signal as a [`CancellationToken`], to hand to other tasks. It fires under
+    /// the same rules as [`LockGuard::lost`].
     pub fn lost_token(&self) -> CancellationToken {
         self.shared.lost_token()
     }
@@ -410,6 +430,10 @@ impl LockGuard {
     /// # Errors
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a ttl out of range, or
     /// the backend's error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have prolonged the lock; either way the guard
+    /// still holds it until [`LockGuard::remaining`] runs out, and calling again is safe.
     pub async fn prolongate(&self, ttl: Duration) -> Result<ProlongOutcome> {
         let ttl = Ttl::new(ttl)?;
         self.shared.prolongate(ttl).await
@@ -419,6 +443,10 @@ impl LockGuard {
     ///
     /// # Errors
     /// The backend's error; the lock then expires after its ttl at the latest.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the release runs in a task of its own and completes even if this future
+    /// is dropped (for example by a `select!` on a shutdown signal).
     pub async fn release(self) -> Result<ReleaseOutcome> {
         self.release_with(None).await
     }
@@ -429,6 +457,9 @@ impl LockGuard {
     /// # Errors
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a delay out of range,
     /// or the backend's error.
+    ///
+    /// # Cancel safety
+    /// As for [`LockGuard::release`].
     pub async fn release_after(self, delay: Duration) -> Result<ReleaseOutcome> {
         let delay = Ttl::new(delay)?;
         self.release_with(Some(delay)).await
@@ -440,7 +471,18 @@ impl LockGuard {
             return Ok(ReleaseOutcome::Lost);
         }
         let span = tracing::debug_span!("lock.release", backend = self.shared.backend.name(), key = %self.shared.key);
-        self.shared.release(delay).instrument(span).await
+        let shared = Arc::clone(&self.shared);
+        let name = shared.backend.name();
+        tokio::spawn(async move { shared.release(delay).await }.instrument(span))
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    name,
+                    Operation::Release,
+                    format!("the release task did not finish: {e}"),
+                )
+            })?
     }
 }
 
@@ -496,11 +538,8 @@ fn spawn_watchdog(shared: Arc<Shared>, fraction: f64) {
         tracing::debug_span!("lock.watchdog", backend = shared.backend.name(), key = %shared.key);
     tokio::spawn(
         async move {
-            let Some(stop) = shared.stop_watchdog.clone() else {
-                return;
-            };
             tokio::select! {
-                _ = stop.cancelled() => {}
+                _ = shared.stop.cancelled() => {}
                 _ = watchdog_loop(&shared, fraction) => {}
             }
         }
@@ -514,7 +553,17 @@ async fn watchdog_loop(shared: &Shared, fraction: f64) {
         let period = ttl.as_duration().mul_f64(fraction);
         tokio::time::sleep(period).await;
         loop {
-            match shared.prolongate(ttl).await {
+            // The lost signal is never late: a prolong still in flight when the validity
+            // runs out (a partition, a frozen server) does not hold it back.
+            let until = shared.until();
+            let outcome = tokio::select! {
+                outcome = shared.prolongate(ttl) => outcome,
+                _ = tokio::time::sleep_until(until) => {
+                    shared.mark_lost("its validity ran out while a prolong was still in flight");
+                    return;
+                }
+            };
+            match outcome {
                 Ok(ProlongOutcome::Lost) => return,
                 Ok(_) => break,
                 Err(e) => {
@@ -532,6 +581,26 @@ async fn watchdog_loop(shared: &Shared, fraction: f64) {
             }
         }
     }
+}
+
+/// Fires the lost signal of a guard without a watchdog when its validity runs out, unless
+/// a prolong moved it first; stops when the guard is given back.
+fn spawn_expiry_timer(shared: Arc<Shared>) {
+    tokio::spawn(async move {
+        loop {
+            let until = shared.until();
+            tokio::select! {
+                _ = shared.stop.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => {}
+            }
+            if shared.until() <= Instant::now() {
+                if !shared.released.load(Ordering::Acquire) {
+                    shared.mark_lost("its validity ran out before it was prolonged");
+                }
+                return;
+            }
+        }
+    });
 }
 
 /// Validates a watchdog fraction.

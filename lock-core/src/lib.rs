@@ -43,6 +43,7 @@
 //! fencing tokens keep growing.
 
 mod backend;
+mod detached;
 mod error;
 mod guard;
 mod holder;

@@ -9,10 +9,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::detached::{give_back_detached, GiveBack, Obtain};
 use crate::guard::{check_fraction, GuardParts, Registry};
 use crate::{
     Busy, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockGuard, ObtainOutcome,
-    ObtainRequest, Operation, ReleaseOutcome, ReleaseRequest, Result, Retry, Token, Ttl,
+    Operation, ReleaseOutcome, Result, Retry, Token, Ttl,
 };
 
 /// What an obtain came to: the lock, or who has it.
@@ -120,7 +121,8 @@ impl Locker {
         Ok(self)
     }
 
-    /// The default wait of [`LockBuilder::obtain`].
+    /// The default wait of [`LockBuilder::obtain`]. [`Duration::MAX`] (or any wait over
+    /// thirty years) means: until obtained.
     pub fn with_wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -199,6 +201,10 @@ impl Locker {
     ///
     /// # Errors
     /// As for [`LockBuilder::obtain`], or the release's error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `f`'s future and the guard: the lock is released in the
+    /// background (see [`LockGuard`]), and an obtain still in flight gives back its grant.
     pub async fn with_lock<F, Fut, T>(&self, key: impl AsRef<str>, f: F) -> Result<Attempt<T>>
     where
         F: FnOnce(HeldLock) -> Fut,
@@ -222,6 +228,10 @@ impl Locker {
     /// Gives back every lock still held through this locker (and its clones), for example at
     /// shutdown. Returns each key with its release's result; their guards then do nothing
     /// more on release or drop.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the locks not yet released when the future is dropped stay held
+    /// until their ttl runs out (their guards already count them as given back).
     pub async fn release_all(&self) -> Vec<(Key, Result<ReleaseOutcome>)> {
         let mut results = Vec::new();
         for shared in self.registry.drain() {
@@ -300,7 +310,11 @@ impl<'a> LockBuilder<'a> {
         self
     }
 
-    /// How long [`LockBuilder::obtain`] may wait in all.
+    /// How long [`LockBuilder::obtain`] may wait in all; [`Duration::MAX`] means until
+    /// obtained.
+    ///
+    /// The wait bounds the pauses between attempts; an attempt already sent when the wait
+    /// runs out is awaited, and lasts at most the backend's own deadline for one call.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -345,8 +359,9 @@ impl<'a> LockBuilder<'a> {
     /// was given back); otherwise the backend's error.
     ///
     /// # Cancel safety
-    /// Dropping the future leaves nothing behind: a lock granted to it is released in the
-    /// background.
+    /// Cancel safe: dropping the future leaves nothing behind. The backend call runs in a
+    /// task of its own; a grant that arrives after the drop is given back by that task,
+    /// after the grant, so the cleanup can never overtake it.
     pub async fn try_obtain(self) -> Result<Attempt<LockGuard>> {
         let plan = self.plan()?;
         let span = plan.span();
@@ -363,8 +378,8 @@ impl<'a> LockBuilder<'a> {
     /// As for [`LockBuilder::try_obtain`].
     ///
     /// # Cancel safety
-    /// Dropping the future (for example from `tokio::select!` on a shutdown token) leaves
-    /// nothing behind.
+    /// Cancel safe: dropping the future (for example from `tokio::select!` on a shutdown
+    /// token) leaves nothing behind, as for [`LockBuilder::try_obtain`].
     pub async fn obtain(self) -> Result<Attempt<LockGuard>> {
         let plan = self.plan()?;
         let span = plan.span();
@@ -424,77 +439,72 @@ impl Plan<'_> {
 
     async fn attempt(&self) -> Result<Attempt<LockGuard>> {
         let backend = &self.locker.backend;
-        let sent_at = Instant::now();
-        let mut cleanup = ReleaseOnDrop {
-            backend,
-            key: &self.key,
-            token: &self.token,
-            armed: true,
-        };
-        let outcome = backend
-            .obtain(ObtainRequest {
-                key: &self.key,
-                token: &self.token,
+        // Two rounds at most: the second only after an earlier attempt's lost grant was given
+        // back (see `Reacquired` below).
+        for _ in 0..2 {
+            let sent_at = Instant::now();
+            let call = Obtain {
+                backend: Arc::clone(backend),
+                key: self.key.clone(),
+                token: self.token,
                 ttl: self.ttl,
-                holder: &self.holder,
-            })
-            .await;
-        cleanup.armed = false;
-        let fencing = match outcome? {
-            ObtainOutcome::Acquired { fencing, .. } => fencing,
-            ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
-            ObtainOutcome::Reacquired { .. } => {
-                // Every plan has a fresh token, so the backend cannot have seen it before.
+                holder: Arc::clone(&self.holder),
+            };
+            let fencing = match call.run(GiveBack::AllHolds).await? {
+                ObtainOutcome::Acquired { fencing, .. } => fencing,
+                ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
+                ObtainOutcome::Reacquired { holds } => {
+                    // This plan's token is fresh, so only an earlier attempt of this very
+                    // plan can hold it: one whose reply was lost after the backend applied it
+                    // (a timeout, a cut connection). Give those holds back and ask again, so
+                    // the guard ends with the one hold it asked for and a fencing token it
+                    // knows.
+                    tracing::debug!(
+                        holds,
+                        "an earlier attempt was granted after all: giving it back"
+                    );
+                    give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await?;
+                    continue;
+                }
+            };
+            if Instant::now() >= sent_at + self.ttl.as_duration() {
+                give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await?;
                 return Err(Error::new(
-                    ErrorKind::Protocol,
+                    ErrorKind::ExpiredOnArrival,
                     backend.name(),
                     Operation::Obtain,
-                    "the backend answered Reacquired for a token it cannot have seen",
+                    format!(
+                        "the lock was granted but its ttl of {} had run out by the time the answer arrived; use a longer ttl",
+                        self.ttl
+                    ),
                 ));
             }
-        };
-        if Instant::now() >= sent_at + self.ttl.as_duration() {
-            let _ = self.release_quietly().await;
-            return Err(Error::new(
-                ErrorKind::ExpiredOnArrival,
-                backend.name(),
-                Operation::Obtain,
-                format!(
-                    "the lock was granted but its ttl of {} had run out by the time the answer arrived; use a longer ttl",
-                    self.ttl
-                ),
-            ));
+            let parts = GuardParts {
+                backend: Arc::clone(backend),
+                key: self.key.clone(),
+                token: self.token,
+                fencing,
+                holder: Arc::clone(&self.holder),
+                sent_at,
+                ttl: self.ttl,
+                lost: None,
+            };
+            return Ok(Attempt::Obtained(LockGuard::new(
+                parts,
+                &self.locker.registry,
+                self.watchdog,
+            )));
         }
-        let parts = GuardParts {
-            backend: Arc::clone(backend),
-            key: self.key.clone(),
-            token: self.token,
-            fencing,
-            holder: Arc::clone(&self.holder),
-            sent_at,
-            ttl: self.ttl,
-            lost: None,
-        };
-        Ok(Attempt::Obtained(LockGuard::new(
-            parts,
-            &self.locker.registry,
-            self.watchdog,
-        )))
-    }
-
-    async fn release_quietly(&self) -> Result<ReleaseOutcome> {
-        self.locker
-            .backend
-            .release(ReleaseRequest {
-                key: &self.key,
-                token: &self.token,
-                delay_after: None,
-            })
-            .await
+        Err(Error::new(
+            ErrorKind::Protocol,
+            backend.name(),
+            Operation::Obtain,
+            "the backend answered Reacquired again for a token whose holds were all given back",
+        ))
     }
 
     async fn wait_loop(&self) -> Result<Attempt<LockGuard>> {
-        let deadline = Instant::now() + self.wait;
+        let deadline = deadline_after(self.wait);
         let backend = &self.locker.backend;
         // Subscribe before the first attempt: a release published between that attempt and
         // the wait must still wake us.
@@ -546,36 +556,12 @@ impl Plan<'_> {
     }
 }
 
-/// Releases, in the background, a lock whose obtain future was dropped mid-flight.
-///
-/// The token is fresh, so the release can only free a lock this very obtain was granted: if
-/// the request never reached the backend, the release answers `Lost` and changes nothing.
-struct ReleaseOnDrop<'a> {
-    backend: &'a Arc<dyn LockBackend>,
-    key: &'a Key,
-    token: &'a Token,
-    armed: bool,
-}
-
-impl Drop for ReleaseOnDrop<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let backend = Arc::clone(self.backend);
-        let (key, token) = (self.key.clone(), *self.token);
-        runtime.spawn(async move {
-            let req = ReleaseRequest {
-                key: &key,
-                token: &token,
-                delay_after: None,
-            };
-            if let Err(e) = backend.release(req).await {
-                tracing::warn!(%key, "cleanup of a cancelled obtain failed; any grant expires after its ttl: {e}");
-            }
-        });
-    }
+/// `wait` from now, or as good as never for a wait too long to add to an instant
+/// (`Duration::MAX` means "wait until obtained").
+fn deadline_after(wait: Duration) -> Instant {
+    // Thirty years: what tokio itself treats as "never".
+    const NEVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    let now = Instant::now();
+    now.checked_add(wait.min(NEVER))
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }

@@ -1,0 +1,129 @@
+//! Backend calls that finish even when their caller stops waiting.
+//!
+//! Dropping a backend call's future does not take back what was already sent: a Postgres
+//! statement keeps running and commits, a Redis command is applied. A cleanup sent *after*
+//! the drop can overtake the call it cleans up (another pooled connection, another queue),
+//! answer `Lost`, and leave the late grant held by nobody until its ttl ends. So every call
+//! of the client layer that can grant or free a lock runs in a task of its own: the caller
+//! awaits its answer, and a grant that finds the caller gone is given back by the same task,
+//! after the grant and on the same path, never racing it.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tracing::Instrument;
+
+use crate::{
+    Error, ErrorKind, HolderInfo, Key, LockBackend, ObtainOutcome, ObtainRequest, Operation,
+    ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
+};
+
+/// What a grant nobody waits for any more is undone with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GiveBack {
+    /// The token is fresh (a new obtain): every hold it has is the orphan's.
+    AllHolds,
+    /// The token already held the lock (a reentrant obtain): only the hold it was granted.
+    OneHold,
+}
+
+/// One obtain, owned, so that it can outlive its caller.
+pub(crate) struct Obtain {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) key: Key,
+    pub(crate) token: Token,
+    pub(crate) ttl: Ttl,
+    pub(crate) holder: Arc<HolderInfo>,
+}
+
+impl Obtain {
+    /// Sends the obtain and waits for its answer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if this future is dropped, the obtain still completes in its task and a
+    /// grant is given back per `orphan`.
+    pub(crate) async fn run(self, orphan: GiveBack) -> Result<ObtainOutcome> {
+        let name = self.backend.name();
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(
+            async move {
+                let req = ObtainRequest {
+                    key: &self.key,
+                    token: &self.token,
+                    ttl: self.ttl,
+                    holder: &self.holder,
+                };
+                let outcome = self.backend.obtain(req).await;
+                let granted = matches!(
+                    outcome,
+                    Ok(ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. })
+                );
+                if tx.send(outcome).is_err() && granted {
+                    tracing::debug!(key = %self.key, "the caller is gone: giving back its grant");
+                    if let Err(e) = give_back(&*self.backend, &self.key, &self.token, orphan).await
+                    {
+                        tracing::warn!(key = %self.key, "could not give back the grant of a cancelled obtain; it expires after its ttl: {e}");
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+        rx.await.map_err(|_| {
+            Error::new(
+                ErrorKind::Unavailable,
+                name,
+                Operation::Obtain,
+                "the obtain task ended without an answer (is the runtime shutting down?)",
+            )
+        })?
+    }
+}
+
+/// Gives back what `token` holds on `key`: one hold, or all of them. Runs in its own task,
+/// so that dropping the caller does not stop it half way.
+///
+/// # Errors
+/// The backend's error; nothing more is given back after it.
+pub(crate) async fn give_back_detached(
+    backend: &Arc<dyn LockBackend>,
+    key: &Key,
+    token: &Token,
+    what: GiveBack,
+) -> Result<()> {
+    let (backend, key, token) = (Arc::clone(backend), key.clone(), *token);
+    let name = backend.name();
+    tokio::spawn(async move { give_back(&*backend, &key, &token, what).await }.in_current_span())
+        .await
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                name,
+                Operation::Release,
+                format!("the release task did not finish: {e}"),
+            )
+        })?
+}
+
+async fn give_back(
+    backend: &dyn LockBackend,
+    key: &Key,
+    token: &Token,
+    what: GiveBack,
+) -> Result<()> {
+    // A hold count is a u32, but a backend that keeps answering `Decremented` must not keep
+    // this task alive for ever: past this many rounds the rest expires with the ttl.
+    const MAX_ROUNDS: u32 = 1024;
+    for _ in 0..MAX_ROUNDS {
+        let req = ReleaseRequest {
+            key,
+            token,
+            delay_after: None,
+        };
+        match backend.release(req).await? {
+            ReleaseOutcome::Decremented { .. } if what == GiveBack::AllHolds => continue,
+            _ => return Ok(()),
+        }
+    }
+    tracing::warn!(%key, "gave up giving back holds after {MAX_ROUNDS} releases; the rest expire with the ttl");
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! The client layer on a bad day: replies lost after the backend applied a call, calls that
+//! never return, futures dropped mid-flight, waits that overflow. Memory backend underneath,
+//! time paused, so every timing here is exact.
+
+use std::future::pending;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    async_trait, Capabilities, Error, ErrorKind, Key, LockBackend, LockState, Locker,
+    MemoryBackend, ObtainOutcome, ObtainRequest, Operation, ProlongOutcome, ProlongRequest,
+    ReleaseOutcome, ReleaseRequest, Result, Retry,
+};
+use tokio::time::Instant;
+
+/// A memory backend behind a misbehaving network.
+#[derive(Debug, Default)]
+struct Faulty {
+    inner: Arc<MemoryBackend>,
+    /// The first obtain is applied, but its reply is lost (an `Unavailable` error instead).
+    lose_first_obtain_reply: AtomicBool,
+    /// Obtains travel this long before the server applies them; dropping the caller does
+    /// not stop them (like a statement already sent to Postgres).
+    obtain_in_flight: Duration,
+    /// Releases wait this long on the client side before they are sent (a busy connection
+    /// pool, say): dropping the caller before then means the release is never sent.
+    release_in_flight: Duration,
+    /// Prolongs never come back.
+    prolong_hangs: bool,
+    releases: AtomicUsize,
+}
+
+#[async_trait]
+impl LockBackend for Faulty {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+    }
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        let (inner, delay) = (Arc::clone(&self.inner), self.obtain_in_flight);
+        let (key, token, ttl, holder) = (req.key.clone(), *req.token, req.ttl, req.holder.clone());
+        let applied = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let req = ObtainRequest {
+                key: &key,
+                token: &token,
+                ttl,
+                holder: &holder,
+            };
+            inner.obtain(req).await
+        });
+        let outcome = applied.await.expect("the server task ran")?;
+        if self.lose_first_obtain_reply.swap(false, Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "faulty",
+                Operation::Obtain,
+                "the reply was lost",
+            ));
+        }
+        Ok(outcome)
+    }
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        if self.prolong_hangs {
+            pending::<()>().await;
+        }
+        self.inner.prolongate(req).await
+    }
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        // Queued on the client side: a dropped caller means it is never sent.
+        tokio::time::sleep(self.release_in_flight).await;
+        self.inner.release(req).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.inner.force_release(key).await
+    }
+}
+
+fn locker(faulty: Faulty) -> (Arc<Faulty>, Locker) {
+    let faulty = Arc::new(faulty);
+    (
+        Arc::clone(&faulty),
+        Locker::new(faulty as Arc<dyn LockBackend>),
+    )
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+async fn state(locker: &Locker) -> LockState {
+    locker
+        .backend()
+        .inspect(&Key::new("k").unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn waits_that_overflow_an_instant_do_not_panic() {
+    let (_, locker) = locker(Faulty::default());
+    let locker = locker.with_wait(Duration::MAX);
+    let guard = locker.lock("k").obtain().await.unwrap().obtained().unwrap();
+    let busy = locker
+        .lock("k")
+        .wait(Duration::MAX)
+        .retry(Retry::none())
+        .obtain()
+        .await
+        .unwrap();
+    assert!(busy.is_busy());
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn obtain_retried_after_a_lost_reply_holds_exactly_once() {
+    let (_, locker) = locker(Faulty {
+        lose_first_obtain_reply: AtomicBool::new(true),
+        ..Faulty::default()
+    });
+    let guard = locker
+        .lock("k")
+        .wait(Duration::from_secs(1))
+        .retry(Retry::linear(ms(10)))
+        .obtain()
+        .await
+        .expect("the retry must turn the server's grant into ours")
+        .obtained()
+        .expect("obtained");
+    let LockState::Held { holds, fencing, .. } = state(&locker).await else {
+        panic!("held")
+    };
+    assert_eq!(holds, 1, "the retry asked for one hold");
+    assert_eq!(fencing, guard.fencing());
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(state(&locker).await, LockState::Free);
+}
+
+#[tokio::test(start_paused = true)]
+async fn obtain_dropped_while_in_flight_leaves_nothing_held() {
+    let (_, locker) = locker(Faulty {
+        obtain_in_flight: ms(20),
+        ..Faulty::default()
+    });
+    for cut_at in [0, 1, 5, 19, 20, 21] {
+        let attempt = tokio::time::timeout(ms(cut_at), locker.lock("k").try_obtain()).await;
+        if let Ok(Ok(attempt)) = attempt {
+            assert_eq!(
+                attempt.obtained().unwrap().release().await.unwrap(),
+                ReleaseOutcome::Released
+            );
+        }
+        // Long enough for the server to apply the obtain and the client to clean up, far
+        // shorter than the ttl.
+        tokio::time::sleep(ms(100)).await;
+        assert_eq!(state(&locker).await, LockState::Free, "cut at {cut_at} ms");
+    }
+    assert_eq!(locker.held_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_dropped_while_in_flight_still_releases() {
+    let (_, locker) = locker(Faulty {
+        release_in_flight: ms(20),
+        ..Faulty::default()
+    });
+    let guard = locker
+        .lock("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let cut = tokio::time::timeout(ms(5), guard.release()).await;
+    assert!(cut.is_err(), "the release was cut off mid-flight");
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(state(&locker).await, LockState::Free);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reenter_after_expiry_detaches_the_parent() {
+    let (faulty, locker) = locker(Faulty::default());
+    let parent = locker
+        .lock("k")
+        .ttl(ms(100))
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    tokio::time::sleep(ms(150)).await;
+    let child = parent.reenter().await.unwrap().obtained().unwrap();
+    assert!(child.fencing() > parent.fencing(), "a fresh acquisition");
+    assert!(
+        parent.is_lost(),
+        "the parent's hold expired and no longer counts"
+    );
+    let releases = faulty.releases.load(Ordering::SeqCst);
+    assert_eq!(parent.release().await.unwrap(), ReleaseOutcome::Lost);
+    assert_eq!(
+        faulty.releases.load(Ordering::SeqCst),
+        releases,
+        "the parent's release must not reach the backend: it would free the child's lock"
+    );
+    assert!(matches!(
+        state(&locker).await,
+        LockState::Held { holds: 1, .. }
+    ));
+    assert_eq!(child.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_fires_at_the_validity_end_while_a_prolong_hangs() {
+    let (_, locker) = locker(Faulty {
+        prolong_hangs: true,
+        ..Faulty::default()
+    });
+    let sent = Instant::now();
+    let guard = locker
+        .lock("k")
+        .ttl(ms(3000))
+        .watchdog()
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    tokio::time::timeout(ms(3001), guard.lost())
+        .await
+        .expect("lost() must fire by the end of the validity, not wait for the prolong");
+    assert!(sent.elapsed() >= ms(3000), "not before the validity ends");
+    assert!(guard.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_fires_at_the_validity_end_without_a_watchdog() {
+    let (_, locker) = locker(Faulty::default());
+    let guard = locker
+        .lock("k")
+        .ttl(ms(2000))
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let token = guard.lost_token();
+    let started = Instant::now();
+    tokio::time::timeout(ms(2001), token.cancelled())
+        .await
+        .expect("an unprolonged guard is lost when its ttl runs out");
+    assert!(started.elapsed() >= ms(1999));
+}
+
+#[tokio::test(start_paused = true)]
+async fn prolonging_in_time_keeps_the_lost_signal_quiet() {
+    let (_, locker) = locker(Faulty::default());
+    let guard = locker
+        .lock("k")
+        .ttl(ms(1000))
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let token = guard.lost_token();
+    for _ in 0..5 {
+        tokio::time::sleep(ms(600)).await;
+        assert_eq!(
+            guard.prolongate(ms(1000)).await.unwrap(),
+            ProlongOutcome::Prolonged
+        );
+    }
+    assert!(!token.is_cancelled() && !guard.is_lost());
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    tokio::time::sleep(ms(5000)).await;
+    assert!(!token.is_cancelled(), "a released guard is not lost");
+}
