@@ -25,7 +25,8 @@
 //! Options in the query string, removed before the URL reaches the backend:
 //! `grace=30s` (any backend); for Redis `prefix=myapp:`, `variant=lua|watch`, `pool=16`;
 //! for Postgres `table=[schema.]table`, `notify=false` (behind PgBouncer),
-//! `durable=false`. Other query parameters go to the backend's own client (`sslmode=…`).
+//! `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
+//! it), `timeout=5s` (the deadline of one call). Other query parameters go to the backend's own client (`sslmode=…`).
 //!
 //! A URL with an unknown scheme, a malformed option, or a scheme whose backend this build
 //! left out (cargo features `file`, `redis`, `postgres`, all on by default) is an
@@ -225,7 +226,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>> {
         "memory" => {
             let mut b = MemoryBackend::new();
             if let Some(g) = grace {
-                b = b.with_grace(g);
+                b = b.with_grace(g)?;
             }
             no_leftovers(scheme, &params)?;
             Arc::new(b)
@@ -272,7 +273,7 @@ fn file(
     }
     let mut b = lock_file::FileBackend::new(path)?;
     if let Some(g) = grace {
-        b = b.with_grace(g);
+        b = b.with_grace(g)?;
     }
     Ok(Arc::new(b))
 }
@@ -318,7 +319,7 @@ async fn redis(
         b = b.with_prefix(p);
     }
     if let Some(g) = grace {
-        b = b.with_grace(g);
+        b = b.with_grace(g)?;
     }
     if let Some(n) = pool {
         b = b.with_pool_size(n);
@@ -357,6 +358,10 @@ fn postgres(
     let schema = take(&mut params, "schema");
     let notify = flag(take(&mut params, "notify"), "notify")?;
     let durable = flag(take(&mut params, "durable"), "durable")?;
+    let migrate = flag(take(&mut params, "migrate"), "migrate")?;
+    let timeout = take(&mut params, "timeout")
+        .map(|t| duration("timeout", &t))
+        .transpose()?;
     let mut b = PostgresBackend::connect(&rebuild(base, &params))?;
     if table.is_some() || schema.is_some() {
         let table = table.unwrap_or_else(|| PostgresBackend::DEFAULT_TABLE.to_owned());
@@ -370,13 +375,19 @@ fn postgres(
         b = b.with_table(&s, &t)?;
     }
     if let Some(g) = grace {
-        b = b.with_grace(g);
+        b = b.with_grace(g)?;
     }
     if let Some(n) = notify {
         b = b.with_notifications(n);
     }
     if let Some(d) = durable {
         b = b.with_durable_commits(d);
+    }
+    if let Some(m) = migrate {
+        b = b.with_auto_migrate(m);
+    }
+    if let Some(t) = timeout {
+        b = b.with_timeout(t)?;
     }
     Ok(Arc::new(b))
 }

@@ -67,6 +67,6 @@ pub use memory::MemoryBackend;
 pub use outcome::{Busy, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome};
 pub use retry::Retry;
 pub use token::Token;
-pub use ttl::Ttl;
+pub use ttl::{Grace, Ttl};
 
 pub use async_trait::async_trait;

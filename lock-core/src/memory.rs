@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::{
-    Busy, Capabilities, Fencing, HolderInfo, Key, LockBackend, LockState, ObtainOutcome,
+    Busy, Capabilities, Fencing, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome,
     ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
     ReleaseSubscription, Result, Token, Ttl,
 };
@@ -40,7 +40,7 @@ use crate::{
 pub struct MemoryBackend {
     store: Arc<Mutex<Store>>,
     namespace: String,
-    grace: Option<Duration>,
+    grace: Option<Grace>,
 }
 
 #[derive(Debug, Default)]
@@ -100,9 +100,13 @@ impl MemoryBackend {
     }
 
     /// Keeps expired records for `grace` instead of each lock's ttl, for late detection.
-    pub fn with_grace(mut self, grace: Duration) -> Self {
-        self.grace = Some(grace);
-        self
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) over 365 days, before any
+    /// I/O.
+    pub fn with_grace(mut self, grace: Duration) -> Result<Self> {
+        self.grace = Some(Grace::new(grace)?);
+        Ok(self)
     }
 
     /// Forgets every record of every namespace (fencing continues upwards): what a server
@@ -125,7 +129,7 @@ impl MemoryBackend {
     }
 
     fn grace_for(&self, ttl: Ttl) -> Duration {
-        self.grace.unwrap_or(ttl.as_duration())
+        Grace::or_ttl(self.grace, ttl).as_duration()
     }
 }
 

@@ -93,6 +93,54 @@ impl From<Ttl> for Duration {
     }
 }
 
+/// How long a backend keeps an expired record so that a late prolong or release can tell
+/// `Late` from `Lost`: 0 to 365 days, in whole milliseconds (by default, each lock's own ttl).
+///
+/// Bounded like a [`Ttl`], so that `now + ttl + grace` never overflows on any backend and a
+/// backend's server never sees a number it cannot store.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::Grace;
+///
+/// assert_eq!(Grace::new(Duration::from_secs(60))?.as_millis(), 60_000);
+/// assert!(Grace::new(Duration::MAX).is_err());
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Grace(u64);
+
+impl Grace {
+    /// Validates a duration.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) above 365 days.
+    pub fn new(duration: Duration) -> Result<Self> {
+        let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        if millis > Ttl::MAX.0 {
+            return Err(Error::invalid(format!(
+                "a grace period must lie between 0 and 365 days, got {duration:?}"
+            )));
+        }
+        Ok(Grace(millis))
+    }
+
+    /// The grace of a lock taken with `ttl` when none is configured: the ttl itself.
+    pub fn or_ttl(grace: Option<Grace>, ttl: Ttl) -> Grace {
+        grace.unwrap_or(Grace(ttl.0))
+    }
+
+    /// Whole milliseconds.
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// As a [`Duration`].
+    pub fn as_duration(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::{
-    Busy, Capabilities, Error, ErrorKind, Fencing, Key, LockBackend, LockState, ObtainOutcome,
-    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    Result, Ttl,
+    Busy, Capabilities, Error, ErrorKind, Fencing, Grace, Key, LockBackend, LockState,
+    ObtainOutcome, ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome,
+    ReleaseRequest, Result, Ttl,
 };
 
 use crate::names::file_name;
@@ -29,7 +29,7 @@ use crate::record::{Phase, Record, State, VERSION};
 #[derive(Debug, Clone)]
 pub struct FileBackend {
     dir: PathBuf,
-    grace: Option<Duration>,
+    grace: Option<Grace>,
 }
 
 impl FileBackend {
@@ -62,9 +62,13 @@ impl FileBackend {
     }
 
     /// Keeps expired records readable as "late" for `grace` instead of each lock's own ttl.
-    pub fn with_grace(mut self, grace: Duration) -> Self {
-        self.grace = Some(grace);
-        self
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) over 365 days, before any
+    /// I/O.
+    pub fn with_grace(mut self, grace: Duration) -> Result<Self> {
+        self.grace = Some(Grace::new(grace)?);
+        Ok(self)
     }
 
     /// The lock directory.
@@ -78,9 +82,7 @@ impl FileBackend {
     }
 
     fn grace_ms(&self, ttl: Ttl) -> u64 {
-        self.grace
-            .map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(ttl.as_millis())
+        Grace::or_ttl(self.grace, ttl).as_millis()
     }
 
     /// Opens and exclusively locks the record of `key`, lets `decide` change it, writes it

@@ -6,11 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_core::future::BoxFuture;
+use tokio::time::Instant;
+
 use async_trait::async_trait;
 use lock_core::{
-    Busy, Capabilities, Error, ErrorKind, Fencing, Key, LockBackend, LockState, ObtainOutcome,
-    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    ReleaseSubscription, Result, Token, Ttl,
+    Busy, Capabilities, Error, ErrorKind, Fencing, Grace, Key, LockBackend, LockState,
+    ObtainOutcome, ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome,
+    ReleaseRequest, ReleaseSubscription, Result, Token, Ttl,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
@@ -18,7 +21,7 @@ use tracing::Instrument;
 
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
 use crate::notify::Notifier;
-use crate::sql::{Args, Names};
+use crate::sql::{token_digest, Args, Names};
 
 pub(crate) const NAME: &str = PostgresBackend::NAME;
 
@@ -33,9 +36,13 @@ pub(crate) const NAME: &str = PostgresBackend::NAME;
 pub struct PostgresBackend {
     pool: PgPool,
     names: Arc<Names>,
-    grace: Option<Duration>,
+    grace: Option<Grace>,
     notifications: bool,
     durable: bool,
+    timeout: Duration,
+    auto_migrate: bool,
+    /// What every statement starts with (see `Names::preamble`).
+    preamble: Arc<str>,
     shared: Arc<Shared>,
 }
 
@@ -55,6 +62,8 @@ impl PostgresBackend {
     pub const DEFAULT_TABLE: &'static str = "distlock";
     /// The default number of pooled connections when built from a URL.
     pub const DEFAULT_POOL_SIZE: u32 = 16;
+    /// The default deadline of one call: see [`PostgresBackend::with_timeout`].
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// Connects a pool to `url` (`postgres://user[:password]@host[:port]/database`, with
     /// sqlx's options such as `sslmode=require`). Nothing is sent until the first operation.
@@ -77,7 +86,9 @@ impl PostgresBackend {
             .application_name(&application_name);
         let pool = PgPoolOptions::new()
             .max_connections(Self::DEFAULT_POOL_SIZE)
-            .acquire_timeout(Duration::from_secs(10))
+            // Each call bounds its own wait for a connection by its deadline; this is only
+            // the pool's outer limit.
+            .acquire_timeout(Duration::from_secs(60))
             // No ping before each statement: that would be a second round trip per lock
             // operation. Dead idle connections are dropped together instead (see `call`).
             .test_before_acquire(false)
@@ -105,6 +116,9 @@ impl PostgresBackend {
             grace: None,
             notifications: true,
             durable: true,
+            timeout: Self::DEFAULT_TIMEOUT,
+            auto_migrate: true,
+            preamble: Names::preamble(Self::DEFAULT_TIMEOUT, true).into(),
             shared: Arc::new(Shared {
                 migrated: AtomicBool::new(false),
                 migrating: tokio::sync::Mutex::default(),
@@ -142,9 +156,13 @@ impl PostgresBackend {
     }
 
     /// Keeps expired rows for `grace` instead of each lock's ttl, for late detection.
-    pub fn with_grace(mut self, grace: Duration) -> Self {
-        self.grace = Some(grace);
-        self
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) over 365 days, before any
+    /// I/O.
+    pub fn with_grace(mut self, grace: Duration) -> Result<Self> {
+        self.grace = Some(Grace::new(grace)?);
+        Ok(self)
     }
 
     /// Turns release notifications (`LISTEN`/`NOTIFY`) on (the default) or off. Turn them
@@ -163,6 +181,42 @@ impl PostgresBackend {
     /// holder believes it holds a lock another may take. Default `true`: durable.
     pub fn with_durable_commits(mut self, durable: bool) -> Self {
         self.durable = durable;
+        self.preamble = Names::preamble(self.timeout, self.durable).into();
+        self
+    }
+
+    /// The deadline of every call (default 5 s): waiting for a pooled connection, connecting,
+    /// and the statement itself, including any wait behind another session's statement on
+    /// the same key. The server enforces it too (`statement_timeout`), so a statement cannot
+    /// wait on past it. A call that hits it returns a retry-safe
+    /// [`ErrorKind::Unavailable`] naming the deadline; the connection it used is closed.
+    ///
+    /// Keep it well under your locks' ttl: a watchdog's prolong that is still waiting when
+    /// the validity ends counts the lock as lost.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for a zero deadline.
+    pub fn with_timeout(mut self, timeout: Duration) -> Result<Self> {
+        if timeout.is_zero() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                NAME,
+                Operation::Validate,
+                "the deadline of a call must be longer than zero",
+            ));
+        }
+        self.timeout = timeout;
+        self.preamble = Names::preamble(self.timeout, self.durable).into();
+        Ok(self)
+    }
+
+    /// With `false`, the backend never creates or changes the schema: on first use it only
+    /// checks that the table and its function are there and usable, and says what is
+    /// missing. For a least-privilege role that may use the table and execute the function
+    /// but may not create them; run [`PostgresBackend::migrate`] once as a role that may
+    /// (`migrate=false` in a `lock-config` URL). Default `true`: created on first use.
+    pub fn with_auto_migrate(mut self, on: bool) -> Self {
+        self.auto_migrate = on;
         self
     }
 
@@ -222,6 +276,9 @@ impl PostgresBackend {
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(|e| map_error(Operation::Connect, e))?;
+        if found.is_empty() {
+            return Err(self.missing_schema());
+        }
         for (column, ty) in EXPECTED {
             match found.iter().find(|(c, _)| c == column) {
                 Some((_, t)) if t == ty => {}
@@ -250,33 +307,91 @@ impl PostgresBackend {
         if self.shared.migrated.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.migrate().await
+        if self.auto_migrate {
+            return self.migrate().await;
+        }
+        self.verify().await
+    }
+
+    /// Checks, without changing anything, that the table has the right shape and the
+    /// function of this version exists.
+    async fn verify(&self) -> Result<()> {
+        self.check_shape().await?;
+        let query = format!(
+            "SELECT to_regprocedure({}) IS NOT NULL",
+            crate::sql::text(&self.names.function_signature())
+        );
+        let row = sqlx::raw_sql(&query)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_error(Operation::Connect, e))?;
+        let found: bool = row
+            .try_get(0)
+            .map_err(|e| protocol(Operation::Connect, e))?;
+        if !found {
+            return Err(self.missing_schema());
+        }
+        self.shared.migrated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn missing_schema(&self) -> Error {
+        Error::new(
+            ErrorKind::Config,
+            NAME,
+            Operation::Connect,
+            format!(
+                "the lock table {} or its function {} is missing (or from another version), \
+                 and this backend does not create them (migrate=false): run migrate() once as \
+                 a role that may create them, then grant this role USAGE on the schema, \
+                 SELECT, INSERT, UPDATE, DELETE on the table and EXECUTE on the functions",
+                self.table(),
+                self.names.function_signature()
+            ),
+        )
+    }
+
+    /// Deletes up to 100 rows past their grace period (or their day of memory), skipping
+    /// every row another statement is working on; returns how many it deleted. Obtains do
+    /// this now and then by themselves; call it to tidy up a table nobody obtains from.
+    ///
+    /// # Errors
+    /// As for any operation.
+    pub async fn sweep(&self) -> Result<u64> {
+        let reply = self
+            .call(
+                Operation::Inspect,
+                "sweep",
+                &Key::new("sweep")?,
+                Args::default(),
+            )
+            .await?;
+        Ok(u64::try_from(reply.ms.unwrap_or(0)).unwrap_or(0))
     }
 
     fn grace_ms(&self, ttl: Ttl) -> u64 {
-        self.grace
-            .map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(ttl.as_millis())
+        Grace::or_ttl(self.grace, ttl).as_millis()
     }
 
-    /// Runs one operation; if the table or function vanished (dropped under a running
-    /// backend), makes them again once and retries: the rows are gone, so holders hear
-    /// `Lost`, and fencing still grows (the server clock floors it).
+    /// Runs one operation within the backend's deadline; if the table or function vanished
+    /// (dropped under a running backend), makes them again once and retries: the rows are
+    /// gone, so holders hear `Lost`, and fencing still grows (the server clock floors it).
     async fn call(&self, op: Operation, word: &str, key: &Key, args: Args<'_>) -> Result<Reply> {
         let span = tracing::debug_span!("postgres_lock", op = word, key = key.as_str());
+        let statement = self.names.call(&self.preamble, word, key.as_str(), &args);
+        let deadline = Instant::now() + self.timeout;
         async {
-            self.ensure_schema().await?;
-            let mut statement = self.names.call(word, key.as_str(), &args);
-            if !self.durable {
-                // One simple query, one implicit transaction: the setting covers the call.
-                statement.insert_str(0, "SET LOCAL synchronous_commit = off; ");
-            }
-            let row = match sqlx::raw_sql(&statement).fetch_one(&self.pool).await {
-                Err(e) if is_missing_schema(&e) => {
+            self.within(op, deadline, self.ensure_schema()).await??;
+            let row = match self.statement(op, deadline, &statement).await {
+                Err(e) if is_missing_schema(&e) && self.auto_migrate => {
                     tracing::warn!(table = %self.table(), "lock table missing, creating it again");
                     self.shared.migrated.store(false, Ordering::Release);
-                    self.ensure_schema().await?;
-                    sqlx::raw_sql(&statement).fetch_one(&self.pool).await
+                    self.within(op, deadline, self.ensure_schema()).await??;
+                    self.statement(op, deadline, &statement).await
+                }
+                Err(e) if is_missing_schema(&e) => {
+                    self.shared.migrated.store(false, Ordering::Release);
+                    return Err(self.missing_schema());
                 }
                 other => other,
             }
@@ -291,6 +406,70 @@ impl PostgresBackend {
         .instrument(span)
         .await
     }
+
+    /// One statement on a pooled connection, by `deadline`. A connection whose statement
+    /// ran out of time is closed, not returned: its reply may still be on the way.
+    fn statement<'a>(
+        &'a self,
+        op: Operation,
+        deadline: Instant,
+        sql: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<PgRow, sqlx::Error>> {
+        Box::pin(async move {
+            let Ok(conn) = tokio::time::timeout_at(deadline, self.pool.acquire()).await else {
+                return Err(sqlx::Error::PoolTimedOut);
+            };
+            let mut conn = conn?;
+            let query = fetch_row(&mut conn, sql);
+            match tokio::time::timeout_at(deadline, query).await {
+                Ok(result) => result,
+                Err(_) => {
+                    conn.close_on_drop();
+                    tracing::debug!(
+                        op = op.as_str(),
+                        "no answer by the deadline: closing the connection"
+                    );
+                    Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "no answer within the deadline of {:?} (with_timeout / timeout=)",
+                            self.timeout
+                        ),
+                    )))
+                }
+            }
+        })
+    }
+
+    /// Runs `fut` (schema checks) by `deadline`.
+    async fn within<T>(
+        &self,
+        op: Operation,
+        deadline: Instant,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Result<T> {
+        tokio::time::timeout_at(deadline, fut).await.map_err(|_| {
+            Error::new(
+                ErrorKind::Unavailable,
+                NAME,
+                op,
+                format!(
+                    "no answer within the deadline of {:?} (with_timeout / timeout=); it is safe to retry",
+                    self.timeout
+                ),
+            )
+        })
+    }
+}
+
+/// One statement on one connection, over the simple query protocol: a `&str` with no
+/// arguments goes out as one `Query` message, like `raw_sql`, and the trait method's boxed
+/// future keeps the backend's futures provably `Send` (`raw_sql`'s generic one does not).
+fn fetch_row<'c>(
+    conn: &'c mut sqlx::PgConnection,
+    sql: &'c str,
+) -> BoxFuture<'c, std::result::Result<PgRow, sqlx::Error>> {
+    sqlx::Executor::fetch_one(conn, sql)
 }
 
 impl PostgresBackend {
@@ -397,6 +576,9 @@ impl fmt::Debug for PostgresBackend {
             .field("table", &self.table())
             .field("grace", &self.grace)
             .field("notifications", &self.notifications)
+            .field("durable", &self.durable)
+            .field("timeout", &self.timeout)
+            .field("auto_migrate", &self.auto_migrate)
             .finish_non_exhaustive()
     }
 }
@@ -424,7 +606,7 @@ impl LockBackend for PostgresBackend {
                 format!("holder info: {e}"),
             )
         })?;
-        let token = req.token.to_hex();
+        let token = token_digest(req.token);
         let args = Args {
             token: Some(&token),
             ttl_ms: req.ttl.as_millis(),
@@ -448,7 +630,7 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let token = req.token.to_hex();
+        let token = token_digest(req.token);
         let args = Args {
             token: Some(&token),
             ttl_ms: req.ttl.as_millis(),
@@ -467,7 +649,7 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        let token = req.token.to_hex();
+        let token = token_digest(req.token);
         let args = Args {
             token: Some(&token),
             delay_ms: req.delay_after.map_or(0, Ttl::as_millis),

@@ -9,6 +9,8 @@ pub(crate) mod code {
     /// The table or the function is gone (dropped under a running backend).
     pub(crate) const UNDEFINED_TABLE: &str = "42P01";
     pub(crate) const UNDEFINED_FUNCTION: &str = "42883";
+    /// The transaction is read-only: a hot standby, or `default_transaction_read_only`.
+    pub(crate) const READ_ONLY: &str = "25006";
 }
 
 /// Whether `e` says the lock table or its function does not exist (any more).
@@ -18,13 +20,15 @@ pub(crate) fn is_missing_schema(e: &sqlx::Error) -> bool {
         .is_some_and(|c| c == code::UNDEFINED_TABLE || c == code::UNDEFINED_FUNCTION)
 }
 
-/// Whether `e` says the connection itself is gone (closed, terminated, cut).
+/// Whether `e` says the connection is no use any more: gone (closed, terminated, cut, timed
+/// out), or on a server that has become read-only (a standby after a failover: a fresh
+/// connection may reach the new primary).
 pub(crate) fn is_broken_connection(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db
             .code()
-            .is_some_and(|c| c.starts_with("57P0") || c.starts_with("08")),
+            .is_some_and(|c| c.starts_with("57P0") || c.starts_with("08") || c == code::READ_ONLY),
         _ => false,
     }
 }
@@ -42,6 +46,24 @@ pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
                     ErrorKind::PermissionDenied,
                     "the user lacks a privilege on the lock table, its schema or function; \
                      grant it, or run migrate() as a user that may create them",
+                ),
+                code::READ_ONLY => (
+                    ErrorKind::Unavailable,
+                    "the server only accepts read-only transactions: it is a hot standby (after \
+                     a failover, point the URL at the new primary) or default_transaction_read_only \
+                     is on for this role or database (turn it off for the lock user); locks need \
+                     a writable primary",
+                ),
+                "57014" => (
+                    ErrorKind::Unavailable,
+                    "the statement ran into the backend's deadline (with_timeout / timeout=), \
+                     most likely queued behind other statements on the same key; it is safe to \
+                     retry",
+                ),
+                "40001" => (
+                    ErrorKind::Unavailable,
+                    "the operation was rolled back because its row changed under it; it is safe \
+                     to retry",
                 ),
                 "3D000" => (
                     ErrorKind::Config,

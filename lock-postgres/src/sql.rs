@@ -7,9 +7,21 @@
 //! directly. Values are never spliced in raw: strings travel as hex
 //! (`convert_from(decode('…', 'hex'), 'UTF8')`), which no setting of the server can
 //! reinterpret, and numbers as decimal digits.
+//!
+//! Because values are in the text, whatever logs statements (sqlx at DEBUG, its slow
+//! statement WARN, the server's `log_statement`) sees them: so the owner token never goes
+//! out, only its SHA-256 ([`token_digest`]), which the table stores instead.
+//!
+//! Each call starts with a preamble ([`Names::preamble`]) that makes its outcome independent
+//! of the server's and the role's settings: READ COMMITTED whatever
+//! `default_transaction_isolation` says (the function must see what the statement it waited
+//! for committed), the backend's deadline as `statement_timeout`, and `lock_timeout` off
+//! (the deadline covers lock waits).
 
 use std::fmt::Write;
+use std::time::Duration;
 
+use lock_core::Token;
 use sha2::{Digest, Sha256};
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
@@ -21,6 +33,8 @@ pub(crate) struct Names {
     pub(crate) table: String,
     /// `"schema"."fn"`, the function every operation calls.
     function: String,
+    /// `'schema.table '`: a key's advisory lock id is the hash of this and the key.
+    lock_prefix: String,
     /// The NOTIFY channel of release notifications (a short digest of the table's name).
     pub(crate) channel: String,
 }
@@ -45,7 +59,8 @@ impl Names {
             let _ = write!(channel, "{b:02x}");
         }
         Some(Names {
-            function: format!("\"{schema}\".\"{table}_op\""),
+            function: format!("\"{schema}\".\"{table}_op_v2\""),
+            lock_prefix: format!("{schema}.{table} "),
             schema: schema.to_owned(),
             table: table.to_owned(),
             channel,
@@ -58,8 +73,11 @@ impl Names {
         let body = SCHEMA
             .replace("{schema}", &format!("\"{}\"", self.schema))
             .replace("{table}", &format!("\"{}\"", self.table))
-            .replace("{fn}", &format!("\"{}_op\"", self.table))
-            .replace("{channel}", &format!("'{}'", self.channel));
+            .replace("{fn}", &format!("\"{}_op_v2\"", self.table))
+            .replace("{sweep}", &format!("\"{}_sweep_v2\"", self.table))
+            .replace("{check}", &format!("\"{}_check_v2\"", self.table))
+            .replace("{channel}", &format!("'{}'", self.channel))
+            .replace("{lock_prefix}", &format!("'{}'", self.lock_prefix));
         format!(
             "BEGIN;\nSELECT pg_advisory_xact_lock({});\n{body}\nCOMMIT;",
             advisory_id(&format!("migrate {}.{}", self.schema, self.table))
@@ -76,14 +94,39 @@ impl Names {
         )
     }
 
-    /// One operation: `SELECT * FROM fn(op, key, lock, token, ttl, grace, holder, delay)`.
-    pub(crate) fn call(&self, op: &str, key: &str, args: &Args<'_>) -> String {
+    /// The `(signature)` of the operations' function, for `to_regprocedure`.
+    pub(crate) fn function_signature(&self) -> String {
         format!(
-            "SELECT o_outcome, o_ms, o_holder, o_fencing, o_holds FROM {}({}, {}, {}, {}, {}, {}, {}, {})",
+            "{}(text, text, bigint, text, bigint, bigint, text, bigint)",
+            self.function
+        )
+    }
+
+    /// What every call starts with: READ COMMITTED, the deadline, and (unless `durable`)
+    /// no wait for the WAL flush. Built once per backend.
+    pub(crate) fn preamble(deadline: Duration, durable: bool) -> String {
+        let ms = u64::try_from(deadline.as_millis())
+            .unwrap_or(u64::MAX)
+            .clamp(1, i32::MAX as u64);
+        let mut sql = format!(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+             SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = 0; "
+        );
+        if !durable {
+            sql.push_str("SET LOCAL synchronous_commit = off; ");
+        }
+        sql
+    }
+
+    /// One operation, after `preamble`:
+    /// `SELECT * FROM fn(op, key, lock, token, ttl, grace, holder, delay)`.
+    pub(crate) fn call(&self, preamble: &str, op: &str, key: &str, args: &Args<'_>) -> String {
+        format!(
+            "{preamble}SELECT o_outcome, o_ms, o_holder, o_fencing, o_holds FROM {}({}, {}, {}, {}, {}, {}, {}, {})",
             self.function,
             text(op),
             text(key),
-            advisory_id(&format!("{}.{} {key}", self.schema, self.table)),
+            advisory_id(&format!("{}{key}", self.lock_prefix)),
             args.token.map_or_else(|| "NULL".to_owned(), text),
             args.ttl_ms,
             args.grace_ms,
@@ -104,13 +147,24 @@ pub(crate) struct Args<'a> {
 }
 
 /// A text value as an expression that cannot be misread, whatever it holds.
-fn text(s: &str) -> String {
+pub(crate) fn text(s: &str) -> String {
     let mut hex = String::with_capacity(s.len() * 2 + 40);
     hex.push_str("convert_from(decode('");
     for b in s.as_bytes() {
         let _ = write!(hex, "{b:02x}");
     }
     hex.push_str("', 'hex'), 'UTF8')");
+    hex
+}
+
+/// What the table stores and the statements carry instead of an owner token: its SHA-256,
+/// in hex. Statements are logged; the token must never be.
+pub(crate) fn token_digest(token: &Token) -> String {
+    let digest = Sha256::digest(token.to_hex().as_bytes());
+    let mut hex = String::with_capacity(64);
+    for b in digest {
+        let _ = write!(hex, "{b:02x}");
+    }
     hex
 }
 
@@ -152,6 +206,35 @@ mod tests {
     }
 
     #[test]
+    fn statements_carry_a_digest_never_the_token() {
+        let token = Token::generate().unwrap();
+        let names = Names::new("s", "t").unwrap();
+        let digest = token_digest(&token);
+        let args = Args {
+            token: Some(&digest),
+            ..Args::default()
+        };
+        let sql = names.call(
+            &Names::preamble(Duration::from_secs(1), true),
+            "obtain",
+            "k",
+            &args,
+        );
+        let hex_of = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+        assert!(sql.contains(&hex_of(&digest)));
+        assert!(!sql.contains(&token.to_hex()) && !sql.contains(&hex_of(&token.to_hex())));
+    }
+
+    #[test]
+    fn the_preamble_pins_isolation_and_the_deadline() {
+        let p = Names::preamble(Duration::from_millis(2500), false);
+        assert!(p.starts_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED;"));
+        assert!(p.contains("statement_timeout = 2500;"));
+        assert!(p.contains("synchronous_commit = off"));
+        assert!(!Names::preamble(Duration::MAX, true).contains("synchronous_commit"));
+    }
+
+    #[test]
     fn advisory_ids_are_stable() {
         // Documented: the first 8 bytes of SHA-256, big-endian. SHA-256("a") starts ca978112ca1bbdca.
         assert_eq!(
@@ -169,6 +252,10 @@ mod tests {
                 "{placeholder} left in the migration"
             );
         }
-        assert!(m.contains("\"s\".\"t_op\""));
+        assert!(m.contains("\"s\".\"t_op_v2\""));
+        assert!(
+            m.contains("'s.t '"),
+            "the sweep hashes the ids the client does"
+        );
     }
 }

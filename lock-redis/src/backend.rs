@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, Error, ErrorKind, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
-    Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, ReleaseSubscription,
-    Result, Ttl,
+    Capabilities, Error, ErrorKind, Grace, Key, LockBackend, LockState, ObtainOutcome,
+    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
+    ReleaseSubscription, Result, Ttl,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tracing::Instrument;
@@ -51,7 +51,7 @@ pub enum Variant {
 pub struct RedisBackend {
     inner: Arc<Inner>,
     prefix: Arc<str>,
-    grace: Option<Duration>,
+    grace: Option<Grace>,
 }
 
 struct Inner {
@@ -141,9 +141,13 @@ impl RedisBackend {
     }
 
     /// Keeps expired records for `grace` instead of each lock's ttl, for late detection.
-    pub fn with_grace(mut self, grace: Duration) -> Self {
-        self.grace = Some(grace);
-        self
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) over 365 days, before any
+    /// I/O.
+    pub fn with_grace(mut self, grace: Duration) -> Result<Self> {
+        self.grace = Some(Grace::new(grace)?);
+        Ok(self)
     }
 
     /// Sets the WATCH variant's number of dedicated connections (at least 1): at most that
@@ -197,9 +201,7 @@ impl RedisBackend {
     }
 
     fn grace_ms(&self, ttl: Ttl) -> u64 {
-        self.grace
-            .map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(ttl.as_millis())
+        Grace::or_ttl(self.grace, ttl).as_millis()
     }
 
     async fn run(&self, key: &Key, req: Request<'_>) -> Result<Reply> {

@@ -264,7 +264,8 @@ async fn a_paused_server_longer_than_the_ttl_hands_the_lock_over_after_resume() 
         let holder = Locker::new(Arc::new(
             backend(&server.url, variant)
                 .await
-                .with_grace(Duration::from_secs(60)),
+                .with_grace(Duration::from_secs(60))
+                .unwrap(),
         ));
         let other = Locker::new(Arc::new(backend(&server.url, variant).await));
         let guard = match holder

@@ -1,13 +1,22 @@
--- The lock table and the one function every operation calls.
+-- The lock table and the functions every operation calls.
 --
--- Placeholders, filled in by sql.rs with quoted identifiers: {schema}, {table}, {fn};
--- and {channel}, a string literal: the LISTEN/NOTIFY channel of release notifications.
+-- Placeholders, filled in by sql.rs with quoted identifiers: {schema}, {table}, {fn},
+-- {sweep}, {check}; and string literals: {channel}, the LISTEN/NOTIFY channel of release
+-- notifications, and {lock_prefix}, what a key's advisory lock id is the hash of (with the
+-- key appended).
+--
+-- The functions' names carry a version (`_v2`): a backend never runs the body of another
+-- version, and backends of two versions on one table still exclude each other (same rows,
+-- same advisory lock ids).
+--
 -- migrate() runs this whole file in one transaction under an advisory lock, so concurrent
 -- migrations wait for each other; every statement is idempotent.
 
 CREATE SCHEMA IF NOT EXISTS {schema};
 
--- One row per key used in the last day. state 'held': token, holder, holds, expires_at;
+-- One row per key used in the last day. state 'held': token (the SHA-256 of the owner
+-- token, in hex: the token itself never reaches the server, its logs or this table),
+-- holder, holds, expires_at;
 -- forget_at ends the grace period. 'cooling': expires_at = forget_at = the end of the
 -- cooldown. 'free': released; the row stays a day (forget_at) only to remember `fencing`,
 -- the last fencing token of the key. Times are the server's clock_timestamp(), never a
@@ -23,7 +32,48 @@ CREATE TABLE IF NOT EXISTS {schema}.{table} (
     forget_at  timestamptz NOT NULL
 );
 
--- p_op: obtain | prolong | release | inspect | force.
+-- Raises when a write that must touch the key's row touched nothing: the row vanished
+-- under the statement, which holding the key's advisory lock should make impossible. The
+-- transaction rolls back and the client gets a retry-safe error (SQLSTATE 40001), never an
+-- outcome that claims a write it did not make.
+CREATE OR REPLACE FUNCTION {schema}.{check}(touched boolean) RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF NOT touched THEN
+        RAISE EXCEPTION 'the lock row vanished during the operation' USING ERRCODE = '40001';
+    END IF;
+END
+$fn$;
+
+-- Deletes up to 100 rows past their grace period or their day of memory, skipping every
+-- row whose key lock another statement holds: an operation that has read its row holds
+-- that lock until it commits, and one that has not read it yet will wait for this
+-- transaction and then find the row gone. Never waits for anything. Returns how many rows
+-- it deleted.
+CREATE OR REPLACE FUNCTION {schema}.{sweep}() RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    s       record;
+    swept   integer := 0;
+BEGIN
+    FOR s IN SELECT t.key FROM {schema}.{table} t
+              WHERE t.forget_at < clock_timestamp() LIMIT 100 LOOP
+        -- The id the client computes (sql.rs, advisory_id): SHA-256's first 8 bytes.
+        IF pg_try_advisory_xact_lock(('x' || encode(substring(
+               sha256(convert_to({lock_prefix} || s.key, 'UTF8')) FROM 1 FOR 8), 'hex')
+               )::bit(64)::bigint) THEN
+            DELETE FROM {schema}.{table} t
+             WHERE t.key = s.key AND t.forget_at < clock_timestamp();
+            IF FOUND THEN
+                swept := swept + 1;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN swept;
+END
+$fn$;
+
+-- p_op: obtain | prolong | release | inspect | force | sweep.
 -- p_lock: the advisory lock id of p_key (64 bits of SHA-256, computed by the client). Two
 -- keys with the same id only wait for each other's statements; their rows stay separate.
 -- Answers one row: o_outcome and, as the outcome needs them, o_ms (remaining ttl or
@@ -35,15 +85,26 @@ RETURNS TABLE (o_outcome text, o_ms bigint, o_holder text, o_fencing bigint, o_h
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
-    now_ts  timestamptz := clock_timestamp();
+    now_ts  timestamptz;
     r       {schema}.{table}%ROWTYPE;
     phase   text;
     ours    boolean := false;
     f       bigint;
     keep    interval := interval '1 day';
 BEGIN
+    IF p_op = 'sweep' THEN
+        o_outcome := 'swept';
+        o_ms := {schema}.{sweep}();
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
     -- Every statement on this key waits here for the one before it to commit.
     PERFORM pg_advisory_xact_lock(p_lock);
+    -- The clock is read after that wait, never before: a call that queued past the lock's
+    -- expiry must see it expired. (The client runs every call at READ COMMITTED, so the
+    -- SELECT below also sees what the statement it waited for committed.)
+    now_ts := clock_timestamp();
 
     SELECT * INTO r FROM {schema}.{table} t WHERE t.key = p_key;
     IF NOT FOUND OR r.state = 'free' OR r.forget_at <= now_ts THEN
@@ -92,6 +153,7 @@ BEGIN
                    forget_at = now_ts + (p_ttl_ms + p_grace_ms) * interval '1 millisecond'
              WHERE t.key = p_key
             RETURNING t.holds INTO o_holds;
+            PERFORM {schema}.{check}(FOUND);
             o_outcome := 'reacquired';
         ELSE
             -- Above the key's last token, and never below the server's clock in
@@ -110,12 +172,9 @@ BEGIN
                    forget_at = EXCLUDED.forget_at;
             o_outcome := 'acquired';
             o_fencing := f;
-            -- Now and then, sweep rows past their grace period or their day of memory
-            -- (other keys included); rows another statement has locked are left for later.
+            -- Now and then, sweep rows past their grace period or their day of memory.
             IF random() < 0.01 THEN
-                DELETE FROM {schema}.{table} t WHERE t.ctid IN (
-                    SELECT s.ctid FROM {schema}.{table} s
-                     WHERE s.forget_at < now_ts LIMIT 100 FOR UPDATE SKIP LOCKED);
+                PERFORM {schema}.{sweep}();
             END IF;
         END IF;
         RETURN NEXT;
@@ -133,11 +192,13 @@ BEGIN
            SET expires_at = now_ts + p_ttl_ms * interval '1 millisecond',
                forget_at = now_ts + (p_ttl_ms + p_grace_ms) * interval '1 millisecond'
          WHERE t.key = p_key;
+        PERFORM {schema}.{check}(FOUND);
         o_outcome := CASE WHEN phase = 'live' THEN 'prolonged' ELSE 'prolonged_late' END;
     ELSIF p_op = 'release' THEN
         IF phase = 'live' AND r.holds > 1 THEN
             UPDATE {schema}.{table} t SET holds = t.holds - 1 WHERE t.key = p_key
             RETURNING t.holds INTO o_holds;
+            PERFORM {schema}.{check}(FOUND);
             o_outcome := 'decremented';
         ELSE
             IF p_delay_ms > 0 THEN
@@ -146,11 +207,13 @@ BEGIN
                        expires_at = now_ts + p_delay_ms * interval '1 millisecond',
                        forget_at = now_ts + p_delay_ms * interval '1 millisecond'
                  WHERE t.key = p_key;
+                PERFORM {schema}.{check}(FOUND);
             ELSE
                 UPDATE {schema}.{table} t
                    SET state = 'free', token = NULL, holder = NULL, holds = NULL,
                        expires_at = now_ts, forget_at = now_ts + keep
                  WHERE t.key = p_key;
+                PERFORM {schema}.{check}(FOUND);
             END IF;
             PERFORM pg_notify({channel}, p_key);
             o_outcome := CASE WHEN phase = 'live' THEN 'released' ELSE 'released_late' END;
