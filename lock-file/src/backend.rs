@@ -15,7 +15,7 @@ use lock_core::{
 };
 
 use crate::names::file_name;
-use crate::record::{Phase, Record, State, VERSION};
+use crate::record::{Phase, Record, State, SLOT, VERSION};
 
 /// Locks as files in one directory, for one machine.
 ///
@@ -38,9 +38,16 @@ impl FileBackend {
 
     /// Locks in `dir`, created (owner-only, 0700) if missing.
     ///
+    /// The directory must belong to the current user and must not be writable by group or
+    /// others (as OpenSSH asks of `~/.ssh`): whoever can write it can delete or replace any
+    /// record and so break anyone's lock. A directory another local user made in advance
+    /// (say `/tmp/lockrun-1000`) is refused, never adopted.
+    ///
     /// # Errors
-    /// [`ErrorKind::PermissionDenied`] or [`ErrorKind::Unavailable`] when the directory cannot
-    /// be created or is not a directory.
+    /// [`ErrorKind::PermissionDenied`] when the directory is someone else's or writable by
+    /// others (the message says how to fix it), or cannot be created;
+    /// [`ErrorKind::Config`] when it is not a directory; [`ErrorKind::Unavailable`] for other
+    /// I/O errors.
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self> {
         let dir = dir.into();
         if !dir.exists() {
@@ -58,6 +65,7 @@ impl FileBackend {
                 format!("{} is not a directory", dir.display()),
             ));
         }
+        check_owner(&dir)?;
         Ok(FileBackend { dir, grace: None })
     }
 
@@ -94,14 +102,17 @@ impl FileBackend {
         decide: impl FnOnce(&mut Option<Record>, Clock) -> T,
     ) -> Result<T> {
         let path = self.record_path(key);
-        let mut file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
+        let file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
         file.lock().map_err(|e| io_error(op, &path, e))?;
-        let (before, old_len) = read_record(&mut file, &path, key, op)?;
+        let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
+        let before = current(&slots, &path, key, op)?;
         let mut record = before.clone();
         let out = decide(&mut record, Clock::now());
         if record != before {
-            if let Some(record) = &record {
-                write_record(&file, record, old_len).map_err(|e| io_error(op, &path, e))?;
+            if let Some(record) = record {
+                slots
+                    .write_next(&file, record)
+                    .map_err(|e| io_error(op, &path, e))?;
             }
         }
         Ok(out)
@@ -116,11 +127,47 @@ impl FileBackend {
             .max(clock.micros);
         Record {
             v: VERSION,
+            seq: 0,
             key: key.as_str().to_owned(),
             fencing,
             state,
         }
     }
+}
+
+/// Refuses a lock directory that is not the current user's own, or that group or others
+/// may write.
+fn check_owner(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let op = Operation::Connect;
+    let meta = std::fs::metadata(dir).map_err(|e| io_error(op, dir, e))?;
+    let me = rustix::process::geteuid().as_raw();
+    let refuse = |why: String| {
+        Err(Error::new(
+            ErrorKind::PermissionDenied,
+            FileBackend::NAME,
+            op,
+            format!(
+                "{}: {why}; anyone who can write the lock directory can delete records and \
+                 break locks. Use a directory of your own with mode 0700 (`chmod 700 {0}`), or \
+                 remove this one if you did not make it",
+                dir.display()
+            ),
+        ))
+    };
+    if meta.uid() != me {
+        return refuse(format!(
+            "the lock directory belongs to uid {}, not to this process's uid {me}",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return refuse(format!(
+            "the lock directory is writable by group or others (mode {:o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// The local wall clock, read once per operation.
@@ -154,51 +201,94 @@ fn open(path: &Path, create: bool) -> io::Result<File> {
         .open(path)
 }
 
-/// Reads the whole file (usually one `pread`) and returns its record and length.
-fn read_all(file: &File) -> io::Result<Vec<u8>> {
-    let mut bytes = vec![0u8; 8192];
-    let mut len = 0;
-    loop {
-        let n = file.read_at(&mut bytes[len..], len as u64)?;
-        len += n;
-        if n == 0 || len < bytes.len() {
-            break;
-        }
-        bytes.resize(bytes.len() * 2, 0);
+/// The two slots of a record file, decoded (see the `record` module).
+struct Slots([std::result::Result<Option<Record>, String>; 2]);
+
+impl Slots {
+    fn read(file: &File) -> io::Result<Self> {
+        let slot = |i: usize| read_slot(file, i).map(|bytes| Record::decode(&bytes));
+        Ok(Slots([slot(0)?, slot(1)?]))
     }
-    bytes.truncate(len);
+
+    /// The current record: the valid slot with the highest `seq`. A file's first write goes
+    /// to slot 1, so a torn slot 1 over an empty slot 0 is a first write that never
+    /// finished: no record. Anything else unreadable with no valid slot beside it is
+    /// corrupt.
+    fn current(&self) -> std::result::Result<Option<&Record>, String> {
+        match (&self.0[0], &self.0[1]) {
+            (Ok(a), Ok(b)) => Ok(match (a, b) {
+                (Some(a), Some(b)) => Some(if b.seq > a.seq { b } else { a }),
+                (a, b) => a.as_ref().or(b.as_ref()),
+            }),
+            (Ok(Some(a)), Err(_)) => Ok(Some(a)),
+            (Err(_), Ok(Some(b))) => Ok(Some(b)),
+            (Ok(None), Err(_)) => Ok(None),
+            (Err(e), _) => Err(e.clone()),
+        }
+    }
+
+    /// Writes `record` into the slot that does not hold the newest valid record (whatever
+    /// its key), with `seq` one above it: a torn write leaves that record standing.
+    fn write_next(&self, file: &File, record: Record) -> io::Result<()> {
+        let (offset, line) = self.next(record)?;
+        file.write_all_at(&line, offset)
+    }
+
+    /// Where the next record goes, and its line.
+    fn next(&self, mut record: Record) -> io::Result<(u64, Vec<u8>)> {
+        let newest = self
+            .0
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| Some((i, slot.as_ref().ok()?.as_ref()?.seq)))
+            .max_by_key(|&(_, seq)| seq);
+        let (slot, seq) = newest.map_or((1, 1), |(i, seq)| (1 - i, seq + 1));
+        record.v = VERSION;
+        record.seq = seq;
+        let line = record.encode();
+        if line.len() > SLOT {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a record of {} bytes does not fit a slot", line.len()),
+            ));
+        }
+        Ok(((slot * SLOT) as u64, line))
+    }
+}
+
+/// Reads slot `i`: one `pread` of a page, or of the whole slot when its line is longer.
+fn read_slot(file: &File, i: usize) -> io::Result<Vec<u8>> {
+    const PAGE: usize = 4096;
+    let offset = (i * SLOT) as u64;
+    let mut bytes = vec![0u8; PAGE];
+    let n = file.read_at(&mut bytes, offset)?;
+    if n == PAGE && !bytes.contains(&b'\n') {
+        bytes.resize(SLOT, 0);
+        let mut len = n;
+        while len < SLOT {
+            let more = file.read_at(&mut bytes[len..], offset + len as u64)?;
+            if more == 0 {
+                break;
+            }
+            len += more;
+        }
+        bytes.truncate(len);
+    } else {
+        bytes.truncate(n);
+    }
     Ok(bytes)
 }
 
-fn read_record(
-    file: &mut File,
-    path: &Path,
-    key: &Key,
-    op: Operation,
-) -> Result<(Option<Record>, usize)> {
-    let bytes = read_all(file).map_err(|e| io_error(op, path, e))?;
-    let record = Record::decode(&bytes).map_err(|why| corrupt(op, path, &why))?;
-    match record {
+/// The current record of `key`'s file, checked to be `key`'s.
+fn current(slots: &Slots, path: &Path, key: &Key, op: Operation) -> Result<Option<Record>> {
+    match slots.current().map_err(|why| corrupt(op, path, &why))? {
         Some(r) if r.key != key.as_str() => Err(corrupt(
             op,
             path,
             "the record belongs to another key (a hash collision or a copied file)",
         )),
-        other => Ok((other, bytes.len())),
+        other => Ok(other.cloned()),
     }
-}
-
-/// One `pwrite` of the whole record. A shorter record is padded with spaces up to the old
-/// length instead of truncating the file: no second syscall, and no moment at which a killed
-/// writer could leave a file that is neither the old record nor the new one.
-fn write_record(file: &File, record: &Record, old_len: usize) -> io::Result<()> {
-    let mut line = record.encode();
-    if line.len() < old_len {
-        line.pop();
-        line.resize(old_len - 1, b' ');
-        line.push(b'\n');
-    }
-    file.write_all_at(&line, 0)
 }
 
 fn corrupt(op: Operation, path: &Path, why: &str) -> Error {
@@ -368,13 +458,14 @@ impl LockBackend for FileBackend {
     async fn inspect(&self, key: &Key) -> Result<LockState> {
         let path = self.record_path(key);
         let op = Operation::Inspect;
-        let mut file = match open(&path, false) {
+        let file = match open(&path, false) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LockState::Free),
             Err(e) => return Err(io_error(op, &path, e)),
         };
         file.lock_shared().map_err(|e| io_error(op, &path, e))?;
-        let (record, _) = read_record(&mut file, &path, key, op)?;
+        let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
+        let record = current(&slots, &path, key, op)?;
         Ok(record.map_or(LockState::Free, |r| state_of(&r, Clock::now())))
     }
 
@@ -383,18 +474,22 @@ impl LockBackend for FileBackend {
         let op = Operation::ForceRelease;
         let file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
         file.lock().map_err(|e| io_error(op, &path, e))?;
-        let bytes = read_all(&file).map_err(|e| io_error(op, &path, e))?;
+        let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
         // A corrupt record is exactly what an operator breaks: it is replaced, not refused.
-        let previous = Record::decode(&bytes)
+        let previous = slots
+            .current()
             .ok()
             .flatten()
-            .filter(|r| r.key == key.as_str());
+            .filter(|r| r.key == key.as_str())
+            .cloned();
         let clock = Clock::now();
         let broken = previous
             .as_ref()
             .map_or(LockState::Free, |r| state_of(r, clock));
         let fresh = Self::new_record(key, previous.as_ref(), clock, State::Free);
-        write_record(&file, &fresh, bytes.len()).map_err(|e| io_error(op, &path, e))?;
+        slots
+            .write_next(&file, fresh)
+            .map_err(|e| io_error(op, &path, e))?;
         tracing::info!(path = %path.display(), "lock broken by force_release");
         Ok(broken)
     }
@@ -420,5 +515,69 @@ fn state_of(r: &Record, clock: Clock) -> LockState {
             holds: *holds,
         },
         _ => LockState::Free,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::HolderInfo;
+
+    fn record(key: &str, fencing: u64) -> Record {
+        Record {
+            v: VERSION,
+            seq: 0,
+            key: key.to_owned(),
+            fencing,
+            state: State::Held {
+                token: "ab".repeat(16),
+                holder: HolderInfo::current()
+                    .with_metadata("m".repeat(4096))
+                    .unwrap(),
+                holds: 1,
+                expires_ms: 1,
+                forget_ms: 2,
+            },
+        }
+    }
+
+    /// What SIGKILL can leave on a kernel that stops a write between pages: every prefix of
+    /// the new record's line, over whatever the file held. The previous record must stand.
+    #[test]
+    fn a_write_cut_after_any_byte_leaves_the_previous_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("k");
+        let file = open(&path, true).unwrap();
+        let mut writes = 0;
+        for fencing in 1..=3 {
+            let slots = Slots::read(&file).unwrap();
+            let previous = slots.current().unwrap().cloned();
+            let (offset, line) = slots.next(record("k", fencing)).unwrap();
+            assert!(line.len() > 4096, "the record spans a page");
+            for cut in [0, 1, 100, 4095, 4096, 4097, line.len() - 2, line.len() - 1] {
+                // A fresh copy of the file each time, the write cut after `cut` bytes.
+                let copy = tmp.path().join(format!("copy-{fencing}-{cut}"));
+                std::fs::copy(&path, &copy).unwrap();
+                let torn = open(&copy, true).unwrap();
+                torn.write_all_at(&line[..cut], offset).unwrap();
+                let after = Slots::read(&torn).unwrap();
+                let current = after.current().unwrap_or_else(|e| {
+                    panic!("write {fencing} cut at {cut} of {}: {e}", line.len())
+                });
+                // The previous record, or (when only bytes it already had are missing) the
+                // new one: never a third thing.
+                let seen = current.map(|r| r.fencing);
+                assert!(
+                    seen == previous.as_ref().map(|r| r.fencing)
+                        || (cut + 2 > line.len() && seen == Some(fencing)),
+                    "write {fencing} cut at {cut}: {seen:?}"
+                );
+            }
+            slots.write_next(&file, record("k", fencing)).unwrap();
+            writes += 1;
+            let now = Slots::read(&file).unwrap();
+            assert_eq!(now.current().unwrap().map(|r| r.fencing), Some(fencing));
+        }
+        assert_eq!(writes, 3);
     }
 }

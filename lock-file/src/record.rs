@@ -1,25 +1,43 @@
-//! The record kept in each lock file: one JSON line, versioned.
+//! The record kept in each lock file: one JSON line with a checksum, in one of two slots.
 //!
 //! ```text
-//! {"v":1,"key":"jobs/nightly","fencing":1732200000123456,"state":"held","token":"<32 hex>",
-//!  "holder":{"host":"web-1","pid":4242,"metadata":"run 17"},"holds":1,
-//!  "expires_ms":1732200030123,"forget_ms":1732200060123}
+//! {"v":2,"seq":7,"key":"jobs/nightly","fencing":1732200000123456,"state":"held",
+//!  "token":"<32 hex>","holder":{"host":"web-1","pid":4242,"metadata":"run 17"},"holds":1,
+//!  "expires_ms":1732200030123,"forget_ms":1732200060123} 9f2c4e01aa37b6d2
 //! ```
 //!
-//! Only the text up to the first newline counts. A write is one `pwrite` of the whole line,
-//! padded with spaces to the old length when shorter (never a truncate), so a killed writer
-//! leaves the old record or the new one, never a half record. A released lock keeps its file
-//! (`"state":"free"`) so that the fencing sequence survives.
+//! The line ends with a space and the 64-bit FNV-1a hash of the JSON, in hex.
+//!
+//! # Crash atomicity
+//! A write that a SIGKILL interrupts can stop at any page boundary, and a record with 4 KiB
+//! of metadata spans pages; the torn half-record would then block its key until an operator
+//! broke it. So the file has two slots, at offset 0 and at [`SLOT`], and a write never
+//! touches the slot that holds the current record: it writes the other one with `seq` one
+//! higher, in one `pwrite`. A reader takes the valid slot with the highest `seq`; a torn
+//! slot fails its checksum and is ignored, so the previous record stands. A file's first
+//! write goes to slot 1: a torn slot 1 over an empty slot 0 is a first write that never
+//! finished (no record), while garbage at offset 0 stays `Corrupt`. Every read and write
+//! happens under the file's `flock`, so no reader sees a write in progress.
+//!
+//! A released lock keeps its file (`"state":"free"`) so that the fencing sequence survives.
+//! Version 1 records (one padded line at offset 0, no checksum) are still read, as `seq` 0.
 
 use lock_core::{HolderInfo, Token};
 use serde::{Deserialize, Serialize};
 
 /// The record format's version.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
+
+/// The offset of the second slot, and the longest line a slot holds. A record's JSON is at
+/// most about 33 KiB (a 1 KiB key and 4 KiB of metadata, every byte escaped as `\u00XX`).
+pub(crate) const SLOT: usize = 64 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Record {
     pub(crate) v: u32,
+    /// Which write this is: the slot with the highest valid `seq` is the record.
+    #[serde(default)]
+    pub(crate) seq: u64,
     pub(crate) key: String,
     pub(crate) fencing: u64,
     #[serde(flatten)]
@@ -75,21 +93,45 @@ impl Record {
         }
     }
 
+    /// The slot's line: JSON, a space, the checksum, a newline.
     pub(crate) fn encode(&self) -> Vec<u8> {
         // Serializing plain data with string keys cannot fail.
         let mut line = serde_json::to_vec(self).unwrap_or_default();
+        let sum = checksum(&line);
+        line.push(b' ');
+        line.extend_from_slice(sum.as_bytes());
         line.push(b'\n');
         line
     }
 
+    /// Decodes one slot: `Ok(None)` for a slot never written (empty, or a hole of zeros).
     pub(crate) fn decode(bytes: &[u8]) -> Result<Option<Record>, String> {
-        let line = match bytes.iter().position(|&b| b == b'\n') {
-            Some(end) => &bytes[..end],
-            None if bytes.is_empty() => return Ok(None),
-            None => return Err("the record has no terminating newline (torn write?)".into()),
+        if bytes.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+            return Err("the record has no terminating newline (torn write?)".into());
         };
+        let line = &bytes[..end];
+        let trimmed = line.trim_ascii_end();
+        // Version 1: padded JSON, no checksum.
+        if trimmed.ends_with(b"}") {
+            let record: Record =
+                serde_json::from_slice(trimmed).map_err(|e| format!("not a lock record: {e}"))?;
+            return match record.v {
+                1 => Ok(Some(Record { seq: 0, ..record })),
+                v => Err(format!("a version {v} record without a checksum")),
+            };
+        }
+        let Some(split) = line.iter().rposition(|&b| b == b' ') else {
+            return Err("not a lock record: no checksum".into());
+        };
+        let (json, sum) = (&line[..split], &line[split + 1..]);
+        if checksum(json).as_bytes() != sum {
+            return Err("the record's checksum does not match (torn write?)".into());
+        }
         let record: Record =
-            serde_json::from_slice(line).map_err(|e| format!("not a lock record: {e}"))?;
+            serde_json::from_slice(json).map_err(|e| format!("not a lock record: {e}"))?;
         if record.v != VERSION {
             return Err(format!(
                 "record version {} is not {VERSION}: written by another version of lock-file",
@@ -98,4 +140,15 @@ impl Record {
         }
         Ok(Some(record))
     }
+}
+
+/// 64-bit FNV-1a of the JSON, in hex. It detects torn writes, not forgery (whoever can
+/// write the file can write any record): a stable, dependency-free hash is enough.
+fn checksum(json: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in json {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
