@@ -593,6 +593,41 @@ pub async fn namespaces_never_interfere(suite: &Suite) -> CaseResult {
         matches!(b.inspect().await?, LockState::Held { .. }),
         "namespace two untouched"
     );
+    // Namespaces that are prefixes of each other, with keys that complete them to the
+    // same string: a backend that concatenates would put both on one record.
+    let pairs = [
+        ("app", "x:y", "appx:", "y"),
+        ("", "ab", "a", "b"),
+        ("a:", "b", "a", ":b"),
+        ("p{", "k", "p", "{k"),
+    ];
+    for (ns_one, key_one, ns_two, key_two) in pairs {
+        let (Some(one), Some(two)) = (
+            suite.harness.namespaced(ns_one).await,
+            suite.harness.namespaced(ns_two).await,
+        ) else {
+            eprintln!(
+                "{}: namespaces_never_interfere: prefix-completion pairs skipped, the harness \
+                 has no named namespaces (Harness::namespaced)",
+                suite.name
+            );
+            return Ok(());
+        };
+        let a = Owner::new(&one, key_one, "a");
+        let b = Owner::new(&two, key_two, "b");
+        acquired(a.obtain(LONG).await?, "the first namespace")?;
+        acquired(
+            b.obtain(LONG).await?,
+            &format!("{ns_two:?} + {key_two:?} after {ns_one:?} + {key_one:?}"),
+        )?;
+        for o in [&a, &b] {
+            ensure!(
+                o.release(None).await? == ReleaseOutcome::Released,
+                "release in {:?}",
+                o.key
+            );
+        }
+    }
     Ok(())
 }
 

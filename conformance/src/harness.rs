@@ -33,6 +33,16 @@ pub trait Harness: Send + Sync + 'static {
         false
     }
 
+    /// A backend in the namespace (key prefix) `namespace`, within a space of this harness's
+    /// own: two calls with the same `namespace` share locks, and the case
+    /// `namespaces_never_interfere` checks that namespaces which are prefixes of each other
+    /// (`app` with key `x:y`, `appx:` with key `y`) never do. `None` when the backend's
+    /// namespaces are not free strings (a table name, a directory).
+    async fn namespaced(&self, namespace: &str) -> Option<Arc<dyn LockBackend>> {
+        let _ = namespace;
+        None
+    }
+
     /// A configuration string for a fresh namespace that another OS process can turn into
     /// the same backend with [`Harness::connect`]. `None` for single-process backends.
     async fn shared_config(&self) -> Option<String> {

@@ -15,6 +15,10 @@ impl Harness for Memory {
         Arc::new(self.0.namespaced(namespace))
     }
 
+    async fn namespaced(&self, namespace: &str) -> Option<Arc<dyn LockBackend>> {
+        Some(Arc::new(self.0.namespaced(namespace)))
+    }
+
     async fn lose_data(&self, _: &Arc<dyn LockBackend>) -> bool {
         self.0.simulate_data_loss();
         true

@@ -23,7 +23,8 @@
 //! | `postgres://user@host/db?table=schema.table` | Postgres (`postgresql://` too) |
 //!
 //! Options in the query string, removed before the URL reaches the backend:
-//! `grace=30s` (any backend); for Redis `prefix=myapp:`, `variant=lua|watch`, `pool=16`;
+//! `grace=30s` (any backend); for Redis `prefix=myapp:`, `variant=lua|watch`, `pool=16`,
+//! `timeout=2s` (the deadline of one call);
 //! for Postgres `table=[schema.]table`, `notify=false` (behind PgBouncer),
 //! `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
 //! it), `timeout=5s` (the deadline of one call). Other query parameters go to the backend's own client (`sslmode=…`).
@@ -313,6 +314,9 @@ async fn redis(
                 .map_err(|_| config_error(format!("pool={p:?} is not a number")))
         })
         .transpose()?;
+    let timeout = take(&mut params, "timeout")
+        .map(|t| duration("timeout", &t))
+        .transpose()?;
     let url = rebuild(&base.replacen("+watch", "", 1), &params);
     let mut b = RedisBackend::connect_with(&url, variant).await?;
     if let Some(p) = prefix {
@@ -323,6 +327,9 @@ async fn redis(
     }
     if let Some(n) = pool {
         b = b.with_pool_size(n);
+    }
+    if let Some(t) = timeout {
+        b = b.with_timeout(t)?;
     }
     Ok(Arc::new(b))
 }

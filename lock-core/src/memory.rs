@@ -121,8 +121,12 @@ impl MemoryBackend {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The store's name of `key`: the namespace's length, then the namespace, then the key,
+    /// so that `app` + `x:y` and `appx:` + `y` never meet.
     fn full_key(&self, key: &Key) -> String {
-        let mut full = String::with_capacity(self.namespace.len() + key.as_str().len());
+        let mut full = String::with_capacity(self.namespace.len() + key.as_str().len() + 8);
+        full.push_str(&self.namespace.len().to_string());
+        full.push(':');
         full.push_str(&self.namespace);
         full.push_str(key.as_str());
         full

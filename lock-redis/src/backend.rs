@@ -52,6 +52,7 @@ pub struct RedisBackend {
     inner: Arc<Inner>,
     prefix: Arc<str>,
     grace: Option<Grace>,
+    timeout: Duration,
 }
 
 struct Inner {
@@ -73,6 +74,8 @@ impl RedisBackend {
     pub const DEFAULT_PREFIX: &'static str = "lock:";
     /// The default number of dedicated connections of the WATCH variant.
     pub const DEFAULT_POOL_SIZE: usize = 16;
+    /// The default deadline of one call: see [`RedisBackend::with_timeout`].
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
     /// Connects the Lua variant to `url` (`redis://[user:password@]host:port/db`, or
     /// `rediss://` for TLS).
@@ -99,9 +102,12 @@ impl RedisBackend {
             Variant::Lua => {
                 // Two quick retries: a wrong address or certificate fails in about a second,
                 // and later reconnects start over anyway on the next call.
+                // No response timeout of the driver's own: each call's deadline
+                // (`with_timeout`) bounds it, whatever it waits for.
                 let config = ConnectionManagerConfig::new()
                     .set_number_of_retries(2)
-                    .set_connection_timeout(Some(Duration::from_secs(2)));
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(None);
                 let conn = ConnectionManager::new_with_config(client.clone(), config)
                     .await
                     .map_err(|e| map_error(name, Operation::Connect, e))?;
@@ -131,7 +137,30 @@ impl RedisBackend {
             }),
             prefix: Self::DEFAULT_PREFIX.into(),
             grace: None,
+            timeout: Self::DEFAULT_TIMEOUT,
         }
+    }
+
+    /// The deadline of every call (default 2 s): waiting for a pooled connection or a
+    /// reconnect, and the server's answer. A call that hits it returns a retry-safe
+    /// [`ErrorKind::Unavailable`] naming the deadline; the call may or may not have been
+    /// applied (the contract's uncertain failure, which a retry resolves). Keep it well
+    /// under your locks' ttl: a watchdog's prolong still waiting when the validity ends
+    /// counts the lock as lost.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for a zero deadline.
+    pub fn with_timeout(mut self, timeout: Duration) -> Result<Self> {
+        if timeout.is_zero() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                self.name(),
+                Operation::Validate,
+                "the deadline of a call must be longer than zero",
+            ));
+        }
+        self.timeout = timeout;
+        Ok(self)
     }
 
     /// Puts every key under `prefix` instead of `lock:`; different prefixes never meet.
@@ -206,15 +235,29 @@ impl RedisBackend {
 
     async fn run(&self, key: &Key, req: Request<'_>) -> Result<Reply> {
         let keys = LockKeys::new(&self.prefix, key);
-        let span = tracing::debug_span!("redis_lock", op = ?req.operation(), key = key.as_str());
-        async {
+        let op = req.operation();
+        let span = tracing::debug_span!("redis_lock", op = ?op, key = key.as_str());
+        let call = async {
             match &self.inner.engine {
                 Engine::Lua(l) => l.run(&keys, &req).await,
+                // A transaction cut off here drops its connection rather than return it.
                 Engine::Watch(w) => w.run(&keys, &req).await,
             }
-        }
-        .instrument(span)
-        .await
+        };
+        tokio::time::timeout(self.timeout, call.instrument(span))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Unavailable,
+                    self.name(),
+                    op,
+                    format!(
+                        "no answer within the deadline of {:?} (with_timeout / timeout=); it is \
+                         safe to retry",
+                        self.timeout
+                    ),
+                ))
+            })
     }
 
     fn mismatch(&self, op: Operation, reply: &Reply) -> Error {

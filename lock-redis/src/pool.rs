@@ -76,9 +76,14 @@ impl Pool {
     }
 
     async fn open(&self, op: Operation) -> Result<Dedicated> {
+        // No response timeout of the driver's own: the backend's deadline bounds each call,
+        // and a transaction it cuts off drops its connection.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
+            .set_response_timeout(None);
         let mut conn = self
             .client
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| map_error(self.backend, op, e))?;
         let id = redis::cmd("CLIENT")

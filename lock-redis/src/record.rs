@@ -44,7 +44,9 @@ pub(crate) enum Phase {
 
 impl Record {
     /// Decodes `v1|state|token|fencing|holds|expires|forget|holder`; anything else is
-    /// `Corrupt`.
+    /// `Corrupt`. As strict as the script, so the two variants agree on every record: the
+    /// state in lower case, the token hex (possibly empty), numbers of 1 to 16 plain digits
+    /// (exact in Lua), holds at most `u32::MAX`.
     pub(crate) fn decode(
         backend: &'static str,
         op: Operation,
@@ -68,12 +70,23 @@ impl Record {
             Some("free") => State::Free,
             _ => return Err(bad()),
         };
-        let token = f.next().ok_or_else(bad)?.to_owned();
-        let mut num = || -> Result<u64> { f.next().and_then(|s| s.parse().ok()).ok_or_else(bad) };
-        let fencing = num()?;
-        let holds = u32::try_from(num()?).map_err(|_| bad())?;
-        let expires = num()?;
-        let forget = num()?;
+        let token = f
+            .next()
+            .filter(|t| t.bytes().all(|b| b.is_ascii_hexdigit()))
+            .ok_or_else(bad)?
+            .to_owned();
+        let mut num = |max_digits: usize| -> Result<u64> {
+            f.next()
+                .filter(|s| {
+                    (1..=max_digits).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())
+                })
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(bad)
+        };
+        let fencing = num(16)?;
+        let holds = u32::try_from(num(10)?).map_err(|_| bad())?;
+        let expires = num(16)?;
+        let forget = num(16)?;
         let holder = f.next().ok_or_else(bad)?.to_owned();
         Ok(Record {
             state,
@@ -158,6 +171,8 @@ pub(crate) fn parse_holder(backend: &'static str, op: Operation, json: &str) -> 
 mod tests {
     use super::*;
 
+    include!("../tests/support/records.rs");
+
     #[test]
     fn records_round_trip_and_junk_is_corrupt() {
         let r = Record {
@@ -172,13 +187,13 @@ mod tests {
         let back = Record::decode("t", Operation::Inspect, "k", &r.encode()).unwrap();
         assert_eq!(back.encode(), r.encode());
         assert_eq!(back.holder, r.holder, "a '|' in the holder survives");
-        for junk in [
-            "",
-            "v2|held|a|1|1|1|1|{}",
-            "v1|gone|a|1|1|1|1|{}",
-            "v1|held|a|x|1|1|1|{}",
-            "v1|held|a|1",
-        ] {
+        for valid in VALID_RECORDS {
+            assert!(
+                Record::decode("t", Operation::Inspect, "k", valid).is_ok(),
+                "{valid}"
+            );
+        }
+        for junk in INVALID_RECORDS {
             assert!(
                 Record::decode("t", Operation::Inspect, "k", junk).is_err(),
                 "{junk}"

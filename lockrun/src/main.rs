@@ -63,7 +63,14 @@ struct Common {
     /// The lock backend: file:///DIR, redis://HOST:PORT/DB, redis+watch://…, rediss://…,
     /// postgres://USER@HOST/DB. Default: a file lock under $XDG_RUNTIME_DIR/lockrun, or the
     /// temporary directory.
-    #[arg(long, env = "LOCK_URL", global = true, value_name = "URL")]
+    // hide_env_values: the URL may hold a password, and --help would print it.
+    #[arg(
+        long,
+        env = "LOCK_URL",
+        hide_env_values = true,
+        global = true,
+        value_name = "URL"
+    )]
     backend: Option<String>,
     /// The name of the lock.
     #[arg(long, global = true, value_name = "KEY")]

@@ -305,3 +305,31 @@ fn a_command_that_ignores_sigterm_after_a_lost_lock_is_killed() {
     assert_eq!(status.code(), Some(76), "lost lock, COMMAND killed");
     assert!(started.elapsed() < Duration::from_secs(25));
 }
+
+#[test]
+fn help_never_shows_the_password_in_lock_url() {
+    for args in [
+        &["--help"][..],
+        &["inspect", "--help"],
+        &["release", "--help"],
+    ] {
+        let out = Command::new(LOCKRUN)
+            .args(args)
+            .env("LOCK_URL", "redis://locker:s3cret-pw@cache.invalid:6379/0")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("LOCK_URL"),
+            "the help names the variable: {text}"
+        );
+        assert!(
+            !text.contains("s3cret-pw"),
+            "{args:?} printed the password: {text}"
+        );
+    }
+}

@@ -38,7 +38,11 @@ local r = nil
 if raw then
   local st, tok, fen, holds, exp, forget, holder =
     string.match(raw, '^v1|(%l+)|(%x*)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
-  if not st or (st ~= 'held' and st ~= 'cooling' and st ~= 'free') then
+  -- Numbers of at most 16 digits stay exact in Lua's doubles; holds fit a u32. The WATCH
+  -- variant's decoder (record.rs) applies the same rules.
+  if not st or (st ~= 'held' and st ~= 'cooling' and st ~= 'free')
+     or #fen > 16 or #exp > 16 or #forget > 16 or #holds > 10
+     or tonumber(holds) > 4294967295 then
     return redis.error_reply('CORRUPT ' .. rec .. ' is a string but not a lock record')
   end
   r = { st = st, tok = tok, fen = tonumber(fen), holds = tonumber(holds), exp = tonumber(exp),

@@ -12,6 +12,7 @@ pub struct Redis {
     url: String,
     variant: Variant,
     made: Mutex<Vec<(String, RedisBackend)>>,
+    space: std::sync::OnceLock<String>,
 }
 
 impl Redis {
@@ -20,6 +21,7 @@ impl Redis {
             url: super::shared_url(),
             variant,
             made: Mutex::default(),
+            space: std::sync::OnceLock::new(),
         }
     }
 
@@ -45,6 +47,12 @@ impl Redis {
 impl Harness for Redis {
     async fn backend(&self) -> Arc<dyn LockBackend> {
         Arc::new(self.make(Self::fresh_prefix()).await)
+    }
+
+    async fn namespaced(&self, namespace: &str) -> Option<Arc<dyn LockBackend>> {
+        // One space per harness (per test), so that equal namespaces share locks.
+        let space = self.space.get_or_init(Self::fresh_prefix);
+        Some(Arc::new(self.make(format!("{space}{namespace}")).await))
     }
 
     async fn lose_data(&self, _: &Arc<dyn LockBackend>) -> bool {

@@ -1,0 +1,75 @@
+//! One table of valid and invalid records, read by both variants through a real server: the
+//! Lua script and the WATCH variant's decoder must agree on every one.
+
+mod support;
+
+use lock_core::{ErrorKind, Key, LockBackend};
+use lock_redis::{RedisBackend, Variant};
+
+include!("support/records.rs");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_variants_agree_on_every_record() {
+    let url = support::shared_url();
+    let prefix = format!(
+        "records-{}:",
+        &lock_core::Token::generate().unwrap().to_hex()[..12]
+    );
+    let mut admin = support::admin(&url).await;
+    let key = Key::new("k").unwrap();
+    // The record's name, as the Lua variant would write it (found by writing one).
+    let lua = RedisBackend::connect_with(&url, Variant::Lua)
+        .await
+        .unwrap()
+        .with_prefix(prefix.clone());
+    let watch = RedisBackend::connect_with(&url, Variant::Watch)
+        .await
+        .unwrap()
+        .with_prefix(prefix.clone());
+    let token = lock_core::Token::generate().unwrap();
+    let holder = lock_core::HolderInfo::current();
+    let req = lock_core::ObtainRequest {
+        key: &key,
+        token: &token,
+        ttl: lock_core::Ttl::from_millis(60_000).unwrap(),
+        holder: &holder,
+    };
+    let _ = lua.obtain(req).await.unwrap();
+    let names: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let [name] = names.as_slice() else {
+        panic!("one record expected under {prefix}: {names:?}")
+    };
+    for (raw, valid) in VALID_RECORDS
+        .iter()
+        .map(|r| (r, true))
+        .chain(INVALID_RECORDS.iter().map(|r| (r, false)))
+    {
+        let _: () = redis::cmd("SET")
+            .arg(name)
+            .arg(*raw)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        for backend in [&lua, &watch] {
+            let got = backend.inspect(&key).await;
+            match (valid, &got) {
+                (true, Ok(_)) => {}
+                (false, Err(e)) if e.kind() == ErrorKind::Corrupt => {}
+                _ => panic!(
+                    "{}: record {raw:?} should be {}: got {got:?}",
+                    backend.name(),
+                    if valid { "read" } else { "Corrupt" }
+                ),
+            }
+        }
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(name)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
