@@ -18,6 +18,11 @@ use tokio::time::Instant;
 use crate::harness::{ms, Owner};
 use crate::{ensure, CaseResult, Failure, Suite};
 
+pub use crate::faults::{
+    cancelled_calls_leave_nothing_held, obtain_retried_after_a_lost_reply_holds_once,
+    partition_during_a_hold_fires_lost_in_time,
+    partition_during_obtain_or_release_leaves_no_orphan, slow_server_never_overstates_validity,
+};
 pub use crate::model::{model_sequences, model_sequences_with};
 pub use crate::process::{killed_holder_frees_after_ttl, multiprocess_exclusion};
 

@@ -43,6 +43,14 @@ pub trait Harness: Send + Sync + 'static {
         None
     }
 
+    /// A fresh backend whose traffic to its server passes through injected network faults,
+    /// with a second backend on the same namespace that talks to the server directly (to
+    /// observe what the server decided). Unlocks the partition and slow-server cases; a
+    /// networked backend must offer it, others return `None` (the default).
+    async fn behind_faults(&self) -> Option<Faulty> {
+        None
+    }
+
     /// A configuration string for a fresh namespace that another OS process can turn into
     /// the same backend with [`Harness::connect`]. `None` for single-process backends.
     async fn shared_config(&self) -> Option<String> {
@@ -54,6 +62,32 @@ pub trait Harness: Send + Sync + 'static {
         let _ = config;
         self.backend().await
     }
+}
+
+/// Network faults between a backend and its server, as a proxy in between injects them.
+pub trait NetworkFaults: Send + Sync {
+    /// Delivers nothing either way; connections stay open and nothing is reset (a partition
+    /// as a client sees it).
+    fn freeze(&self);
+    /// Delays every reply from the server by `latency`.
+    fn delay_replies(&self, latency: Duration);
+    /// Closes every open connection at once.
+    fn cut(&self);
+    /// Back to normal; what waited while frozen is delivered.
+    fn heal(&self);
+}
+
+/// What [`Harness::behind_faults`] gives the fault cases.
+pub struct Faulty {
+    /// The backend whose traffic passes through the faults.
+    pub backend: Arc<dyn LockBackend>,
+    /// The same namespace on the same server, reached directly.
+    pub direct: Arc<dyn LockBackend>,
+    /// The faults to inject.
+    pub faults: Box<dyn NetworkFaults>,
+    /// The deadline of one call of `backend` (its `with_timeout`): keep it at about a
+    /// second, so that the cases stay short.
+    pub deadline: Duration,
 }
 
 /// A harness with the backend's expected name and the test binary's coordinates, as the

@@ -82,11 +82,12 @@ mod harness;
 mod model;
 
 pub mod cases;
+pub mod faults;
 pub mod process;
 
 pub use async_trait::async_trait;
 pub use check::{CaseResult, Failure};
-pub use harness::{Harness, Suite};
+pub use harness::{Faulty, Harness, NetworkFaults, Suite};
 pub use model::case_count;
 
 use std::future::Future;
@@ -169,6 +170,11 @@ macro_rules! suite {
             paused_holder_is_fenced_out,
             data_loss_is_lost_and_fencing_still_grows,
             dropped_connections_leave_a_safe_state,
+            cancelled_calls_leave_nothing_held,
+            obtain_retried_after_a_lost_reply_holds_once,
+            partition_during_a_hold_fires_lost_in_time,
+            slow_server_never_overstates_validity,
+            partition_during_obtain_or_release_leaves_no_orphan,
             multiprocess_exclusion,
             killed_holder_frees_after_ttl
         );

@@ -8,6 +8,7 @@
 //! silently without their server.
 
 pub mod postgres;
+pub mod proxy;
 pub mod redis;
 
 use std::net::{TcpListener, TcpStream};

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use lock_conformance::{async_trait, Harness};
+use lock_conformance::{async_trait, Faulty, Harness};
 use lock_core::{LockBackend, Token};
 use lock_postgres::PostgresBackend;
 
@@ -85,6 +85,25 @@ impl Drop for Postgres {
 impl Harness for Postgres {
     async fn backend(&self) -> Arc<dyn LockBackend> {
         Arc::new(self.make(&Self::fresh_table()))
+    }
+
+    async fn behind_faults(&self) -> Option<Faulty> {
+        let (proxy, url) = test_servers::proxy::in_front_of(&self.url);
+        let table = Self::fresh_table();
+        let deadline = std::time::Duration::from_secs(1);
+        let backend = PostgresBackend::connect(&url)
+            .unwrap()
+            .with_table(&self.schema, &table)
+            .unwrap()
+            .with_notifications(self.notifications)
+            .with_timeout(deadline)
+            .unwrap();
+        Some(Faulty {
+            backend: Arc::new(backend),
+            direct: Arc::new(self.make(&table)),
+            faults: Box::new(proxy),
+            deadline,
+        })
     }
 
     async fn lose_data(&self, _: &Arc<dyn LockBackend>) -> bool {

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use lock_conformance::{async_trait, Harness};
+use lock_conformance::{async_trait, Faulty, Harness};
 use lock_core::{LockBackend, Token};
 use lock_redis::{RedisBackend, Variant};
 
@@ -47,6 +47,24 @@ impl Redis {
 impl Harness for Redis {
     async fn backend(&self) -> Arc<dyn LockBackend> {
         Arc::new(self.make(Self::fresh_prefix()).await)
+    }
+
+    async fn behind_faults(&self) -> Option<Faulty> {
+        let (proxy, url) = test_servers::proxy::in_front_of(&self.url);
+        let prefix = Self::fresh_prefix();
+        let deadline = std::time::Duration::from_secs(1);
+        let backend = RedisBackend::connect_with(&url, self.variant)
+            .await
+            .unwrap_or_else(|e| panic!("Redis through the proxy: {e}"))
+            .with_prefix(prefix.clone())
+            .with_timeout(deadline)
+            .unwrap();
+        Some(Faulty {
+            backend: Arc::new(backend),
+            direct: Arc::new(self.make(prefix).await),
+            faults: Box::new(proxy),
+            deadline,
+        })
     }
 
     async fn namespaced(&self, namespace: &str) -> Option<Arc<dyn LockBackend>> {

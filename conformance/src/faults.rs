@@ -1,0 +1,382 @@
+//! The contract on a bad day: a partition during a hold, during an obtain and during a
+//! release; a slow server; futures dropped mid-flight; a reply lost after the backend
+//! applied the call.
+//!
+//! The network cases need [`Harness::behind_faults`](crate::Harness::behind_faults) (a
+//! proxy between the backend and its server); a backend without a network skips them, a
+//! networked backend whose harness does not offer it fails them. The cancellation and
+//! lost-reply cases run on every backend.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    Attempt, Capabilities, Error, ErrorKind, Key, LockBackend, LockState, Locker, ObtainOutcome,
+    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
+    Result, Retry,
+};
+use tokio::time::Instant;
+
+use crate::harness::{ms, Faulty, Owner};
+use crate::{ensure, CaseResult, Failure, Suite};
+
+/// How late `lost()` may fire after the guard's validity ends: timer resolution and a
+/// loaded machine's scheduling, nothing else (the contract's "small stated margin").
+pub const LOST_MARGIN: Duration = Duration::from_millis(250);
+
+/// The faulty backend, or the reason this case does not apply.
+async fn faulty(suite: &Suite, case: &str) -> std::result::Result<Option<Faulty>, Failure> {
+    if let Some(f) = suite.harness.behind_faults().await {
+        return Ok(Some(f));
+    }
+    let backend = suite.harness.backend().await;
+    ensure!(
+        !backend.capabilities().cross_host,
+        "a networked backend must let the harness put faults between it and its server \
+         (Harness::behind_faults)"
+    );
+    report(format_args!(
+        "{}: {case}: skipped, the backend has no network to fault",
+        suite.name
+    ));
+    Ok(None)
+}
+
+/// Waits until `owner` obtains its key (another client, straight to the server), for at
+/// most `within`; returns how long that took.
+async fn obtained_within(
+    owner: &Owner,
+    within: Duration,
+) -> std::result::Result<Duration, Failure> {
+    let started = Instant::now();
+    loop {
+        match owner.obtain(ms(30_000)).await {
+            Ok(ObtainOutcome::Acquired { .. }) => return Ok(started.elapsed()),
+            Ok(_) => {}
+            Err(e) if e.is_retry_safe() => {}
+            Err(e) => return Err(e.into()),
+        }
+        ensure!(
+            started.elapsed() < within,
+            "{:?} was still held after {within:?}: a hold nobody owns outlived its ttl",
+            owner.key
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// Partition during a hold, watchdog on: `lost()` fires by the end of the validity (the ttl
+/// from when the last successful request was sent) plus [`LOST_MARGIN`], although the
+/// watchdog's prolong never comes back; the lock is then really free for others.
+pub async fn partition_during_a_hold_fires_lost_in_time(suite: &Suite) -> CaseResult {
+    let Some(f) = faulty(suite, "partition_during_a_hold_fires_lost_in_time").await? else {
+        return Ok(());
+    };
+    let ttl = ms(1_500);
+    let locker = Locker::new(Arc::clone(&f.backend));
+    let sent = Instant::now();
+    let guard = match locker
+        .lock("partition")
+        .ttl(ttl)
+        .watchdog()
+        .try_obtain()
+        .await?
+    {
+        Attempt::Obtained(g) => g,
+        Attempt::Busy(b) => return Err(Failure(format!("a fresh key is busy: {b}"))),
+    };
+    f.faults.freeze();
+    let fired = tokio::time::timeout(ttl + ms(3_000), guard.lost()).await;
+    let lost_at = Instant::now();
+    ensure!(
+        fired.is_ok(),
+        "lost() did not fire within 3 s of the validity's end"
+    );
+    let validity_end = sent + ttl;
+    let late = lost_at.saturating_duration_since(validity_end);
+    ensure!(
+        late <= LOST_MARGIN,
+        "lost() fired {late:?} after the validity ended (margin {LOST_MARGIN:?})"
+    );
+    report(format_args!(
+        "{}: partition during a hold: lost() fired {late:?} after the validity end",
+        suite.name
+    ));
+    let other = Owner::new(&f.direct, "partition", "other");
+    obtained_within(&other, ttl + ms(2_000)).await?;
+    f.faults.heal();
+    match guard.release().await {
+        Ok(ReleaseOutcome::Lost) => {}
+        Ok(other) => return Err(Failure(format!("the stale release answered {other:?}"))),
+        Err(e) => ensure!(e.is_retry_safe(), "the stale release failed: {e}"),
+    }
+    ensure!(
+        matches!(other.inspect().await?, LockState::Held { .. }),
+        "the new holder keeps the lock after the heal"
+    );
+    Ok(())
+}
+
+/// A slow server (replies delayed by a good part of the ttl): the guard never claims more
+/// validity than it can have, and a grant that arrives after its ttl is given back as
+/// `ExpiredOnArrival`.
+pub async fn slow_server_never_overstates_validity(suite: &Suite) -> CaseResult {
+    let Some(f) = faulty(suite, "slow_server_never_overstates_validity").await? else {
+        return Ok(());
+    };
+    let locker = Locker::new(Arc::clone(&f.backend));
+    // Connections are opened before the server turns slow.
+    let _ = f.backend.inspect(&Key::new("slow")?).await?;
+    let latency = f.deadline / 3;
+    f.faults.delay_replies(latency);
+    let ttl = f.deadline;
+    let guard = match locker.lock("slow").ttl(ttl).try_obtain().await? {
+        Attempt::Obtained(g) => g,
+        Attempt::Busy(b) => return Err(Failure(format!("a fresh key is busy: {b}"))),
+    };
+    ensure!(
+        guard.remaining() <= ttl - latency,
+        "the guard claims {:?} left of a {ttl:?} lock whose grant took at least {latency:?}",
+        guard.remaining()
+    );
+    let _ = guard.release().await?;
+
+    // A grant slower than its ttl (but within the call's deadline) does not count.
+    let ttl = latency / 2;
+    match locker.lock("slow-2").ttl(ttl).try_obtain().await {
+        Err(e) if e.kind() == ErrorKind::ExpiredOnArrival => {}
+        other => {
+            return Err(Failure(format!(
+                "a grant arriving after its ttl of {ttl:?} must be ExpiredOnArrival, got {other:?}"
+            )))
+        }
+    }
+    f.faults.heal();
+    let other = Owner::new(&f.direct, "slow-2", "other");
+    obtained_within(&other, f.deadline + ms(2_000)).await?;
+    Ok(())
+}
+
+/// A partition during an obtain, and during a release, then a heal: the calls end by their
+/// deadline with a retry-safe error, and whatever the server applied late is free again
+/// within one ttl; nobody ever holds the key twice.
+pub async fn partition_during_obtain_or_release_leaves_no_orphan(suite: &Suite) -> CaseResult {
+    let Some(f) = faulty(suite, "partition_during_obtain_or_release_leaves_no_orphan").await?
+    else {
+        return Ok(());
+    };
+    let locker = Locker::new(Arc::clone(&f.backend));
+    let ttl = ms(1_000);
+    let bound = f.deadline + ms(2_000);
+
+    f.faults.freeze();
+    let started = Instant::now();
+    let attempt = locker.lock("split-obtain").ttl(ttl).try_obtain().await;
+    ensure!(
+        started.elapsed() <= bound,
+        "an obtain in a partition took {:?}, past its deadline of {:?}",
+        started.elapsed(),
+        f.deadline
+    );
+    match attempt {
+        Err(e) if e.is_retry_safe() => {}
+        other => {
+            return Err(Failure(format!(
+                "an obtain in a partition must fail retry-safe, got {other:?}"
+            )))
+        }
+    }
+    f.faults.heal();
+    obtained_within(
+        &Owner::new(&f.direct, "split-obtain", "other"),
+        ttl + ms(2_000),
+    )
+    .await?;
+
+    let guard = match locker.lock("split-release").ttl(ttl).try_obtain().await? {
+        Attempt::Obtained(g) => g,
+        Attempt::Busy(b) => return Err(Failure(format!("a fresh key is busy: {b}"))),
+    };
+    f.faults.freeze();
+    let started = Instant::now();
+    let released = guard.release().await;
+    ensure!(
+        started.elapsed() <= bound,
+        "a release in a partition took {:?}",
+        started.elapsed()
+    );
+    if let Err(e) = &released {
+        ensure!(e.is_retry_safe(), "a release in a partition failed: {e}");
+    }
+    f.faults.heal();
+    obtained_within(
+        &Owner::new(&f.direct, "split-release", "other"),
+        ttl + ms(2_000),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Hundreds of obtains, prolongs and releases through the client layer, each dropped at a
+/// random point in flight: once the background cleanup has run, the key is free, never
+/// held by nobody (a key a cancelled obtain left behind would stay held for the whole
+/// 30 s ttl; the case allows 5 s per trial). `LOCK_CONFORMANCE_TRIALS` raises the count.
+pub async fn cancelled_calls_leave_nothing_held(suite: &Suite) -> CaseResult {
+    let trials: usize = std::env::var("LOCK_CONFORMANCE_TRIALS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(Arc::clone(&backend));
+    let key = Key::new("cancelled")?;
+    let mut cut_in_flight = 0;
+    for trial in 0..trials {
+        match cut(locker.lock("cancelled").try_obtain()).await {
+            None => cut_in_flight += 1,
+            Some(Ok(Attempt::Obtained(guard))) => {
+                if cut(guard.prolongate(ms(30_000))).await.is_none() {
+                    cut_in_flight += 1;
+                }
+                if cut(guard.release()).await.is_none() {
+                    cut_in_flight += 1;
+                }
+            }
+            // A call an earlier trial cut before its task ran may be applied only now; the
+            // wait below sees it given back.
+            Some(Ok(Attempt::Busy(_))) => {}
+            Some(Err(e)) => ensure!(e.is_retry_safe(), "trial {trial}: {e}"),
+        }
+        // The cleanup runs when the backend's answer arrives: far sooner than the 30 s
+        // ttl a hold left behind would keep the key.
+        let started = Instant::now();
+        while !matches!(backend.inspect(&key).await?, LockState::Free) {
+            ensure!(
+                started.elapsed() < ms(5_000),
+                "trial {trial}: a cancelled call left the key held by nobody"
+            );
+            tokio::time::sleep(ms(2)).await;
+        }
+    }
+    tokio::time::sleep(ms(500)).await;
+    ensure!(
+        backend.inspect(&key).await? == LockState::Free,
+        "a cancelled call left the key held by nobody after every call had ended"
+    );
+    report(format_args!(
+        "{}: {trials} trials, {cut_in_flight} calls cut in flight, nothing left held",
+        suite.name
+    ));
+    Ok(())
+}
+
+/// Runs `fut` until a random cut: half the time after 1 to 4 polls (wherever a fast
+/// backend's call then is), half the time after 0 to 3 ms. `None` when it was cut.
+async fn cut<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    if fastrand::bool() {
+        return tokio::time::timeout(Duration::from_micros(fastrand::u64(0..3_000)), fut)
+            .await
+            .ok();
+    }
+    let mut fut = std::pin::pin!(fut);
+    for _ in 0..fastrand::usize(1..=4) {
+        let poll = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx)));
+        if let std::task::Poll::Ready(out) = poll.await {
+            return Some(out);
+        }
+        tokio::task::yield_now().await;
+    }
+    None
+}
+
+/// The first obtain is applied by the backend, but its reply is lost (the caller sees a
+/// retry-safe error); the client's retry must end holding exactly one hold, with a fencing
+/// token it knows, and its release must free the key.
+pub async fn obtain_retried_after_a_lost_reply_holds_once(suite: &Suite) -> CaseResult {
+    let inner = suite.harness.backend().await;
+    let backend: Arc<dyn LockBackend> = Arc::new(LoseFirstObtainReply {
+        inner: Arc::clone(&inner),
+        lost: AtomicBool::new(false),
+    });
+    let locker = Locker::new(backend);
+    let guard = match locker
+        .lock("lost-reply")
+        .wait(ms(5_000))
+        .retry(Retry::linear(ms(20)))
+        .obtain()
+        .await?
+    {
+        Attempt::Obtained(g) => g,
+        Attempt::Busy(b) => return Err(Failure(format!("busy with itself: {b}"))),
+    };
+    let key = Key::new("lost-reply")?;
+    match inner.inspect(&key).await? {
+        LockState::Held { holds, fencing, .. } => {
+            ensure!(holds == 1, "the retried obtain left {holds} holds");
+            ensure!(
+                fencing == guard.fencing(),
+                "the guard's fencing is not the lock's"
+            );
+        }
+        other => return Err(Failure(format!("not held after the retry: {other:?}"))),
+    }
+    ensure!(
+        guard.release().await? == ReleaseOutcome::Released,
+        "one release frees it"
+    );
+    ensure!(
+        inner.inspect(&key).await? == LockState::Free,
+        "free after the release"
+    );
+    Ok(())
+}
+
+/// Applies the first obtain, then reports it failed, as a timeout after the server applied
+/// the call would.
+#[derive(Debug)]
+struct LoseFirstObtainReply {
+    inner: Arc<dyn LockBackend>,
+    lost: AtomicBool,
+}
+
+#[async_trait]
+impl LockBackend for LoseFirstObtainReply {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        let outcome = self.inner.obtain(req).await?;
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                self.name(),
+                Operation::Obtain,
+                "the reply was lost after the backend applied the obtain (injected)",
+            ));
+        }
+        Ok(outcome)
+    }
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        self.inner.prolongate(req).await
+    }
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.inner.release(req).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.inner.force_release(key).await
+    }
+}
+
+/// Writes a line to the test process's real stderr, past libtest's capture: what a case
+/// skipped and what it measured belong in the CI log.
+fn report(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
