@@ -24,6 +24,11 @@ pub use crate::faults::{
     partition_during_obtain_or_release_leaves_no_orphan, slow_server_never_overstates_validity,
 };
 pub use crate::model::{model_sequences, model_sequences_with};
+pub use crate::precise::{
+    busy_remaining_is_exact_both_ways, inspect_changes_nothing_before_late_calls,
+    inspect_counts_reentrant_holds, late_release_with_delay_starts_the_cooldown,
+    reacquire_resets_the_ttl,
+};
 pub use crate::process::{killed_holder_frees_after_ttl, multiprocess_exclusion};
 
 const LONG: Duration = Duration::from_secs(30);

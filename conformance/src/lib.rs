@@ -80,6 +80,7 @@
 mod check;
 mod harness;
 mod model;
+mod precise;
 
 pub mod cases;
 pub mod faults;
@@ -153,6 +154,11 @@ macro_rules! suite {
             late_calls_when_untaken_are_late,
             late_calls_after_steal_are_lost,
             calls_past_grace_are_never_on_time,
+            busy_remaining_is_exact_both_ways,
+            inspect_changes_nothing_before_late_calls,
+            inspect_counts_reentrant_holds,
+            reacquire_resets_the_ttl,
+            late_release_with_delay_starts_the_cooldown,
             cooldown_blocks_everyone_then_frees,
             decrement_ignores_cooldown,
             fencing_grows_across_everything,

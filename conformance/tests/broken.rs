@@ -20,6 +20,10 @@ enum Bug {
     CooldownIgnored,
     TtlIgnored,
     ReentrantReleaseFrees,
+    BusyRemainingUnderstated,
+    InspectForgetsExpired,
+    InspectHoldsAlwaysOne,
+    LateReleaseIgnoresCooldown,
 }
 
 #[derive(Debug)]
@@ -61,6 +65,10 @@ impl LockBackend for Broken {
                     ttl: asked,
                 }
             }
+            ObtainOutcome::Busy(mut busy) if matches!(self.bug, Bug::BusyRemainingUnderstated) => {
+                busy.remaining /= 2;
+                ObtainOutcome::Busy(busy)
+            }
             other => other,
         })
     }
@@ -86,6 +94,12 @@ impl LockBackend for Broken {
                 }
             }
             Bug::CooldownIgnored => req.delay_after = None,
+            // An expired record in its grace period reads Free: the release will be late.
+            Bug::LateReleaseIgnoresCooldown
+                if self.inner.inspect(req.key).await? == LockState::Free =>
+            {
+                req.delay_after = None
+            }
             _ => {}
         }
         let outcome = self.inner.release(req).await?;
@@ -97,7 +111,28 @@ impl LockBackend for Broken {
         Ok(outcome)
     }
     async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
+        let state = self.inner.inspect(key).await?;
+        Ok(match (self.bug, state) {
+            (Bug::InspectForgetsExpired, LockState::Free) => {
+                let _ = self.inner.force_release(key).await?;
+                LockState::Free
+            }
+            (
+                Bug::InspectHoldsAlwaysOne,
+                LockState::Held {
+                    holder,
+                    fencing,
+                    remaining,
+                    ..
+                },
+            ) => LockState::Held {
+                holder,
+                fencing,
+                remaining,
+                holds: 1,
+            },
+            (_, state) => state,
+        })
     }
     async fn force_release(&self, key: &Key) -> Result<LockState> {
         self.inner.force_release(key).await
@@ -149,6 +184,53 @@ fn caught(
     );
     println!("model_sequences caught {bug:?}: {}", result.unwrap_err());
 }
+
+/// Only the named case must fail on `bug`: rules the model-based property checks loosely on
+/// purpose (it must accept any timing a real server shows), which `precise.rs` pins down.
+fn caught_by_name(
+    bug: Bug,
+    named: &str,
+    case: for<'a> fn(
+        &'a Suite,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>,
+    >,
+) {
+    let suite = Suite::new("broken", BrokenHarness(bug));
+    let result = run(case(&suite));
+    assert!(result.is_err(), "{named} did not catch {bug:?}");
+    println!("{named} caught {bug:?}: {}", result.unwrap_err());
+}
+
+macro_rules! catches_by_name {
+    ($test:ident, $bug:ident, $case:ident) => {
+        #[test]
+        fn $test() {
+            caught_by_name(Bug::$bug, stringify!($case), |s| Box::pin(cases::$case(s)));
+        }
+    };
+}
+
+catches_by_name!(
+    understated_busy_remaining_is_caught,
+    BusyRemainingUnderstated,
+    busy_remaining_is_exact_both_ways
+);
+catches_by_name!(
+    inspect_that_forgets_expired_records_is_caught,
+    InspectForgetsExpired,
+    inspect_changes_nothing_before_late_calls
+);
+catches_by_name!(
+    inspect_without_hold_counts_is_caught,
+    InspectHoldsAlwaysOne,
+    inspect_counts_reentrant_holds
+);
+catches_by_name!(
+    late_release_ignoring_its_cooldown_is_caught,
+    LateReleaseIgnoresCooldown,
+    late_release_with_delay_starts_the_cooldown
+);
 
 macro_rules! catches {
     ($test:ident, $bug:ident, $case:ident) => {

@@ -41,7 +41,7 @@ impl Obtain {
     ///
     /// # Cancel safety
     /// Cancel safe: if this future is dropped, the obtain still completes in its task and a
-    /// grant is given back per `orphan`.
+    /// grant nobody read is given back per `orphan`, after the grant.
     pub(crate) async fn run(self, orphan: GiveBack) -> Result<ObtainOutcome> {
         let name = self.backend.name();
         let (tx, rx) = oneshot::channel();
@@ -54,28 +54,88 @@ impl Obtain {
                     holder: &self.holder,
                 };
                 let outcome = self.backend.obtain(req).await;
-                let granted = matches!(
-                    outcome,
-                    Ok(ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. })
-                );
-                if tx.send(outcome).is_err() && granted {
-                    tracing::debug!(key = %self.key, "the caller is gone: giving back its grant");
-                    if let Err(e) = give_back(&*self.backend, &self.key, &self.token, orphan).await
-                    {
-                        tracing::warn!(key = %self.key, "could not give back the grant of a cancelled obtain; it expires after its ttl: {e}");
-                    }
-                }
+                // If the caller is gone, the delivery comes back and is dropped here; if it
+                // is dropped while waiting in the channel, there: either way it gives back
+                // its grant.
+                let _ = tx.send(Delivery {
+                    outcome: Some(outcome),
+                    undo: Some(Undo {
+                        backend: self.backend,
+                        key: self.key,
+                        token: self.token,
+                        what: orphan,
+                    }),
+                });
             }
             .in_current_span(),
         );
-        rx.await.map_err(|_| {
-            Error::new(
+        match rx.await {
+            Ok(delivery) => delivery.take(),
+            Err(_) => Err(Error::new(
                 ErrorKind::Unavailable,
                 name,
                 Operation::Obtain,
                 "the obtain task ended without an answer (is the runtime shutting down?)",
-            )
-        })?
+            )),
+        }
+    }
+}
+
+/// An obtain's outcome on its way to the caller. The caller may be cancelled at any point:
+/// before the answer, or after it was handed over but before it was read. A grant that
+/// nobody takes out of its delivery is given back when the delivery is dropped.
+struct Delivery {
+    outcome: Option<Result<ObtainOutcome>>,
+    undo: Option<Undo>,
+}
+
+struct Undo {
+    backend: Arc<dyn LockBackend>,
+    key: Key,
+    token: Token,
+    what: GiveBack,
+}
+
+impl Delivery {
+    /// The outcome, now the caller's to act on.
+    fn take(mut self) -> Result<ObtainOutcome> {
+        self.undo = None;
+        self.outcome.take().unwrap_or_else(|| {
+            Err(Error::new(
+                ErrorKind::Protocol,
+                "lock-core",
+                Operation::Obtain,
+                "an obtain's outcome was taken twice",
+            ))
+        })
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        let granted = matches!(
+            self.outcome,
+            Some(Ok(
+                ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }
+            ))
+        );
+        let (Some(undo), true) = (self.undo.take(), granted) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(key = %undo.key, "a cancelled obtain's grant cannot be given back outside a runtime; it expires after its ttl");
+            return;
+        };
+        runtime.spawn(
+            async move {
+                tracing::debug!(key = %undo.key, "the caller is gone: giving back its grant");
+                if let Err(e) = give_back(&*undo.backend, &undo.key, &undo.token, undo.what).await
+                {
+                    tracing::warn!(key = %undo.key, "could not give back the grant of a cancelled obtain; it expires after its ttl: {e}");
+                }
+            }
+            .in_current_span(),
+        );
     }
 }
 

@@ -2,7 +2,7 @@
 //! never return, futures dropped mid-flight, waits that overflow. Memory backend underneath,
 //! time paused, so every timing here is exact.
 
-use std::future::pending;
+use std::future::{pending, Future};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -281,4 +281,21 @@ async fn prolonging_in_time_keeps_the_lost_signal_quiet() {
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     tokio::time::sleep(ms(5000)).await;
     assert!(!token.is_cancelled(), "a released guard is not lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn obtain_dropped_after_its_answer_arrived_but_before_it_was_read_leaves_nothing() {
+    let (_, locker) = locker(Faulty::default());
+    {
+        let obtain = locker.lock("k").try_obtain();
+        let mut obtain = std::pin::pin!(obtain);
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(obtain.as_mut().poll(cx)));
+        assert!(first.await.is_pending(), "the obtain runs in its own task");
+        // Let that task finish and hand its grant over; then drop the obtain unread.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(state(&locker).await, LockState::Free);
 }

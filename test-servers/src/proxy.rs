@@ -12,7 +12,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a pump looks at the fault settings while it waits.
 const TICK: Duration = Duration::from_millis(2);
@@ -145,15 +145,43 @@ fn accept_loop(listener: TcpListener, upstream: u16, faults: Arc<Faults>) {
 }
 
 /// Copies `from` to `to` under the faults until either side closes or a cut ends it.
-fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, faults: &Faults) {
+/// Replies go through a second thread, so that every chunk is delivered `latency` after it
+/// arrived (a slow link), not after the chunk before it was delivered.
+fn pump(mut from: TcpStream, to: TcpStream, replies: bool, generation: u64, faults: &Arc<Faults>) {
     let _ = from.set_nonblocking(false);
     let _ = from.set_read_timeout(Some(TICK * 5));
-    let alive = || {
+    let alive = move |faults: &Faults| {
         faults.generation.load(Ordering::SeqCst) == generation
             && !faults.stopped.load(Ordering::SeqCst)
     };
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let writer = {
+        let faults = Arc::clone(faults);
+        let mut to = to.try_clone();
+        thread::spawn(move || {
+            let Ok(to) = to.as_mut() else { return };
+            while let Ok((arrived, chunk)) = rx.recv() {
+                if replies {
+                    let latency =
+                        Duration::from_millis(faults.reply_latency_ms.load(Ordering::SeqCst));
+                    let due = arrived + latency;
+                    let now = Instant::now();
+                    if due > now {
+                        thread::sleep(due - now);
+                    }
+                }
+                // A chunk read just before a freeze waits for the heal too.
+                while faults.frozen.load(Ordering::SeqCst) && alive(&faults) {
+                    thread::sleep(TICK);
+                }
+                if !alive(&faults) || to.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        })
+    };
     let mut buf = vec![0u8; 64 * 1024];
-    while alive() {
+    while alive(faults) {
         if faults.frozen.load(Ordering::SeqCst) {
             thread::sleep(TICK);
             continue;
@@ -164,20 +192,12 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
             Err(_) => break,
         };
-        if replies {
-            let ms = faults.reply_latency_ms.load(Ordering::SeqCst);
-            if ms > 0 {
-                thread::sleep(Duration::from_millis(ms));
-            }
-        }
-        // A chunk read just before a freeze waits for the heal too.
-        while faults.frozen.load(Ordering::SeqCst) && alive() {
-            thread::sleep(TICK);
-        }
-        if !alive() || to.write_all(&buf[..n]).is_err() {
+        if tx.send((Instant::now(), buf[..n].to_vec())).is_err() {
             break;
         }
     }
+    drop(tx);
+    let _ = writer.join();
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }
@@ -185,7 +205,6 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     /// An upstream that echoes every byte.
     fn echo_server() -> u16 {
