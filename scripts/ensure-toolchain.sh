@@ -1,11 +1,47 @@
 #!/usr/bin/env bash
-# Makes sure cargo (with clippy and rustfmt) is on PATH, installing Debian's if it is missing.
-# Sourced by the other scripts.
+# Makes sure a cargo new enough for this workspace is on PATH. Sourced by the other scripts
+# from the repository's root.
+#
+# The minimum Rust version is stated once, as `rust-version` in Cargo.toml. When cargo is
+# missing or older (Debian 12's own `cargo` is 1.63), Debian 12's newer toolchain packages
+# (`cargo-web`, `rustc-web`: Rust 1.96) are installed; anywhere else the script says what
+# to do. rustfmt and clippy are not part of those packages: see scripts/test.sh.
+
 if [ -d "$HOME/.cargo/bin" ]; then PATH="$HOME/.cargo/bin:$PATH"; fi
-if ! command -v cargo >/dev/null 2>&1; then
-  echo "cargo not found: installing Debian's Rust toolchain (needs root)" >&2
-  apt-get update -qq && apt-get install -y -qq cargo rustc rustfmt rust-clippy >&2 || {
-    echo "could not install cargo; install Rust 1.89 or newer (rustup.rs) and run again" >&2
+
+rust_min=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml | head -n 1)
+
+# The version of the rustc that cargo runs, e.g. 1.95.0; empty when there is none.
+rust_version() {
+  command -v cargo >/dev/null 2>&1 || return 0
+  rustc --version 2>/dev/null | sed -n 's/^rustc \([0-9][0-9.]*\).*/\1/p'
+}
+
+# Whether version $1 is at least $2.
+at_least() {
+  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" = "$2" ]
+}
+
+have=$(rust_version)
+if [ -z "$have" ] || ! at_least "$have" "$rust_min"; then
+  echo "this workspace needs Rust $rust_min or newer; found: ${have:-no cargo}" >&2
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if command -v apt-get >/dev/null 2>&1 \
+    && $sudo apt-get update -qq >&2 \
+    && apt-cache show cargo-web >/dev/null 2>&1; then
+    echo "installing Debian's cargo-web and rustc-web" >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq cargo-web rustc-web >&2
+    hash -r
+    have=$(rust_version)
+  fi
+  if [ -z "$have" ] || ! at_least "$have" "$rust_min"; then
+    cat >&2 <<MSG
+could not install Rust $rust_min or newer (found: ${have:-no cargo}).
+Install it with rustup (https://rustup.rs):
+  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --component rustfmt clippy
+then open a new shell (or run: . "\$HOME/.cargo/env") and run this script again.
+MSG
     exit 1
-  }
+  fi
+  echo "using Rust $have" >&2
 fi

@@ -27,9 +27,22 @@ export PATH="$PATH:/usr/sbin"
 
 # Shared servers for the conformance suites, lockrun's tests and the examples: the ones
 # configured (REDIS_URL, DATABASE_URL) or on the default ports, else started here.
+# Servers this script starts are stopped when it ends, however it ends.
+started=()
+stop_started() {
+  for what in "${started[@]}"; do
+    case $what in
+      redis) redis-cli -p 6379 shutdown nosave >/dev/null 2>&1 || true ;;
+      postgres) run_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -m fast stop >/dev/null 2>&1 || true ;;
+    esac
+  done
+}
+trap stop_started EXIT
+
 if [ -z "${REDIS_URL:-}" ] && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
   echo "no Redis on 127.0.0.1:6379: starting one" >&2
   redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes >&2
+  started+=(redis)
   for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.1; done
 fi
 if [ -z "${DATABASE_URL:-}" ] && ! psql -w -q -tA -c 'SELECT 1' postgres://postgres@127.0.0.1:5432/postgres >/dev/null 2>&1; then
@@ -44,6 +57,7 @@ if [ -z "${DATABASE_URL:-}" ] && ! psql -w -q -tA -c 'SELECT 1' postgres://postg
     run_pg "$pg_bin/initdb" -U postgres --auth=trust -D "$pg_dir/data" >/dev/null
     run_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w \
       -o "-p 55432 -c listen_addresses=127.0.0.1 -k $pg_dir -c max_connections=300 -c fsync=off" start >&2
+    started+=(postgres)
   fi
   export DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres
 fi
@@ -51,10 +65,21 @@ REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 export REDIS_URL DATABASE_URL
 
+# rustfmt and clippy come with rustup's toolchain, not with Debian's cargo-web: CI must
+# have them; elsewhere their steps are skipped, saying how to get them.
+tool_or_skip() {
+  if cargo "$1" --version >/dev/null 2>&1; then return 0; fi
+  if [ "${CI:-}" = "true" ]; then
+    echo "cargo $1 is missing, and CI must run it: rustup component add $2" >&2
+    exit 1
+  fi
+  echo "cargo $1 is not installed: step skipped (rustup component add $2)" >&2
+  return 1
+}
 step "format"
-cargo fmt --all -- --check
+if tool_or_skip fmt rustfmt; then cargo fmt --all -- --check; fi
 step "lints"
-cargo clippy --locked --workspace --all-targets -- -D warnings
+if tool_or_skip clippy clippy; then cargo clippy --locked --workspace --all-targets -- -D warnings; fi
 step "docs"
 RUSTDOCFLAGS=-Dwarnings cargo doc --locked --workspace --no-deps -q
 step "examples"
