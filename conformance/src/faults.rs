@@ -159,9 +159,11 @@ pub async fn slow_server_never_overstates_validity(suite: &Suite) -> CaseResult 
         match locker.lock("slow-2").ttl(ttl).try_obtain().await {
             Err(e) if e.kind() == ErrorKind::ExpiredOnArrival => break,
             Err(e) if e.is_retry_safe() && tries < 5 => {}
-            other => return Err(Failure(format!(
+            other => {
+                return Err(Failure(format!(
                 "a grant arriving after its ttl of {ttl:?} must be ExpiredOnArrival, got {other:?}"
-            ))),
+            )))
+            }
         }
     }
     f.faults.heal();
