@@ -171,8 +171,10 @@ pub trait LockBackend: fmt::Debug + Send + Sync + 'static {
     /// Subscribes to releases of `key`, for waiters that would rather be woken than poll.
     ///
     /// Call it *before* the obtain attempt that precedes the wait, so that a release
-    /// published in between still wakes the waiter. `Ok(None)`, the default, means the
-    /// backend has no notification and waiters poll per their retry strategy.
+    /// published in between still wakes the waiter ([`Locker`](crate::Locker) subscribes
+    /// after a first `Busy`, then attempts once more before it waits). `Ok(None)`, the
+    /// default, means the backend has no notification and waiters poll per their retry
+    /// strategy.
     ///
     /// # Errors
     /// As for [`LockBackend::obtain`]; a waiter treats an error as "no notification".

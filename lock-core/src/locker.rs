@@ -506,16 +506,10 @@ impl Plan<'_> {
     async fn wait_loop(&self) -> Result<Attempt<LockGuard>> {
         let deadline = deadline_after(self.wait);
         let backend = &self.locker.backend;
-        // Subscribe before the first attempt: a release published between that attempt and
-        // the wait must still wake us.
-        let mut subscription = if self.retry.is_notified() && !self.wait.is_zero() {
-            backend.subscribe(&self.key).await.unwrap_or_else(|e| {
-                tracing::debug!("no release notification, polling: {e}");
-                None
-            })
-        } else {
-            None
-        };
+        // Subscribed only once the lock turned out busy: an obtain of a free lock costs one
+        // attempt, nothing more.
+        let mut subscription = None;
+        let mut may_subscribe = self.retry.is_notified() && !self.wait.is_zero();
         let mut retries = 0;
         loop {
             let busy = match self.attempt().await {
@@ -534,6 +528,17 @@ impl Plan<'_> {
             if let Ok(b) = &busy {
                 if self.dont_queue && b.remaining > left {
                     return give_up(busy);
+                }
+            }
+            if std::mem::take(&mut may_subscribe) {
+                subscription = backend.subscribe(&self.key).await.unwrap_or_else(|e| {
+                    tracing::debug!("no release notification, polling: {e}");
+                    None
+                });
+                if subscription.is_some() {
+                    // Once more at once: a release published between the attempt above and
+                    // the subscription reached nobody.
+                    continue;
                 }
             }
             let Some(mut delay) = self.retry.delay(retries) else {

@@ -19,6 +19,10 @@ struct Spy {
     prolongs: AtomicUsize,
     obtain_delay: Duration,
     notify: bool,
+    subscribes: AtomicUsize,
+    /// Force-releases the key when someone subscribes to it (a release that happens
+    /// between a waiter's first attempt and its subscription).
+    release_on_subscribe: bool,
 }
 
 #[async_trait]
@@ -49,6 +53,10 @@ impl LockBackend for Spy {
         self.inner.force_release(key).await
     }
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        self.subscribes.fetch_add(1, Ordering::SeqCst);
+        if self.release_on_subscribe {
+            let _ = self.inner.force_release(key).await?;
+        }
         if self.notify {
             self.inner.subscribe(key).await
         } else {
@@ -139,9 +147,53 @@ async fn waiting_obtain_is_woken_by_release_notification() {
     );
     assert_eq!(
         spy.obtains.load(Ordering::SeqCst),
-        3,
-        "first try, the waiter's two"
+        4,
+        "the holder's; the waiter's first, its second once subscribed, the one after the wake-up"
     );
+    assert_eq!(spy.subscribes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn obtaining_a_free_lock_costs_one_attempt_and_no_subscription() {
+    let (spy, locker) = spy(Spy {
+        notify: true,
+        ..Spy::default()
+    });
+    let guard = locker
+        .lock("k")
+        .retry(Retry::default().notified())
+        .wait(secs(60))
+        .obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert_eq!(spy.obtains.load(Ordering::SeqCst), 1);
+    assert_eq!(spy.subscribes.load(Ordering::SeqCst), 0);
+    let _ = guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_between_the_first_attempt_and_the_subscription_is_not_missed() {
+    // The holder releases while the waiter subscribes: the attempt right after the
+    // subscription finds the lock free, long before the 20 s poll.
+    let (spy, locker) = spy(Spy {
+        notify: true,
+        release_on_subscribe: true,
+        ..Spy::default()
+    });
+    let _held = held(&locker, "k").await;
+    let started = Instant::now();
+    let got = locker
+        .lock("k")
+        .retry(Retry::linear(secs(20)).notified())
+        .wait(secs(60))
+        .obtain()
+        .await
+        .unwrap();
+    assert!(got.obtained().is_some());
+    assert!(started.elapsed() < secs(1), "{:?}", started.elapsed());
+    assert_eq!(spy.subscribes.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(start_paused = true)]
