@@ -1,4 +1,4 @@
-//! The reference model of the contract, written from CONTRACT.md alone, and the
+//! The reference model of the contract, written from the contract (`lock_core::contract`) alone, and the
 //! property that runs random operation sequences against it.
 //!
 //! Time is real (a server backend cannot fake it), so the model tracks, for every record, the

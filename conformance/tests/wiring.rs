@@ -71,3 +71,38 @@ fn every_backend_in_the_workspace_runs_the_suite() {
         "backends not wired into the conformance suite: {missing:?} (wired: {wired:?})"
     );
 }
+
+/// Every test the contract (`lock-core/src/contract.md`) names as "Checked by" exists: a
+/// case of the suite, or a test function somewhere in the workspace.
+#[test]
+fn every_case_the_contract_names_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    let contract = std::fs::read_to_string(root.join("lock-core/src/contract.md")).unwrap();
+    let mut sources = Vec::new();
+    rust_files(root, &mut sources);
+    let code: String = sources
+        .iter()
+        .filter(|p| !p.components().any(|c| c.as_os_str() == "target"))
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    let suite = std::fs::read_to_string(root.join("conformance/src/lib.rs")).unwrap();
+    let mut named = 0;
+    for sentence in contract.split("Checked by").skip(1) {
+        let sentence = sentence.split('.').next().unwrap_or("");
+        for name in sentence.split('`').skip(1).step_by(2) {
+            named += 1;
+            let in_suite = suite.contains(&format!("            {name},"));
+            let a_test = code.contains(&format!("fn {name}("));
+            assert!(
+                in_suite || a_test,
+                "the contract names `{name}`, which is neither a suite case nor a test"
+            );
+        }
+    }
+    assert!(
+        named > 40,
+        "only {named} names found: is the contract's format changed?"
+    );
+}

@@ -93,7 +93,7 @@ impl Capabilities {
 /// waiting, retries, guards and the watchdog the same way for every backend.
 ///
 /// # Contract
-/// Every rule of the project's `CONTRACT.md`; the `lock-conformance` crate is its executable
+/// Every rule of [`contract`](crate::contract); the `lock-conformance` crate is its executable
 /// form and every backend in this workspace passes it. In short:
 /// - contention is an outcome ([`ObtainOutcome::Busy`], [`ProlongOutcome::Lost`]), never an
 ///   [`Error`](crate::Error);

@@ -179,7 +179,7 @@ impl Error {
     /// Whether repeating the same call is safe and may succeed.
     ///
     /// Every backend operation is written so that a retry after an error leaves the lock in
-    /// a state the contract allows (CONTRACT.md, guarantee 5); this says whether a retry can
+    /// a state the contract allows ([`contract`](crate::contract), guarantee 5); this says whether a retry can
     /// help: yes for an unreachable backend, no for bad input, corrupt records or a refused
     /// password, which need a person.
     pub fn is_retry_safe(&self) -> bool {

@@ -27,6 +27,8 @@
 //! ```
 //!
 //! # The pieces
+//! - [`contract`]: the rules every backend keeps, each naming the conformance case that
+//!   checks it.
 //! - [`LockBackend`]: the contract (obtain, prolongate, release, inspect), implemented by
 //!   [`MemoryBackend`] here and by the `lock-file`, `lock-redis` and `lock-postgres` crates.
 //!   Contention is an outcome ([`ObtainOutcome::Busy`]), never an [`Error`].
@@ -41,6 +43,9 @@
 //! gets it with a higher fencing token. A backend that loses its data answers `Lost` to the
 //! old holder's prolong (never `Prolonged`), its watchdog fires [`LockGuard::lost`], and
 //! fencing tokens keep growing.
+
+#[doc = include_str!("contract.md")]
+pub mod contract {}
 
 mod backend;
 mod detached;
