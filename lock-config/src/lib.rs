@@ -220,7 +220,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>> {
         ))
     })?;
     let (base, mut params) = split_query(url);
-    let grace = take(&mut params, "grace")
+    let grace = take(&mut params, "grace")?
         .map(|g| duration("grace", &g))
         .transpose()?;
     let backend: Arc<dyn LockBackend> = match scheme {
@@ -297,7 +297,7 @@ async fn redis(
     } else {
         Variant::Lua
     };
-    match take(&mut params, "variant").as_deref() {
+    match take(&mut params, "variant")?.as_deref() {
         None => {}
         Some("lua") => variant = Variant::Lua,
         Some("watch") => variant = Variant::Watch,
@@ -307,14 +307,14 @@ async fn redis(
             )))
         }
     }
-    let prefix = take(&mut params, "prefix");
-    let pool = take(&mut params, "pool")
+    let prefix = take(&mut params, "prefix")?;
+    let pool = take(&mut params, "pool")?
         .map(|p| {
             p.parse::<usize>()
                 .map_err(|_| config_error(format!("pool={p:?} is not a number")))
         })
         .transpose()?;
-    let timeout = take(&mut params, "timeout")
+    let timeout = take(&mut params, "timeout")?
         .map(|t| duration("timeout", &t))
         .transpose()?;
     let url = rebuild(&base.replacen("+watch", "", 1), &params);
@@ -361,12 +361,12 @@ fn postgres(
         })
         .transpose()
     };
-    let table = take(&mut params, "table");
-    let schema = take(&mut params, "schema");
-    let notify = flag(take(&mut params, "notify"), "notify")?;
-    let durable = flag(take(&mut params, "durable"), "durable")?;
-    let migrate = flag(take(&mut params, "migrate"), "migrate")?;
-    let timeout = take(&mut params, "timeout")
+    let table = take(&mut params, "table")?;
+    let schema = take(&mut params, "schema")?;
+    let notify = flag(take(&mut params, "notify")?, "notify")?;
+    let durable = flag(take(&mut params, "durable")?, "durable")?;
+    let migrate = flag(take(&mut params, "migrate")?, "migrate")?;
+    let timeout = take(&mut params, "timeout")?
         .map(|t| duration("timeout", &t))
         .transpose()?;
     let mut b = PostgresBackend::connect(&rebuild(base, &params))?;
@@ -439,9 +439,20 @@ fn split_query(url: &str) -> (String, Vec<(String, String)>) {
     }
 }
 
-fn take(params: &mut Vec<(String, String)>, key: &str) -> Option<String> {
-    let i = params.iter().position(|(k, _)| k == key)?;
-    Some(params.remove(i).1)
+/// Removes option `key` and returns its value, percent-decoded (`%3A` is `:`; `+` stays a
+/// plus). Options lock-config does not know stay encoded for the backend's own client.
+///
+/// # Errors
+/// [`ErrorKind::Config`] when the decoded value is not UTF-8.
+fn take(params: &mut Vec<(String, String)>, key: &str) -> Result<Option<String>> {
+    let Some(i) = params.iter().position(|(k, _)| k == key) else {
+        return Ok(None);
+    };
+    let raw = params.remove(i).1;
+    percent_encoding::percent_decode_str(&raw)
+        .decode_utf8()
+        .map(|v| Some(v.into_owned()))
+        .map_err(|_| config_error(format!("{key}=…: the percent-decoded value is not UTF-8")))
 }
 
 fn rebuild(base: &str, params: &[(String, String)]) -> String {
@@ -490,6 +501,26 @@ mod tests {
     use super::*;
 
     #[cfg(feature = "file")]
+    #[test]
+    fn options_are_percent_decoded_and_the_rest_passed_on_encoded() {
+        let (base, mut params) = split_query("redis://h:1/0?prefix=a%3Ab%2F+c&user=x%40y#frag");
+        assert_eq!(
+            take(&mut params, "prefix").unwrap().as_deref(),
+            Some("a:b/+c")
+        );
+        assert_eq!(rebuild(&base, &params), "redis://h:1/0?user=x%40y#frag");
+        let (_, mut bad) = split_query("memory:?prefix=%FF");
+        assert_eq!(
+            take(&mut bad, "prefix").unwrap_err().kind(),
+            ErrorKind::Config
+        );
+    }
+
+    #[tokio::test]
+    async fn a_percent_encoded_option_is_decoded() {
+        assert!(connect("memory:?grace=1%6D").await.is_ok(), "grace=1m");
+    }
+
     #[tokio::test]
     async fn memory_and_file_urls_give_backends() {
         assert_eq!(connect("memory:").await.unwrap().name(), "memory");
