@@ -500,7 +500,6 @@ pub fn redact(url: &str) -> String {
 mod tests {
     use super::*;
 
-    #[cfg(feature = "file")]
     #[test]
     fn options_are_percent_decoded_and_the_rest_passed_on_encoded() {
         let (base, mut params) = split_query("redis://h:1/0?prefix=a%3Ab%2F+c&user=x%40y#frag");
@@ -521,6 +520,7 @@ mod tests {
         assert!(connect("memory:?grace=1%6D").await.is_ok(), "grace=1m");
     }
 
+    #[cfg(feature = "file")]
     #[tokio::test]
     async fn memory_and_file_urls_give_backends() {
         assert_eq!(connect("memory:").await.unwrap().name(), "memory");
