@@ -59,6 +59,7 @@ mod outcome;
 mod retry;
 mod token;
 mod ttl;
+mod waiters;
 
 pub use backend::{
     Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
@@ -73,5 +74,6 @@ pub use outcome::{Busy, Fencing, LockState, ObtainOutcome, ProlongOutcome, Relea
 pub use retry::Retry;
 pub use token::Token;
 pub use ttl::{Grace, Ttl};
+pub use waiters::Waiters;
 
 pub use async_trait::async_trait;

@@ -478,3 +478,103 @@ async fn a_watch_pool_full_of_killed_connections_costs_no_failed_call() {
         assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
     }
 }
+
+/// Counts obtains on their way to the backend.
+#[derive(Debug)]
+struct CountingObtains {
+    inner: RedisBackend,
+    obtains: std::sync::atomic::AtomicUsize,
+}
+
+#[lock_core::async_trait]
+impl lock_core::LockBackend for CountingObtains {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> lock_core::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn obtain(
+        &self,
+        req: lock_core::ObtainRequest<'_>,
+    ) -> lock_core::Result<lock_core::ObtainOutcome> {
+        self.obtains
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.obtain(req).await
+    }
+    async fn prolongate(
+        &self,
+        req: lock_core::ProlongRequest<'_>,
+    ) -> lock_core::Result<ProlongOutcome> {
+        self.inner.prolongate(req).await
+    }
+    async fn release(
+        &self,
+        req: lock_core::ReleaseRequest<'_>,
+    ) -> lock_core::Result<ReleaseOutcome> {
+        self.inner.release(req).await
+    }
+    async fn inspect(&self, key: &Key) -> lock_core::Result<lock_core::LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> lock_core::Result<lock_core::LockState> {
+        self.inner.force_release(key).await
+    }
+    async fn subscribe(
+        &self,
+        key: &Key,
+    ) -> lock_core::Result<Option<lock_core::ReleaseSubscription>> {
+        self.inner.subscribe(key).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_wakes_one_waiter_per_release() {
+    // Eight waiters of one process on one key, a 20 s fallback poll: each release wakes one
+    // of them, so each acquisition costs one attempt after the two every waiter makes
+    // before it waits (the first, and the one right after subscribing): 8 x 2 + 8 = 24.
+    // Waking every waiter on every release would cost 16 + 8 + 7 + ... + 1 = 52.
+    let server = PrivateRedis::start();
+    for variant in BOTH {
+        let counting = Arc::new(CountingObtains {
+            inner: backend(&server.url, variant).await,
+            obtains: Default::default(),
+        });
+        let holder = Locker::new(Arc::new(backend(&server.url, variant).await));
+        let guard = take(&holder, "herd").await;
+        let started = std::time::Instant::now();
+        let mut waiters = Vec::new();
+        for _ in 0..8 {
+            let locker = Locker::new(counting.clone());
+            waiters.push(tokio::spawn(async move {
+                let got = locker
+                    .lock("herd")
+                    .wait(Duration::from_secs(60))
+                    .retry(Retry::linear(Duration::from_secs(20)).notified())
+                    .obtain()
+                    .await
+                    .unwrap();
+                let Attempt::Obtained(g) = got else {
+                    panic!("still busy after 60 s")
+                };
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        let attempts = counting.obtains.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{variant:?}: the handoffs took {:?}: a release reached no waiter",
+            started.elapsed()
+        );
+        assert!(
+            attempts <= 28,
+            "{variant:?}: {attempts} attempts for 8 acquisitions: releases wake more than one waiter"
+        );
+    }
+}
