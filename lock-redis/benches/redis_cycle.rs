@@ -85,6 +85,25 @@ async fn lock_cycles(backend: Arc<dyn LockBackend>, prefix: String, n: usize) {
     }
 }
 
+/// Obtain and release through the client layer: `try_obtain()` (one attempt), or `obtain()`
+/// with the default wait and a notified retry, which must cost the same on a free lock.
+async fn client_cycles(locker: Locker, prefix: String, n: usize, waiting: bool) {
+    let keys: Vec<String> = (0..64).map(|i| format!("{prefix}{i}")).collect();
+    for i in 0..n {
+        let builder = locker.lock(&keys[i % keys.len()]);
+        let got = if waiting {
+            builder.retry(Retry::default().notified()).obtain().await
+        } else {
+            builder.try_obtain().await
+        };
+        let guard = got.unwrap().obtained().expect("a free key");
+        assert_eq!(
+            guard.release().await.unwrap(),
+            lock_core::ReleaseOutcome::Released
+        );
+    }
+}
+
 /// Cycles per second: `tasks` tasks on distinct keys, CYCLES cycles in all.
 async fn rate<F, Fut>(tasks: usize, f: F) -> f64
 where
@@ -193,6 +212,21 @@ fn main() {
                 "{tasks:>2} task(s): raw SET NX + CAD {r:>8.0}/s | lua {l:>8.0}/s (ratio {:.3}) | watch {w:>8.0}/s (ratio to lua {:.3})",
                 l / r,
                 w / l
+            );
+        }
+        let locker = Locker::new(lua.clone());
+        for tasks in [1, TASKS] {
+            let (mut t, mut o) = (Vec::new(), Vec::new());
+            for _ in 0..ROUNDS {
+                let l = locker.clone();
+                t.push(rate(tasks, move |p, n| client_cycles(l.clone(), p, n, false)).await);
+                let l = locker.clone();
+                o.push(rate(tasks, move |p, n| client_cycles(l.clone(), p, n, true)).await);
+            }
+            let (t, o) = (median(t), median(o));
+            println!(
+                "{tasks:>2} task(s), lua through Locker: try_obtain {t:>8.0}/s | obtain() {o:>8.0}/s (ratio {:.3})",
+                o / t
             );
         }
         for (name, backend) in [("lua", &lua), ("watch", &watch)] {
