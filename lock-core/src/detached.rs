@@ -152,16 +152,29 @@ pub(crate) async fn give_back_detached(
 ) -> Result<()> {
     let (backend, key, token) = (Arc::clone(backend), key.clone(), *token);
     let name = backend.name();
-    tokio::spawn(async move { give_back(&*backend, &key, &token, what).await }.in_current_span())
-        .await
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::Unavailable,
-                name,
-                Operation::Release,
-                format!("the release task did not finish: {e}"),
-            )
-        })?
+    let call = async move { give_back(&*backend, &key, &token, what).await };
+    detached(name, Operation::Release, call.in_current_span()).await
+}
+
+/// Runs `call` in a task of its own and waits for its result: dropping the caller does not
+/// stop it half way.
+///
+/// # Errors
+/// `call`'s error, or [`ErrorKind::Unavailable`] when the task ended without finishing (the
+/// runtime shutting down).
+pub(crate) async fn detached<T: Send + 'static>(
+    backend: &'static str,
+    op: Operation,
+    call: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(call).await.map_err(|e| {
+        Error::new(
+            ErrorKind::Unavailable,
+            backend,
+            op,
+            format!("the {op} task did not finish: {e}"),
+        )
+    })?
 }
 
 async fn give_back(

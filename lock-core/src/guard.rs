@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
-use crate::detached::{GiveBack, Obtain};
+use crate::detached::{detached, GiveBack, Obtain};
 use crate::{
-    Attempt, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, Operation,
+    Attempt, Error, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, Operation,
     ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
 };
 
@@ -473,16 +473,8 @@ impl LockGuard {
         let span = tracing::debug_span!("lock.release", backend = self.shared.backend.name(), key = %self.shared.key);
         let shared = Arc::clone(&self.shared);
         let name = shared.backend.name();
-        tokio::spawn(async move { shared.release(delay).await }.instrument(span))
-            .await
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Unavailable,
-                    name,
-                    Operation::Release,
-                    format!("the release task did not finish: {e}"),
-                )
-            })?
+        let call = async move { shared.release(delay).await };
+        detached(name, Operation::Release, call.instrument(span)).await
     }
 }
 
