@@ -22,6 +22,7 @@ pub use crate::faults::{
     cancelled_calls_leave_nothing_held, obtain_retried_after_a_lost_reply_holds_once,
     partition_during_a_hold_fires_lost_in_time,
     partition_during_obtain_or_release_leaves_no_orphan, slow_server_never_overstates_validity,
+    subscribe_in_a_partition_ends_by_its_deadline,
 };
 pub use crate::model::{model_sequences, model_sequences_with};
 pub use crate::precise::{

@@ -290,6 +290,42 @@ pub async fn cancelled_calls_leave_nothing_held(suite: &Suite) -> CaseResult {
     Ok(())
 }
 
+/// A subscription to release notifications sent into a partition ends by the call's
+/// deadline (an error or no subscription: the waiter then polls), and works again after the
+/// heal.
+pub async fn subscribe_in_a_partition_ends_by_its_deadline(suite: &Suite) -> CaseResult {
+    let Some(f) = faulty(suite, "subscribe_in_a_partition_ends_by_its_deadline").await? else {
+        return Ok(());
+    };
+    let key = Key::new("subscribe")?;
+    f.faults.freeze();
+    let started = Instant::now();
+    let subscribed = f.backend.subscribe(&key).await;
+    let took = started.elapsed();
+    ensure!(
+        took <= f.deadline + ms(2_000),
+        "a subscribe in a partition took {took:?}, past its deadline of {:?}",
+        f.deadline
+    );
+    match subscribed {
+        Ok(None) => {}
+        Err(e) => ensure!(e.is_retry_safe(), "a subscribe in a partition: {e}"),
+        Ok(Some(_)) => {
+            return Err(Failure(
+                "subscribed through a frozen connection: nothing confirmed it".into(),
+            ))
+        }
+    }
+    f.faults.heal();
+    let notifies = f.backend.capabilities().release_notification;
+    let again = f.backend.subscribe(&key).await?;
+    ensure!(
+        again.is_some() == notifies,
+        "after the heal a backend with notifications subscribes again"
+    );
+    Ok(())
+}
+
 /// Runs `fut` until a random cut: half the time after 1 to 4 polls (wherever a fast
 /// backend's call then is), half the time after 0 to 3 ms. `None` when it was cut.
 async fn cut<F: std::future::Future>(fut: F) -> Option<F::Output> {

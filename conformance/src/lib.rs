@@ -181,6 +181,7 @@ macro_rules! suite {
             partition_during_a_hold_fires_lost_in_time,
             slow_server_never_overstates_validity,
             partition_during_obtain_or_release_leaves_no_orphan,
+            subscribe_in_a_partition_ends_by_its_deadline,
             multiprocess_exclusion,
             killed_holder_frees_after_ttl
         );

@@ -685,7 +685,7 @@ impl LockBackend for PostgresBackend {
         }
         self.shared
             .notifier
-            .subscribe(&self.pool, &self.names.channel, key.as_str())
+            .subscribe(&self.pool, &self.names.channel, key.as_str(), self.timeout)
             .await
             .map(Some)
     }

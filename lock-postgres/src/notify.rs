@@ -41,21 +41,37 @@ impl Default for Notifier {
 }
 
 impl Notifier {
+    /// Subscribes a waiter to `key`'s releases; the first one starts the listener, within
+    /// `deadline` (a listener that cannot connect and `LISTEN` by then is given up, and the
+    /// next subscription tries again).
     pub(crate) async fn subscribe(
         &self,
         pool: &PgPool,
         channel: &str,
         key: &str,
+        deadline: std::time::Duration,
     ) -> Result<ReleaseSubscription> {
         {
             let mut started = self.started.lock().await;
             if !*started {
-                let mut listener = PgListener::connect_with(pool)
+                let listening = async {
+                    let mut listener = PgListener::connect_with(pool).await?;
+                    listener.listen(channel).await?;
+                    Ok::<_, sqlx::Error>(listener)
+                };
+                let listener = tokio::time::timeout(deadline, listening)
                     .await
-                    .map_err(|e| map_error(Operation::Subscribe, e))?;
-                listener
-                    .listen(channel)
-                    .await
+                    .map_err(|_| {
+                        lock_core::Error::new(
+                            lock_core::ErrorKind::Unavailable,
+                            crate::backend::NAME,
+                            Operation::Subscribe,
+                            format!(
+                                "no answer within the deadline of {deadline:?} (with_timeout / \
+                                 timeout=); waiters poll instead"
+                            ),
+                        )
+                    })?
                     .map_err(|e| map_error(Operation::Subscribe, e))?;
                 let (waiters, alive) = (self.waiters.clone(), self.alive.clone());
                 tokio::spawn(listen(listener, waiters, alive));

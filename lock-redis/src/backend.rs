@@ -376,6 +376,10 @@ impl LockBackend for RedisBackend {
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         let keys = LockKeys::new(&self.prefix, key);
-        self.inner.notifier.subscribe(&keys.channel).await.map(Some)
+        self.inner
+            .notifier
+            .subscribe(&keys.channel, self.timeout)
+            .await
+            .map(Some)
     }
 }

@@ -61,9 +61,38 @@ impl Notifier {
         &self.client
     }
 
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<ReleaseSubscription> {
-        let op = Operation::Subscribe;
+    /// Subscribes a waiter to `channel`, within `deadline`: a connection that does not
+    /// answer by then is dropped (the next subscription opens a new one).
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+        deadline: std::time::Duration,
+    ) -> Result<ReleaseSubscription> {
         let mut sink = self.sink.lock().await;
+        match tokio::time::timeout(deadline, self.subscribe_on(&mut sink, channel)).await {
+            Ok(result) => result,
+            Err(_) => {
+                *sink = None;
+                lock(&self.state).connected = false;
+                Err(lock_core::Error::new(
+                    lock_core::ErrorKind::Unavailable,
+                    self.backend,
+                    Operation::Subscribe,
+                    format!(
+                        "no answer within the deadline of {deadline:?} (with_timeout / timeout=); \
+                         waiters poll instead"
+                    ),
+                ))
+            }
+        }
+    }
+
+    async fn subscribe_on(
+        &self,
+        sink: &mut Option<PubSubSink>,
+        channel: &str,
+    ) -> Result<ReleaseSubscription> {
+        let op = Operation::Subscribe;
         // In line before the SUBSCRIBE goes out: a message after its confirmation finds it.
         let subscription = self.waiters.subscribe(channel);
         let (stale, fresh) = {
