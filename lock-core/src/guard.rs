@@ -400,6 +400,9 @@ impl LockGuard {
     /// its own clock, as long as the two clocks run at the same rate; timer resolution adds
     /// about a millisecond.
     ///
+    /// # Cancel safety
+    /// Cancel safe: the future only waits; drop it and call again at will.
+    ///
     /// ```
     /// # use std::sync::Arc;
     /// # use lock_core::{Locker, MemoryBackend};

@@ -278,7 +278,10 @@ impl HeldLock {
         self.fencing
     }
 
-    /// Resolves when the lock is known to be lost.
+    /// Resolves when the lock is known to be lost, under the rules of [`LockGuard::lost`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits; dropping it changes nothing.
     pub async fn lost(&self) {
         self.lost.cancelled().await
     }
