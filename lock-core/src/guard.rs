@@ -400,9 +400,6 @@ impl LockGuard {
     /// its own clock, as long as the two clocks run at the same rate; timer resolution adds
     /// about a millisecond.
     ///
-    /// # Cancel safety
-    /// Cancel safe: the future only waits; drop it and call again at will.
-    ///
     /// ```
     /// # use std::sync::Arc;
     /// # use lock_core::{Locker, MemoryBackend};
@@ -416,6 +413,9 @@ impl LockGuard {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the future only waits; drop it and call again at will.
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
         self.shared.lost_token().cancelled_owned()
     }
