@@ -131,17 +131,25 @@ pub fn run_case<F: Future<Output = CaseResult>>(suite: &Suite, case: &str, futur
     }
 }
 
-/// Stamps the whole suite into the enclosing module: one `#[test]` per case, plus the
-/// ignored worker entry point the multi-process cases re-run the test binary with.
+/// Calls `$callback!($($args)*; case, case, ...)` with every case of the suite, in the order
+/// they run: the one list of cases that [`suite!`], [`CASE_NAMES`] and anyone running the
+/// cases by hand (the `custom_backend` example) are made from. A test fails if a public case
+/// function of the suite is missing from it.
 ///
-/// `$name` is the name the backend must report; `$harness` an expression building a
-/// [`Harness`] (evaluated once per test).
+/// It expands in item position (tests, functions, constants):
+///
+/// ```
+/// macro_rules! count {
+///     ($($case:ident),* $(,)?) => { const CASES: usize = [$(stringify!($case)),*].len(); };
+/// }
+/// lock_conformance::for_each_case!(count;);
+/// assert_eq!(CASES, lock_conformance::CASE_NAMES.len());
+/// ```
 #[macro_export]
-macro_rules! suite {
-    ($name:expr, $harness:expr) => {
-        $crate::__suite_cases!(
-            $name,
-            $harness;
+macro_rules! for_each_case {
+    ($callback:path; $($args:tt)*) => {
+        $callback! {
+            $($args)*
             backend_reports_its_name,
             model_sequences,
             second_owner_gets_busy,
@@ -184,7 +192,27 @@ macro_rules! suite {
             subscribe_in_a_partition_ends_by_its_deadline,
             multiprocess_exclusion,
             killed_holder_frees_after_ttl
-        );
+        }
+    };
+}
+
+macro_rules! case_names {
+    ($($case:ident),* $(,)?) => {
+        /// The name of every case of the suite, in the order they run.
+        pub const CASE_NAMES: &[&str] = &[$(stringify!($case)),*];
+    };
+}
+for_each_case!(case_names;);
+
+/// Stamps the whole suite into the enclosing module: one `#[test]` per case, plus the
+/// ignored worker entry point the multi-process cases re-run the test binary with.
+///
+/// `$name` is the name the backend must report; `$harness` an expression building a
+/// [`Harness`] (evaluated once per test).
+#[macro_export]
+macro_rules! suite {
+    ($name:expr, $harness:expr) => {
+        $crate::for_each_case!($crate::__suite_cases; $name, $harness;);
 
         #[test]
         #[ignore = "entry point of the multi-process cases; the suite runs it in child processes"]

@@ -106,3 +106,39 @@ fn every_case_the_contract_names_exists() {
         "only {named} names found: is the contract's format changed?"
     );
 }
+
+/// Every public case of the suite (`pub async fn name(suite: &Suite) -> CaseResult` in the
+/// crate's sources) is in `for_each_case!`'s list, so `suite!` runs it.
+#[test]
+fn every_public_case_is_in_the_list() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut missing = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for name in quoted_fn_names(&text) {
+            // The worker is the multi-process cases' child side, not a case.
+            if name != "run_worker" && !lock_conformance::CASE_NAMES.contains(&name) {
+                missing.push(format!("{name} ({})", file.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "public cases missing from for_each_case!: {missing:?}"
+    );
+    assert!(lock_conformance::CASE_NAMES.len() > 40);
+}
+
+/// The names of `pub async fn NAME(suite: &Suite) -> CaseResult` in `text`.
+fn quoted_fn_names(text: &str) -> Vec<&str> {
+    text.match_indices("pub async fn ")
+        .filter_map(|(i, m)| {
+            let rest = &text[i + m.len()..];
+            let (name, sig) = rest.split_once('(')?;
+            sig.starts_with("suite: &Suite) -> CaseResult")
+                .then_some(name)
+        })
+        .collect()
+}

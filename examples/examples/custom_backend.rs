@@ -101,37 +101,31 @@ impl Harness for Audited {
     }
 }
 
-/// Runs one case of the suite and prints its verdict.
-macro_rules! check {
-    ($suite:expr, $($case:ident),* $(,)?) => {
-        $(
-            match cases::$case(&$suite).await {
-                Ok(()) => println!("  ok    {}", stringify!($case)),
-                Err(failure) => {
-                    println!("  FAIL  {}: {failure}", stringify!($case));
-                    std::process::exit(1);
+/// Runs every case of the suite, in order, printing each verdict; exits on the first
+/// failure. `for_each_case!` hands it the suite's one list of cases.
+macro_rules! check_all {
+    ($($case:ident),* $(,)?) => {
+        async fn check_all(suite: &Suite) {
+            $(
+                match cases::$case(suite).await {
+                    Ok(()) => println!("  ok    {}", stringify!($case)),
+                    Err(failure) => {
+                        println!("  FAIL  {}: {failure}", stringify!($case));
+                        std::process::exit(1);
+                    }
                 }
-            }
-        )*
+            )*
+        }
     };
 }
+lock_conformance::for_each_case!(check_all;);
 
 #[tokio::main]
 async fn main() {
     println!("the conformance suite on AuditedBackend<MemoryBackend>:");
     let suite = Suite::new("audited", Audited(MemoryBackend::new()));
-    check!(
-        suite,
-        backend_reports_its_name,
-        second_owner_gets_busy,
-        reentrant_obtain_counts_holds,
-        foreign_token_changes_nothing,
-        fencing_grows_across_everything,
-        cooldown_blocks_everyone_then_frees,
-        exclusion_under_contention,
-        model_sequences,
-    );
-    println!("all passed; `cargo test -p examples --example custom_backend` runs every case");
+    check_all(&suite).await;
+    println!("all passed; `cargo test -p examples --example custom_backend` runs them as tests");
 }
 
 #[cfg(test)]
