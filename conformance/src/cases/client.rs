@@ -1,0 +1,266 @@
+//! Through the client layer: contention, many locks, waiting, cancellation, the lost
+//! signal, dropped guards, a paused holder.
+
+use super::*;
+
+/// N tasks contend for one key for M rounds through the client layer: never two inside at
+/// once, fencing strictly increasing in acquisition order, every acquisition released.
+pub async fn exclusion_under_contention(suite: &Suite) -> CaseResult {
+    const TASKS: usize = 16;
+    const ROUNDS: usize = 5;
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(backend).with_retry(Retry::exponential(ms(1), ms(20)).notified());
+    let inside = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (locker, inside, order) = (locker.clone(), Arc::clone(&inside), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = match locker
+                    .lock("contended")
+                    .ttl(LONG)
+                    .wait(ms(60_000))
+                    .obtain()
+                    .await?
+                {
+                    Attempt::Obtained(g) => g,
+                    Attempt::Busy(b) => return Err(Failure(format!("gave up waiting: {b}"))),
+                };
+                ensure!(
+                    inside.fetch_add(1, Ordering::SeqCst) == 0,
+                    "two holders inside at once"
+                );
+                order
+                    .lock()
+                    .map_err(|_| Failure("poisoned".into()))?
+                    .push(guard.fencing());
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                let r = guard.release().await?;
+                ensure!(
+                    r == ReleaseOutcome::Released,
+                    "release under contention: {r:?}"
+                );
+            }
+            Ok::<(), Failure>(())
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| Failure(format!("task panicked: {e}")))??;
+    }
+    let order = order
+        .lock()
+        .map_err(|_| Failure("poisoned".into()))?
+        .clone();
+    ensure!(
+        order.len() == TASKS * ROUNDS,
+        "{} acquisitions, expected {}",
+        order.len(),
+        TASKS * ROUNDS
+    );
+    ensure!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "fencing not increasing in acquisition order: {order:?}"
+    );
+    Ok(())
+}
+
+/// Many locks held at once (distinct keys), then all released: no pool exhaustion, no leak.
+pub async fn many_locks_held_at_once(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(backend);
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        match locker
+            .lock(format!("many-{i}"))
+            .ttl(LONG)
+            .try_obtain()
+            .await?
+        {
+            Attempt::Obtained(g) => guards.push(g),
+            Attempt::Busy(b) => return Err(Failure(format!("key many-{i} busy: {b}"))),
+        }
+    }
+    let fencings: HashSet<_> = guards
+        .iter()
+        .map(|g| (g.key().clone(), g.fencing()))
+        .collect();
+    ensure!(fencings.len() == 200, "distinct locks");
+    ensure!(locker.held_count() == 200, "registry counts 200 held");
+    let released = locker.release_all().await;
+    ensure!(
+        released
+            .iter()
+            .all(|(_, r)| matches!(r, Ok(ReleaseOutcome::Released))),
+        "release_all: {:?}",
+        released
+            .iter()
+            .find(|(_, r)| !matches!(r, Ok(ReleaseOutcome::Released)))
+    );
+    drop(guards);
+    ensure!(
+        locker
+            .lock("many-7")
+            .try_obtain()
+            .await?
+            .obtained()
+            .is_some(),
+        "free after release_all"
+    );
+    Ok(())
+}
+
+/// A waiting obtain succeeds once the holder releases, and a wait on a lock that stays held
+/// ends within its deadline plus a small bound.
+pub async fn waiting_obtain_honours_release_and_deadline(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(backend);
+    let holder = take(&locker, "wait", LONG, false).await?;
+    let start = Instant::now();
+    let got = locker.lock("wait").wait(ms(400)).obtain().await?;
+    let waited = start.elapsed();
+    ensure!(got.is_busy(), "a wait on a held lock must end Busy");
+    ensure!(
+        waited >= ms(400) && waited < ms(1_400),
+        "wait of 400 ms ended after {waited:?}"
+    );
+    let start = Instant::now();
+    let got = locker
+        .lock("wait")
+        .wait(ms(5_000))
+        .dont_queue()
+        .obtain()
+        .await?;
+    ensure!(
+        got.is_busy() && start.elapsed() < ms(1_000),
+        "dont_queue must give up at once on a 30 s holder"
+    );
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("wait").wait(ms(20_000)).obtain().await })
+    };
+    tokio::time::sleep(ms(200)).await;
+    let _ = holder.release().await?;
+    let got = waiter
+        .await
+        .map_err(|e| Failure(format!("waiter panicked: {e}")))??;
+    ensure!(
+        got.obtained().is_some(),
+        "the waiter must obtain after the release"
+    );
+    Ok(())
+}
+
+/// Cancelling a waiting obtain (dropping its future) ends it promptly and leaves nothing:
+/// after the holder releases, another owner obtains at once.
+pub async fn cancelled_wait_leaves_nothing_behind(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(backend);
+    let holder = take(&locker, "cancel", LONG, false).await?;
+    let cut = tokio::time::timeout(ms(300), locker.lock("cancel").wait(ms(20_000)).obtain()).await;
+    ensure!(
+        cut.is_err(),
+        "the wait should still be running when cancelled"
+    );
+    let _ = holder.release().await?;
+    tokio::time::sleep(ms(100)).await;
+    let got = locker.lock("cancel").try_obtain().await?;
+    ensure!(
+        got.obtained().is_some(),
+        "a cancelled waiter left a hold behind"
+    );
+    Ok(())
+}
+
+/// The watchdog keeps a lock past many ttls; the lost signal does not fire on release, fires
+/// within a bound when the lock is stolen, and at once for a guard already lost.
+pub async fn lost_signal_fires_only_when_lost(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(Arc::clone(&backend));
+    let guard = take(&locker, "watch", ms(600), true).await?;
+    tokio::time::sleep(ms(1_500)).await;
+    ensure!(!guard.is_lost(), "the watchdog let the lock go");
+    ensure!(
+        locker.lock("watch").try_obtain().await?.is_busy(),
+        "held past 2.5 ttls by the watchdog"
+    );
+    let lost = guard.lost_token();
+    let _ = guard.release().await?;
+    tokio::time::sleep(ms(700)).await;
+    ensure!(!lost.is_cancelled(), "lost fired on a normal release");
+
+    let guard = take(&locker, "watch", ms(600), true).await?;
+    let _ = backend.force_release(guard.key()).await?;
+    let _thief = take(&locker, "watch", LONG, false).await?;
+    let start = Instant::now();
+    tokio::time::timeout(ms(2_000), guard.lost())
+        .await
+        .map_err(|_| Failure("lost did not fire within 2 s of a steal".into()))?;
+    ensure!(start.elapsed() < ms(2_000), "lost fired late");
+    tokio::time::timeout(ms(50), guard.lost())
+        .await
+        .map_err(|_| Failure("lost must resolve at once when already lost".into()))?;
+    Ok(())
+}
+
+/// A guard dropped without release does not hold the lock for ever.
+pub async fn dropped_guard_does_not_hold_forever(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(backend);
+    drop(
+        locker
+            .lock("dropped")
+            .ttl(LONG)
+            .watchdog()
+            .try_obtain()
+            .await?
+            .obtained(),
+    );
+    let got = locker.lock("dropped").wait(ms(5_000)).obtain().await?;
+    ensure!(
+        got.obtained().is_some(),
+        "a dropped guard still holds the lock after 5 s"
+    );
+    Ok(())
+}
+
+/// A holder paused longer than its ttl: another owner takes the lock with a higher fencing
+/// token, the old holder's prolong and release are Lost, its lost signal fires, and a
+/// resource that remembers the highest token refuses its stale write.
+pub async fn paused_holder_is_fenced_out(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(backend);
+    let stale = take(&locker, "paused", ms(300), false).await?;
+    tokio::time::sleep(ms(500)).await;
+    let fresh = take(&locker, "paused", LONG, false).await?;
+    let mut resource = Fencing(0);
+    let mut write = |f: Fencing| {
+        let ok = f >= resource;
+        resource = resource.max(f);
+        ok
+    };
+    ensure!(write(fresh.fencing()), "the new holder's write");
+    ensure!(
+        !write(stale.fencing()),
+        "the stale holder's token must be lower: {} vs {}",
+        stale.fencing(),
+        fresh.fencing()
+    );
+    let p = stale.prolongate(LONG).await?;
+    ensure!(
+        p == ProlongOutcome::Lost,
+        "stale prolong: expected Lost, got {p:?}"
+    );
+    ensure!(stale.is_lost(), "lost must fire after a Lost prolong");
+    ensure!(
+        stale.release().await? == ReleaseOutcome::Lost,
+        "stale release must be Lost"
+    );
+    ensure!(
+        fresh.release().await? == ReleaseOutcome::Released,
+        "the new holder is untouched"
+    );
+    Ok(())
+}

@@ -1,0 +1,255 @@
+//! Time: expiry, prolongation, late calls, grace, cooldown, fencing, force release.
+
+use super::*;
+
+/// An unprolonged lock is Busy to others before its ttl (less a margin) and free after it.
+pub async fn unprolonged_lock_expires_after_its_ttl(suite: &Suite) -> CaseResult {
+    let (_, a, b) = pair(suite, "expiry").await;
+    let ttl = ms(600);
+    let sent = Instant::now();
+    let first = acquired(a.obtain(ttl).await?, "obtain")?;
+    let answered = Instant::now();
+    tokio::time::sleep(ms(100)).await;
+    let early = b.obtain(ttl).await?;
+    if Instant::now() < sent + ttl {
+        ensure!(busy(&early), "before the ttl: expected Busy, got {early:?}");
+    }
+    tokio::time::sleep_until(answered + ttl + ms(100)).await;
+    let second = acquired(b.obtain(ttl).await?, "after the ttl")?;
+    ensure!(
+        second > first,
+        "fencing after expiry {second} does not exceed {first}"
+    );
+    Ok(())
+}
+
+/// Prolonging to a longer ttl keeps the lock past the original ttl; remaining after a prolong
+/// lies within (0, ttl]; then, unprolonged, it expires.
+pub async fn prolong_extends_the_lock(suite: &Suite) -> CaseResult {
+    let (_, a, b) = pair(suite, "prolong").await;
+    acquired(a.obtain(ms(400)).await?, "obtain")?;
+    let p = a.prolong(ms(2_000)).await?;
+    ensure!(
+        p == ProlongOutcome::Prolonged,
+        "prolong of a live lock: expected Prolonged, got {p:?}"
+    );
+    let after = Instant::now();
+    match a.inspect().await? {
+        LockState::Held { remaining, .. } => ensure!(
+            remaining > Duration::ZERO && remaining <= ms(2_000),
+            "remaining after prolong {remaining:?} not in (0, 2s]"
+        ),
+        other => return Err(Failure(format!("inspect after prolong: {other:?}"))),
+    }
+    tokio::time::sleep_until(after + ms(800)).await;
+    ensure!(
+        busy(&b.obtain(LONG).await?),
+        "past the original ttl the prolonged lock must still be held"
+    );
+    tokio::time::sleep_until(after + ms(2_300)).await;
+    acquired(b.obtain(LONG).await?, "after the prolonged ttl")?;
+    Ok(())
+}
+
+/// Late prolong and late release when nobody took the lock: ProlongedLate (same fencing,
+/// same holds) and ReleasedLate (freed whatever the hold count).
+pub async fn late_calls_when_untaken_are_late(suite: &Suite) -> CaseResult {
+    let (_, a, b) = pair(suite, "late").await;
+    let fencing = acquired(a.obtain(ms(400)).await?, "obtain")?;
+    let _ = a.obtain(ms(400)).await?;
+    let answered = Instant::now();
+    tokio::time::sleep_until(answered + ms(520)).await;
+    let p = a.prolong(ms(400)).await?;
+    ensure!(
+        p == ProlongOutcome::ProlongedLate,
+        "late prolong, untaken: expected ProlongedLate, got {p:?}"
+    );
+    ensure!(
+        matches!(a.inspect().await?, LockState::Held { fencing: f, holds: 2, .. } if f == fencing),
+        "ProlongedLate must keep fencing and holds"
+    );
+    let answered = Instant::now();
+    tokio::time::sleep_until(answered + ms(520)).await;
+    let r = a.release(None).await?;
+    ensure!(
+        r == ReleaseOutcome::ReleasedLate,
+        "late release, untaken: expected ReleasedLate, got {r:?}"
+    );
+    ensure!(
+        a.inspect().await? == LockState::Free,
+        "ReleasedLate frees the key whatever the hold count"
+    );
+    acquired(b.obtain(LONG).await?, "obtain after a late release")?;
+    Ok(())
+}
+
+/// Late prolong and late release after another owner took the lock: Lost, and the new
+/// holder is untouched.
+pub async fn late_calls_after_steal_are_lost(suite: &Suite) -> CaseResult {
+    let (_, a, b) = pair(suite, "stolen").await;
+    let old = acquired(a.obtain(ms(200)).await?, "obtain")?;
+    let answered = Instant::now();
+    tokio::time::sleep_until(answered + ms(260)).await;
+    let new = acquired(b.obtain(LONG).await?, "steal after expiry")?;
+    ensure!(new > old, "the thief's fencing {new} must exceed {old}");
+    let p = a.prolong(LONG).await?;
+    ensure!(
+        p == ProlongOutcome::Lost,
+        "prolong after steal: expected Lost, got {p:?}"
+    );
+    let r = a.release(None).await?;
+    ensure!(
+        r == ReleaseOutcome::Lost,
+        "release after steal: expected Lost, got {r:?}"
+    );
+    ensure!(
+        matches!(b.inspect().await?, LockState::Held { holder, fencing, .. } if holder == b.holder && fencing == new),
+        "the thief must still hold the lock"
+    );
+    Ok(())
+}
+
+/// After the grace period the record may vanish: a late call then answers Lost, or Late if
+/// the record is still there, never Prolonged.
+pub async fn calls_past_grace_are_never_on_time(suite: &Suite) -> CaseResult {
+    let (_, a, _) = pair(suite, "grace").await;
+    acquired(a.obtain(ms(100)).await?, "obtain")?;
+    tokio::time::sleep(ms(450)).await;
+    let p = a.prolong(ms(100)).await?;
+    ensure!(
+        p != ProlongOutcome::Prolonged,
+        "prolong past the grace period answered Prolonged"
+    );
+    Ok(())
+}
+
+/// A release with a cooldown blocks every obtain, the former holder's too, with no holder
+/// named; prolong and release by the former holder are Lost; then the key is free.
+pub async fn cooldown_blocks_everyone_then_frees(suite: &Suite) -> CaseResult {
+    let (_, a, b) = pair(suite, "cooldown").await;
+    acquired(a.obtain(LONG).await?, "obtain")?;
+    let delay = ms(700);
+    let sent = Instant::now();
+    ensure!(
+        a.release(Some(delay)).await? == ReleaseOutcome::Released,
+        "release with cooldown"
+    );
+    let answered = Instant::now();
+    for (who, owner) in [("former holder", &a), ("other owner", &b)] {
+        match owner.obtain(LONG).await? {
+            ObtainOutcome::Busy(busy) if Instant::now() < sent + delay => {
+                ensure!(
+                    busy.holder.is_none(),
+                    "{who}: cooldown Busy must name no holder, got {:?}",
+                    busy.holder
+                );
+                ensure!(
+                    busy.remaining <= delay,
+                    "{who}: cooldown remaining {:?} > {delay:?}",
+                    busy.remaining
+                );
+            }
+            other => {
+                return Err(Failure(format!(
+                    "{who} during cooldown: expected Busy, got {other:?}"
+                )))
+            }
+        }
+    }
+    ensure!(
+        matches!(a.inspect().await?, LockState::Cooling { .. }),
+        "inspect during cooldown"
+    );
+    ensure!(
+        a.prolong(LONG).await? == ProlongOutcome::Lost,
+        "former holder's prolong during cooldown must be Lost"
+    );
+    ensure!(
+        a.release(None).await? == ReleaseOutcome::Lost,
+        "former holder's release during cooldown must be Lost"
+    );
+    tokio::time::sleep_until(answered + delay + ms(100)).await;
+    acquired(b.obtain(LONG).await?, "obtain after the cooldown")?;
+    Ok(())
+}
+
+/// A decrementing release ignores the cooldown.
+pub async fn decrement_ignores_cooldown(suite: &Suite) -> CaseResult {
+    let (_, a, _) = pair(suite, "decrement-cooldown").await;
+    acquired(a.obtain(LONG).await?, "obtain")?;
+    let _ = a.obtain(LONG).await?;
+    let d = a.release(Some(LONG)).await?;
+    ensure!(
+        d == ReleaseOutcome::Decremented { holds: 1 },
+        "expected Decremented, got {d:?}"
+    );
+    ensure!(
+        a.release(None).await? == ReleaseOutcome::Released,
+        "the last release frees, no cooldown pending"
+    );
+    ensure!(
+        a.inspect().await? == LockState::Free,
+        "no cooldown may be left from the decrement"
+    );
+    Ok(())
+}
+
+/// Fencing tokens strictly increase across release, expiry, re-obtain by the same token,
+/// cooldown and out-of-band deletion; a stale holder's token is lower.
+pub async fn fencing_grows_across_everything(suite: &Suite) -> CaseResult {
+    let (backend, a, b) = pair(suite, "fencing").await;
+    let mut seen = vec![acquired(a.obtain(LONG).await?, "obtain")?];
+    let _ = a.release(None).await?;
+    seen.push(acquired(b.obtain(ms(150)).await?, "after release")?);
+    tokio::time::sleep(ms(250)).await;
+    seen.push(acquired(
+        b.obtain(ms(150)).await?,
+        "same token after expiry",
+    )?);
+    tokio::time::sleep(ms(250)).await;
+    seen.push(acquired(a.obtain(LONG).await?, "other token after expiry")?);
+    let _ = a.release(Some(ms(150))).await?;
+    tokio::time::sleep(ms(250)).await;
+    seen.push(acquired(b.obtain(LONG).await?, "after cooldown")?);
+    let _ = backend.force_release(&b.key).await?;
+    seen.push(acquired(
+        a.obtain(LONG).await?,
+        "after out-of-band deletion",
+    )?);
+    ensure!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must strictly increase: {seen:?}"
+    );
+    Ok(())
+}
+
+/// After an operator breaks a lock and another owner takes it, the old holder's prolong and
+/// release are Lost and the new holder stays.
+pub async fn force_release_then_retake_fences_the_old_holder(suite: &Suite) -> CaseResult {
+    let (backend, a, b) = pair(suite, "force").await;
+    let old = acquired(a.obtain(LONG).await?, "obtain")?;
+    let broken = backend.force_release(&a.key).await?;
+    ensure!(
+        matches!(&broken, LockState::Held { holder, .. } if *holder == a.holder),
+        "force_release returns what it broke, got {broken:?}"
+    );
+    ensure!(
+        a.inspect().await? == LockState::Free,
+        "free after force_release"
+    );
+    let new = acquired(b.obtain(LONG).await?, "retake")?;
+    ensure!(new > old, "fencing after force release must grow");
+    ensure!(
+        a.release(None).await? == ReleaseOutcome::Lost,
+        "old holder's release must be Lost"
+    );
+    ensure!(
+        a.prolong(LONG).await? == ProlongOutcome::Lost,
+        "old holder's prolong must be Lost"
+    );
+    ensure!(
+        matches!(b.inspect().await?, LockState::Held { holder, .. } if holder == b.holder),
+        "new holder stays"
+    );
+    Ok(())
+}

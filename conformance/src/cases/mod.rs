@@ -1,0 +1,84 @@
+//! One plain async function per rule of the contract, named after the rule, in modules by
+//! topic; every case is re-exported here, and [`for_each_case!`](crate::for_each_case) lists
+//! them all.
+//!
+//! Each takes a [`Suite`] and returns `Err(Failure)` naming the outcome that broke the rule.
+//! Ttls are chosen so that every expected outcome is certain on a loaded machine: "still
+//! held" checks happen well inside the ttl, "expired" checks well after it.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    Attempt, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockGuard, LockState, Locker,
+    ObtainOutcome, ProlongOutcome, ReleaseOutcome, Retry, Ttl,
+};
+use tokio::time::Instant;
+
+use crate::harness::{ms, Owner};
+use crate::{ensure, CaseResult, Failure, Suite};
+
+pub use crate::faults::{
+    cancelled_calls_leave_nothing_held, obtain_retried_after_a_lost_reply_holds_once,
+    partition_during_a_hold_fires_lost_in_time,
+    partition_during_obtain_or_release_leaves_no_orphan, slow_server_never_overstates_validity,
+    subscribe_in_a_partition_ends_by_its_deadline,
+};
+pub use crate::model::{model_sequences, model_sequences_with};
+pub use crate::precise::{
+    busy_remaining_is_exact_both_ways, inspect_changes_nothing_before_late_calls,
+    inspect_counts_reentrant_holds, late_release_with_delay_starts_the_cooldown,
+    reacquire_resets_the_ttl,
+};
+pub use crate::process::{killed_holder_frees_after_ttl, multiprocess_exclusion};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn acquired(outcome: ObtainOutcome, what: &str) -> Result<Fencing, Failure> {
+    match outcome {
+        ObtainOutcome::Acquired { fencing, .. } => Ok(fencing),
+        other => Err(Failure(format!("{what}: expected Acquired, got {other:?}"))),
+    }
+}
+
+fn busy(outcome: &ObtainOutcome) -> bool {
+    matches!(outcome, ObtainOutcome::Busy(_))
+}
+
+/// Obtains `key` through the client layer, failing the case if it is busy.
+async fn take(
+    locker: &Locker,
+    key: &str,
+    ttl: Duration,
+    watchdog: bool,
+) -> Result<LockGuard, Failure> {
+    let builder = locker.lock(key).ttl(ttl);
+    let builder = if watchdog {
+        builder.watchdog()
+    } else {
+        builder
+    };
+    match builder.try_obtain().await? {
+        Attempt::Obtained(guard) => Ok(guard),
+        Attempt::Busy(busy) => Err(Failure(format!("{key} should be free, but it is {busy}"))),
+    }
+}
+
+async fn pair(suite: &Suite, key: &str) -> (Arc<dyn LockBackend>, Owner, Owner) {
+    let backend = suite.harness.backend().await;
+    let a = Owner::new(&backend, key, "owner a");
+    let b = Owner::new(&backend, key, "owner b");
+    (backend, a, b)
+}
+
+mod client;
+mod expiry;
+mod identity;
+mod recovery;
+
+pub use client::*;
+pub use expiry::*;
+pub use identity::*;
+pub use recovery::*;
