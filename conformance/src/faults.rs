@@ -119,7 +119,7 @@ pub async fn partition_during_a_hold_fires_lost_in_time(suite: &Suite) -> CaseRe
     Ok(())
 }
 
-/// A slow server (replies delayed by a fifth of the call's deadline): the guard never claims more
+/// A slow server (replies delayed by a tenth of the call's deadline): the guard never claims more
 /// validity than it can have, and a grant that arrives after its ttl is given back as
 /// `ExpiredOnArrival`.
 pub async fn slow_server_never_overstates_validity(suite: &Suite) -> CaseResult {
@@ -129,9 +129,10 @@ pub async fn slow_server_never_overstates_validity(suite: &Suite) -> CaseResult 
     let locker = Locker::new(Arc::clone(&f.backend));
     // Connections are opened before the server turns slow.
     let _ = f.backend.inspect(&Key::new("slow")?).await?;
-    // A fifth of the deadline: a fresh connection (two delayed round trips to log in) and
-    // its statement still fit in one call's deadline.
-    let latency = f.deadline / 5;
+    // A tenth of the deadline: on a loaded machine a call may have to wait for a returned
+    // connection (sqlx's pool sends a round trip when one comes back) or log in on a fresh
+    // one (two more delayed round trips), and must still fit its deadline.
+    let latency = f.deadline / 10;
     f.faults.delay_replies(latency);
     let ttl = f.deadline;
     // A slow server may also make a call run into its deadline (opening a connection takes
@@ -142,7 +143,7 @@ pub async fn slow_server_never_overstates_validity(suite: &Suite) -> CaseResult 
         match locker.lock("slow").ttl(ttl).try_obtain().await {
             Ok(Attempt::Obtained(g)) => break g,
             Ok(Attempt::Busy(b)) => return Err(Failure(format!("a fresh key is busy: {b}"))),
-            Err(e) if e.is_retry_safe() && tries < 5 => {}
+            Err(e) if e.is_retry_safe() && tries < 10 => {}
             Err(e) => return Err(e.into()),
         }
     };
@@ -164,7 +165,7 @@ pub async fn slow_server_never_overstates_validity(suite: &Suite) -> CaseResult 
         tries += 1;
         match locker.lock("slow-2").ttl(ttl).try_obtain().await {
             Err(e) if e.kind() == ErrorKind::ExpiredOnArrival => break,
-            Err(e) if e.is_retry_safe() && tries < 5 => {}
+            Err(e) if e.is_retry_safe() && tries < 10 => {}
             other => {
                 return Err(Failure(format!(
                 "a grant arriving after its ttl of {ttl:?} must be ExpiredOnArrival, got {other:?}"
