@@ -200,44 +200,42 @@ fn caught_by_name(
     println!("{named} caught {bug:?}: {}", result.unwrap_err());
 }
 
-macro_rules! catches_by_name {
+/// One test: `bug` must be caught by `case` (and, unless `by_name`, by the model too).
+macro_rules! catches {
+    (by_name $test:ident, $bug:ident, $case:ident) => {
+        catches!(@ caught_by_name, $test, $bug, $case);
+    };
     ($test:ident, $bug:ident, $case:ident) => {
+        catches!(@ caught, $test, $bug, $case);
+    };
+    (@ $check:ident, $test:ident, $bug:ident, $case:ident) => {
         #[test]
         fn $test() {
-            caught_by_name(Bug::$bug, stringify!($case), |s| Box::pin(cases::$case(s)));
+            $check(Bug::$bug, stringify!($case), |s| Box::pin(cases::$case(s)));
         }
     };
 }
 
-catches_by_name!(
+catches!(by_name
     understated_busy_remaining_is_caught,
     BusyRemainingUnderstated,
     busy_remaining_is_exact_both_ways
 );
-catches_by_name!(
+catches!(by_name
     inspect_that_forgets_expired_records_is_caught,
     InspectForgetsExpired,
     inspect_changes_nothing_before_late_calls
 );
-catches_by_name!(
+catches!(by_name
     inspect_without_hold_counts_is_caught,
     InspectHoldsAlwaysOne,
     inspect_counts_reentrant_holds
 );
-catches_by_name!(
+catches!(by_name
     late_release_ignoring_its_cooldown_is_caught,
     LateReleaseIgnoresCooldown,
     late_release_with_delay_starts_the_cooldown
 );
-
-macro_rules! catches {
-    ($test:ident, $bug:ident, $case:ident) => {
-        #[test]
-        fn $test() {
-            caught(Bug::$bug, stringify!($case), |s| Box::pin(cases::$case(s)));
-        }
-    };
-}
 
 catches!(
     release_ignoring_the_token_is_caught,

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::detached::{give_back_detached, GiveBack, Obtain};
+use crate::detached::{detached, give_back_detached, GiveBack, Obtain};
 use crate::guard::{check_fraction, GuardParts, Registry};
 use crate::{
     Busy, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockGuard, ObtainOutcome,
@@ -230,15 +230,35 @@ impl Locker {
     /// more on release or drop.
     ///
     /// # Cancel safety
-    /// Not cancel safe: the locks not yet released when the future is dropped stay held
-    /// until their ttl runs out (their guards already count them as given back).
+    /// Cancel safe: the releases run in a task of their own and all complete even if this
+    /// future is dropped (its results are then lost, not the releases).
     pub async fn release_all(&self) -> Vec<(Key, Result<ReleaseOutcome>)> {
-        let mut results = Vec::new();
-        for shared in self.registry.drain() {
-            let outcome = shared.release(None).await;
-            results.push((shared.key.clone(), outcome));
+        let held = self.registry.drain();
+        let keys: Vec<Key> = held.iter().map(|s| s.key.clone()).collect();
+        let releases = async move {
+            let mut outcomes = Vec::with_capacity(held.len());
+            for shared in held {
+                outcomes.push(shared.release(None).await);
+            }
+            Ok(outcomes)
+        };
+        match detached(self.backend.name(), Operation::Release, releases).await {
+            Ok(outcomes) => keys.into_iter().zip(outcomes).collect(),
+            Err(e) => keys
+                .into_iter()
+                .map(|k| {
+                    (
+                        k,
+                        Err(Error::new(
+                            e.kind(),
+                            e.backend(),
+                            e.operation(),
+                            e.message(),
+                        )),
+                    )
+                })
+                .collect(),
         }
-        results
     }
 
     /// How many locks this locker and its clones hold now.

@@ -299,3 +299,37 @@ async fn obtain_dropped_after_its_answer_arrived_but_before_it_was_read_leaves_n
     tokio::time::sleep(ms(100)).await;
     assert_eq!(state(&locker).await, LockState::Free);
 }
+
+#[tokio::test(start_paused = true)]
+async fn release_all_cut_off_mid_way_still_releases_everything() {
+    let (_, locker) = locker(Faulty {
+        release_in_flight: ms(20),
+        ..Faulty::default()
+    });
+    for key in ["a", "b", "c"] {
+        std::mem::forget(
+            locker
+                .lock(key)
+                .try_obtain()
+                .await
+                .unwrap()
+                .obtained()
+                .unwrap(),
+        );
+    }
+    assert!(
+        tokio::time::timeout(ms(5), locker.release_all())
+            .await
+            .is_err(),
+        "cut off during the first release"
+    );
+    tokio::time::sleep(ms(200)).await;
+    for key in ["a", "b", "c"] {
+        let state = locker
+            .backend()
+            .inspect(&Key::new(key).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(state, LockState::Free, "{key}");
+    }
+}

@@ -239,17 +239,37 @@ impl PostgresBackend {
     /// Creates the schema, table and function if missing, and checks that an
     /// existing table has the expected shape. Idempotent; concurrent calls take turns.
     ///
+    /// Bounded by the backend's deadline ([`PostgresBackend::with_timeout`]), waiting for
+    /// another migration included.
+    ///
     /// # Errors
     /// [`ErrorKind::PermissionDenied`] when the user may not create them,
-    /// [`ErrorKind::Config`] when a table of that name exists with another shape.
+    /// [`ErrorKind::Config`] when a table of that name exists with another shape,
+    /// [`ErrorKind::Unavailable`] past the deadline (nothing half-made stays: the migration
+    /// is one transaction).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the migration runs on a connection that is closed when it ends, so a
+    /// migration cut off mid-way is rolled back by the server.
     pub async fn migrate(&self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        self.within(Operation::Connect, deadline, self.migrate_now())
+            .await?
+    }
+
+    async fn migrate_now(&self) -> Result<()> {
         let op = Operation::Connect;
         let _turn = self.shared.migrating.lock().await;
         let migration = self.names.migration();
-        sqlx::raw_sql(&migration)
-            .execute(&self.pool)
+        let mut conn = self.pool.acquire().await.map_err(|e| map_error(op, e))?;
+        // The migration is BEGIN ... COMMIT: a connection left in the middle of it by a
+        // cancelled future must not go back to the pool. Closing it after a migration that
+        // finished costs one reconnect, once per backend.
+        conn.close_on_drop();
+        sqlx::Executor::execute(&mut *conn, migration.as_str())
             .await
             .map_err(|e| map_error(op, e))?;
+        drop(conn);
         self.check_shape().await?;
         self.shared.migrated.store(true, Ordering::Release);
         Ok(())
@@ -308,7 +328,7 @@ impl PostgresBackend {
             return Ok(());
         }
         if self.auto_migrate {
-            return self.migrate().await;
+            return self.migrate_now().await;
         }
         self.verify().await
     }

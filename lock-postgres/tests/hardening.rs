@@ -306,6 +306,40 @@ async fn a_call_queued_past_its_deadline_gives_up_in_time() {
     f.drop_schema().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_queued_behind_another_gives_up_at_the_deadline() {
+    let f = Fresh::new().await;
+    // Another migration of the same table in progress: it holds the migration's lock.
+    let mut tx = f.admin.begin().await.unwrap();
+    let id = format!(
+        "('x' || encode(substring(sha256(convert_to('migrate {}.locks', 'UTF8')) FROM 1 FOR 8), 'hex'))::bit(64)::bigint",
+        f.schema
+    );
+    sqlx::query(&format!("SELECT pg_advisory_xact_lock({id})"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let b = PostgresBackend::connect(&f.url)
+        .unwrap()
+        .with_table(&f.schema, "locks")
+        .unwrap()
+        .with_timeout(Duration::from_millis(300))
+        .unwrap();
+    let started = Instant::now();
+    let err = b.migrate().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    tx.rollback().await.unwrap();
+    b.migrate()
+        .await
+        .expect("the migration goes through once it is its turn");
+    f.drop_schema().await;
+}
+
 #[tokio::test]
 async fn grace_out_of_range_is_refused_before_any_io() {
     let b = PostgresBackend::connect("postgres://nobody@127.0.0.1:1/none").unwrap();

@@ -76,6 +76,9 @@ impl RedisBackend {
     pub const DEFAULT_POOL_SIZE: usize = 16;
     /// The default deadline of one call: see [`RedisBackend::with_timeout`].
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// The deadline of [`RedisBackend::connect`] and [`RedisBackend::connect_with`]: two
+    /// connection attempts and the first command.
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
     /// Connects the Lua variant to `url` (`redis://[user:password@]host:port/db`, or
     /// `rediss://` for TLS).
@@ -93,6 +96,26 @@ impl RedisBackend {
     /// As for [`RedisBackend::connect`]; the WATCH variant checks the URL and credentials
     /// with one connection of its pool.
     pub async fn connect_with(url: &str, variant: Variant) -> Result<Self> {
+        let name = match variant {
+            Variant::Lua => lua::NAME,
+            Variant::Watch => watch::NAME,
+        };
+        tokio::time::timeout(Self::CONNECT_TIMEOUT, Self::connect_now(url, variant))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Unavailable,
+                    name,
+                    Operation::Connect,
+                    format!(
+                        "the server did not answer within {:?}; it is safe to retry",
+                        Self::CONNECT_TIMEOUT
+                    ),
+                ))
+            })
+    }
+
+    async fn connect_now(url: &str, variant: Variant) -> Result<Self> {
         let name = match variant {
             Variant::Lua => lua::NAME,
             Variant::Watch => watch::NAME,
@@ -218,10 +241,19 @@ impl RedisBackend {
         match &self.inner.engine {
             Engine::Lua(l) => {
                 let mut conn = l.connection();
-                let id = redis::cmd("CLIENT")
-                    .arg("ID")
-                    .query_async(&mut conn)
+                let mut cmd = redis::cmd("CLIENT");
+                cmd.arg("ID");
+                let query = cmd.query_async(&mut conn);
+                let id = tokio::time::timeout(self.timeout, query)
                     .await
+                    .map_err(|_| {
+                        Error::new(
+                            ErrorKind::Unavailable,
+                            self.name(),
+                            Operation::Inspect,
+                            format!("no answer within the deadline of {:?}", self.timeout),
+                        )
+                    })?
                     .map_err(|e| map_error(self.name(), Operation::Inspect, e))?;
                 Ok(vec![id])
             }

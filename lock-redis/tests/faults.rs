@@ -578,3 +578,23 @@ async fn a_handoff_wakes_one_waiter_per_release() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_to_a_server_that_never_answers_gives_up_at_the_deadline() {
+    let (proxy, url) = test_servers::proxy::in_front_of(&support::shared_url());
+    proxy.freeze();
+    let started = std::time::Instant::now();
+    let (lua, watch) = tokio::join!(
+        RedisBackend::connect_with(&url, Variant::Lua),
+        RedisBackend::connect_with(&url, Variant::Watch)
+    );
+    let took = started.elapsed();
+    for (variant, result) in [("lua", lua.err()), ("watch", watch.err())] {
+        let err = result.unwrap_or_else(|| panic!("{variant}: connected through a frozen link"));
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{variant}: {err}");
+    }
+    assert!(
+        took < RedisBackend::CONNECT_TIMEOUT + Duration::from_secs(3),
+        "took {took:?}"
+    );
+}
