@@ -20,11 +20,14 @@
 //! | `file:///var/lock/myapp`, `file://locks`, `file:locks` | [`lock_file::FileBackend`] in that directory (relative paths from the working directory) |
 //! | `redis://[user:pass@]host:port/db`, `rediss://…` | Redis, Lua variant |
 //! | `redis+watch://…`, `rediss+watch://…`, or `?variant=watch` | Redis, WATCH/MULTI variant |
+//! | `redis+cluster://[user:pass@]host:port[,host:port…]/` | a Redis Cluster (the hosts are seeds) |
+//! | `redis+sentinel://[user:pass@]host:port[,host:port…]/service[/db]` | the primary Redis Sentinel names for `service` |
 //! | `postgres://user@host/db?table=schema.table` | Postgres (`postgresql://` too) |
 //!
 //! Options in the query string, removed before the URL reaches the backend:
 //! `grace=30s` (any backend); for Redis `prefix=myapp:`, `variant=lua|watch`, `pool=16`,
-//! `timeout=2s` (the deadline of one call);
+//! `timeout=2s` (the deadline of one call), `wait=1` (wait for one replica to acknowledge
+//! each write) with `wait_timeout=500ms` (see `RedisBuilder::replica_acks`);
 //! for Postgres `table=[schema.]table`, `notify=false` (behind PgBouncer),
 //! `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
 //! it), `timeout=5s` (the deadline of one call). Other query parameters go to the backend's own client (`sslmode=…`).
@@ -233,14 +236,15 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>> {
             Arc::new(b)
         }
         "file" => file(&base, grace, &params)?,
-        "redis" | "rediss" | "redis+watch" | "rediss+watch" => {
+        "redis" | "rediss" | "redis+watch" | "rediss+watch" | "redis+cluster"
+        | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel" => {
             redis(scheme, &base, grace, params).await?
         }
         "postgres" | "postgresql" => postgres(&base, grace, params)?,
         other => {
             return Err(config_error(format!(
                 "unknown lock URL scheme {other:?}: expected memory, file, redis, rediss, \
-                 redis+watch or postgres"
+                 redis+watch, redis+cluster, redis+sentinel or postgres"
             )))
         }
     };
@@ -317,21 +321,40 @@ async fn redis(
     let timeout = take(&mut params, "timeout")?
         .map(|t| duration("timeout", &t))
         .transpose()?;
+    let wait_timeout = take(&mut params, "wait_timeout")?
+        .map(|t| duration("wait_timeout", &t))
+        .transpose()?;
+    let wait = take(&mut params, "wait")?
+        .map(|n| {
+            n.parse::<u32>()
+                .map_err(|_| config_error(format!("wait={n:?} is not a number of replicas")))
+        })
+        .transpose()?;
+    // What is left goes to the server's own URL (`protocol=resp3`, …).
     let url = rebuild(&base.replacen("+watch", "", 1), &params);
-    let mut b = RedisBackend::connect_with(&url, variant).await?;
+    let mut b = RedisBackend::builder(url).variant(variant);
     if let Some(p) = prefix {
-        b = b.with_prefix(p);
+        b = b.prefix(p);
     }
     if let Some(g) = grace {
-        b = b.with_grace(g)?;
+        b = b.grace(g);
     }
     if let Some(n) = pool {
-        b = b.with_pool_size(n);
+        b = b.pool_size(n);
     }
     if let Some(t) = timeout {
-        b = b.with_timeout(t)?;
+        b = b.timeout(t);
     }
-    Ok(Arc::new(b))
+    match (wait, wait_timeout) {
+        (Some(n), t) => b = b.replica_acks(n, t.unwrap_or(Duration::from_millis(500))),
+        (None, Some(_)) => {
+            return Err(config_error(
+                "wait_timeout= without wait=N (the number of replicas to wait for)",
+            ))
+        }
+        (None, None) => {}
+    }
+    Ok(Arc::new(b.connect().await?))
 }
 
 #[cfg(not(feature = "redis"))]

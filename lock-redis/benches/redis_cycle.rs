@@ -190,11 +190,13 @@ fn main() {
         let lua: Arc<dyn LockBackend> =
             Arc::new(RedisBackend::connect(&url).await.unwrap().with_prefix("bench:"));
         let watch: Arc<dyn LockBackend> = Arc::new(
-            RedisBackend::connect_with(&url, Variant::Watch)
+            RedisBackend::builder(url.as_str())
+                .variant(Variant::Watch)
+                .prefix("bench:")
+                .pool_size(TASKS)
+                .connect()
                 .await
-                .unwrap()
-                .with_prefix("bench:")
-                .with_pool_size(TASKS),
+                .unwrap(),
         );
         println!("redis_cycle: {CYCLES} cycles per measurement, median of {ROUNDS} rounds, interleaved");
         for tasks in [1, TASKS] {

@@ -10,16 +10,20 @@ use lock_core::{
     ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
     ReleaseSubscription, Result, Ttl,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use tracing::Instrument;
 
-use crate::error::{map_error, protocol};
-use crate::keys::LockKeys;
+use crate::error::protocol;
+use crate::keys::{slot, LockKeys};
+use crate::link::{Link, LinkKind};
 use crate::lua::{self, Lua};
 use crate::notify::Notifier;
-use crate::pool::Pool;
+use crate::primary::Primary;
 use crate::request::{Reply, Request};
-use crate::watch::{self, Watch};
+use crate::watch;
+
+pub(crate) use crate::builder::Engine;
+pub use crate::builder::RedisBuilder;
 
 /// Which of the two implementations of the contract a [`RedisBackend`] runs.
 ///
@@ -60,11 +64,6 @@ struct Inner {
     notifier: Notifier,
 }
 
-enum Engine {
-    Lua(Lua),
-    Watch(Box<Watch>),
-}
-
 impl RedisBackend {
     /// The Lua variant's name in errors and reports.
     pub const LUA_NAME: &'static str = "redis-lua";
@@ -72,95 +71,89 @@ impl RedisBackend {
     pub const WATCH_NAME: &'static str = "redis-watch";
     /// The default key prefix.
     pub const DEFAULT_PREFIX: &'static str = "lock:";
-    /// The default number of dedicated connections of the WATCH variant.
+    /// The default number of dedicated connections of the WATCH variant (per primary on a
+    /// cluster).
     pub const DEFAULT_POOL_SIZE: usize = 16;
     /// The default deadline of one call: see [`RedisBackend::with_timeout`].
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-    /// The deadline of [`RedisBackend::connect`] and [`RedisBackend::connect_with`]: two
-    /// connection attempts and the first command.
+    /// The deadline of [`RedisBuilder::connect`]: finding the servers (asking the sentinels,
+    /// reading a cluster's slots), two connection attempts and the first command.
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-    /// Connects the Lua variant to `url` (`redis://[user:password@]host:port/db`, or
-    /// `rediss://` for TLS).
+    /// A builder for a backend on `url`: one server (`redis://`, `rediss://`), a Redis
+    /// Cluster (`redis+cluster://host:port[,host:port…]/`) or a Sentinel-managed primary
+    /// (`redis+sentinel://host:port[,host:port…]/service[/db]`). Nothing connects before
+    /// [`RedisBuilder::connect`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lock_redis::{RedisBackend, Variant};
+    ///
+    /// let backend = RedisBackend::builder("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/locks")
+    ///     .variant(Variant::Lua)
+    ///     .prefix("billing:")
+    ///     .replica_acks(1, Duration::from_millis(100))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: impl Into<String>) -> RedisBuilder {
+        RedisBuilder {
+            url: url.into(),
+            variant: Variant::Lua,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            grace: None,
+            timeout: Self::DEFAULT_TIMEOUT,
+            pool_size: Self::DEFAULT_POOL_SIZE,
+            acks: None,
+        }
+    }
+
+    /// Connects the Lua variant to `url`, with every other setting at its default; see
+    /// [`RedisBackend::builder`] for the URL forms.
     ///
     /// # Errors
-    /// [`ErrorKind::Config`] for a malformed URL, [`ErrorKind::PermissionDenied`] for a
-    /// refused password, [`ErrorKind::Unavailable`] when the server cannot be reached.
+    /// As for [`RedisBuilder::connect`].
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, Variant::Lua).await
+        Self::builder(url).connect().await
     }
 
     /// Connects the chosen variant to `url`; see [`RedisBackend::connect`].
     ///
     /// # Errors
-    /// As for [`RedisBackend::connect`]; the WATCH variant checks the URL and credentials
-    /// with one connection of its pool.
+    /// As for [`RedisBuilder::connect`].
     pub async fn connect_with(url: &str, variant: Variant) -> Result<Self> {
-        let name = match variant {
-            Variant::Lua => lua::NAME,
-            Variant::Watch => watch::NAME,
-        };
-        tokio::time::timeout(Self::CONNECT_TIMEOUT, Self::connect_now(url, variant))
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::new(
-                    ErrorKind::Unavailable,
-                    name,
-                    Operation::Connect,
-                    format!(
-                        "the server did not answer within {:?}; it is safe to retry",
-                        Self::CONNECT_TIMEOUT
-                    ),
-                ))
-            })
+        Self::builder(url).variant(variant).connect().await
     }
 
-    async fn connect_now(url: &str, variant: Variant) -> Result<Self> {
-        let name = match variant {
-            Variant::Lua => lua::NAME,
-            Variant::Watch => watch::NAME,
-        };
-        let client = open_client(url, name)?;
-        let engine = match variant {
-            Variant::Lua => {
-                // Two quick retries: a wrong address or certificate fails in about a second,
-                // and later reconnects start over anyway on the next call.
-                // No response timeout of the driver's own: each call's deadline
-                // (`with_timeout`) bounds it, whatever it waits for.
-                let config = ConnectionManagerConfig::new()
-                    .set_number_of_retries(2)
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(None);
-                let conn = ConnectionManager::new_with_config(client.clone(), config)
-                    .await
-                    .map_err(|e| map_error(name, Operation::Connect, e))?;
-                Engine::Lua(Lua::new(conn))
-            }
-            Variant::Watch => {
-                let pool = Pool::new(client.clone(), Self::DEFAULT_POOL_SIZE, name);
-                // Fail now on a wrong address or password, not on the first lock.
-                pool.get(Operation::Connect).await?.done();
-                Engine::Watch(Box::new(Watch { pool }))
-            }
-        };
-        Ok(Self::build(client, engine, name))
-    }
-
-    /// The Lua variant over an existing connection manager; `client` opens the pub/sub
-    /// connection for release notifications.
+    /// The Lua variant over an existing connection manager to one server; `client` opens
+    /// the pub/sub connection for release notifications.
     pub fn from_manager(client: redis::Client, conn: ConnectionManager) -> Self {
-        Self::build(client, Engine::Lua(Lua::new(conn)), lua::NAME)
+        let link = Link {
+            kind: LinkKind::Server(conn),
+            acks: None,
+        };
+        let notifier = Notifier::new(Arc::new(Primary::Fixed(client)), lua::NAME);
+        Self::build(
+            Engine::Lua(Lua::new(link)),
+            notifier,
+            Self::builder(""),
+            None,
+        )
     }
 
-    fn build(client: redis::Client, engine: Engine, name: &'static str) -> Self {
+    pub(crate) fn build(
+        engine: Engine,
+        notifier: Notifier,
+        b: RedisBuilder,
+        grace: Option<Grace>,
+    ) -> Self {
         RedisBackend {
-            inner: Arc::new(Inner {
-                engine,
-                notifier: Notifier::new(client, name),
-            }),
-            prefix: Self::DEFAULT_PREFIX.into(),
-            grace: None,
-            timeout: Self::DEFAULT_TIMEOUT,
+            inner: Arc::new(Inner { engine, notifier }),
+            prefix: b.prefix.into(),
+            grace,
+            timeout: b.timeout,
         }
     }
 
@@ -202,25 +195,10 @@ impl RedisBackend {
         Ok(self)
     }
 
-    /// Sets the WATCH variant's number of dedicated connections (at least 1): at most that
-    /// many operations run at once, the others wait for a connection. No effect on the Lua
-    /// variant, whose one multiplexed connection carries any number of operations.
-    pub fn with_pool_size(self, size: usize) -> Self {
-        match &self.inner.engine {
-            Engine::Watch(w) if w.pool.size() != size.max(1) => {
-                let name = watch::NAME;
-                let client = self.inner.notifier.client().clone();
-                let pool = Pool::new(client.clone(), size, name);
-                RedisBackend {
-                    inner: Arc::new(Inner {
-                        engine: Engine::Watch(Box::new(Watch { pool })),
-                        notifier: Notifier::new(client, name),
-                    }),
-                    ..self
-                }
-            }
-            _ => self,
-        }
+    /// The Redis Cluster hash slot of `key`'s record (and of its release channel): on a
+    /// cluster, which shard holds the lock.
+    pub fn slot(&self, key: &Key) -> u16 {
+        slot(&LockKeys::new(&self.prefix, key).record)
     }
 
     /// Which variant this backend runs.
@@ -232,19 +210,15 @@ impl RedisBackend {
     }
 
     /// The server-side ids (`CLIENT ID`) of the backend's command connections: the Lua
-    /// variant's one connection, or the WATCH variant's idle pooled ones. For operators and
-    /// for fault tests that `CLIENT KILL` them.
+    /// variant's one connection, or the WATCH variant's idle pooled ones; none on a cluster
+    /// (ids are per node). For operators and for fault tests that `CLIENT KILL` them.
     ///
     /// # Errors
     /// [`ErrorKind::Unavailable`] when the server cannot be reached.
     pub async fn client_ids(&self) -> Result<Vec<i64>> {
         match &self.inner.engine {
             Engine::Lua(l) => {
-                let mut conn = l.connection();
-                let mut cmd = redis::cmd("CLIENT");
-                cmd.arg("ID");
-                let query = cmd.query_async(&mut conn);
-                let id = tokio::time::timeout(self.timeout, query)
+                let id = tokio::time::timeout(self.timeout, l.link.client_id(self.name()))
                     .await
                     .map_err(|_| {
                         Error::new(
@@ -253,11 +227,10 @@ impl RedisBackend {
                             Operation::Inspect,
                             format!("no answer within the deadline of {:?}", self.timeout),
                         )
-                    })?
-                    .map_err(|e| map_error(self.name(), Operation::Inspect, e))?;
-                Ok(vec![id])
+                    })??;
+                Ok(id.into_iter().collect())
             }
-            Engine::Watch(w) => Ok(w.pool.idle_ids()),
+            Engine::Watch(w) => Ok(w.idle_ids()),
         }
     }
 
@@ -279,6 +252,10 @@ impl RedisBackend {
         tokio::time::timeout(self.timeout, call.instrument(span))
             .await
             .unwrap_or_else(|_| {
+                match &self.inner.engine {
+                    Engine::Lua(l) => l.link.timed_out(),
+                    Engine::Watch(w) => w.timed_out(),
+                }
                 Err(Error::new(
                     ErrorKind::Unavailable,
                     self.name(),
@@ -295,31 +272,6 @@ impl RedisBackend {
     fn mismatch(&self, op: Operation, reply: &Reply) -> Error {
         protocol(self.name(), op, format!("{reply:?}"))
     }
-}
-
-fn open_client(url: &str, name: &'static str) -> Result<redis::Client> {
-    // The URL may hold a password: it never goes into the message.
-    let scheme = url.split("://").next().unwrap_or("");
-    if scheme == "rediss" && !cfg!(feature = "tls") {
-        return Err(Error::new(
-            ErrorKind::Config,
-            name,
-            Operation::Connect,
-            "rediss:// needs lock-redis built with its `tls` feature",
-        ));
-    }
-    redis::Client::open(url).map_err(|e| {
-        Error::new(
-            ErrorKind::Config,
-            name,
-            Operation::Connect,
-            format!(
-                "not a Redis URL ({:?}): expected redis://[user:password@]host:port/db \
-                 or rediss://...",
-                e.kind()
-            ),
-        )
-    })
 }
 
 impl fmt::Debug for RedisBackend {

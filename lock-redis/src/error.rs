@@ -42,6 +42,16 @@ pub(crate) fn map_error(backend: &'static str, op: Operation, e: redis::RedisErr
             ErrorKind::Unavailable,
             "the server is unreachable or busy; the call is safe to retry",
         )
+    } else if matches!(
+        code.as_deref(),
+        Some("MOVED" | "ASK" | "CLUSTERDOWN" | "READONLY" | "EXECABORT")
+    ) {
+        // Nothing was applied: the slot moved, the cluster is failing over, or the node is
+        // a replica now (the primary moved).
+        (
+            ErrorKind::Unavailable,
+            "the lock's primary moved (failover or resharding); the call is safe to retry",
+        )
     } else {
         (ErrorKind::Protocol, "unexpected reply from Redis")
     };

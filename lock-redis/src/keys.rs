@@ -47,34 +47,34 @@ impl LockKeys {
     }
 }
 
+/// Redis Cluster's slot of a key: CRC16 (XMODEM) of its hash tag, or of the whole key
+/// when it has no non-empty `{…}`, modulo 16384.
+pub(crate) fn slot(name: &str) -> u16 {
+    let b = name.as_bytes();
+    let hashed = match b.iter().position(|&c| c == b'{') {
+        Some(open) => match b[open + 1..].iter().position(|&c| c == b'}') {
+            Some(len) if len > 0 => &b[open + 1..open + 1 + len],
+            _ => b,
+        },
+        None => b,
+    };
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Redis Cluster's slot of a key: CRC16 (XMODEM) of its hash tag, or of the whole key
-    /// when it has no non-empty `{…}`, modulo 16384.
-    fn slot(name: &str) -> u16 {
-        let b = name.as_bytes();
-        let hashed = match b.iter().position(|&c| c == b'{') {
-            Some(open) => match b[open + 1..].iter().position(|&c| c == b'}') {
-                Some(len) if len > 0 => &b[open + 1..open + 1 + len],
-                _ => b,
-            },
-            None => b,
-        };
-        let mut crc: u16 = 0;
-        for &byte in hashed {
-            crc ^= u16::from(byte) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc % 16384
-    }
 
     #[test]
     fn crc16_matches_redis() {

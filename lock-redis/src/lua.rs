@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use lock_core::LockState;
 use lock_core::{Busy, Fencing, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result};
-use redis::aio::ConnectionManager;
 use redis::Script;
 
-use crate::error::{map_error, protocol};
+use crate::error::protocol;
 use crate::keys::LockKeys;
+use crate::link::Link;
 use crate::record::parse_holder;
 use crate::request::{Reply, Request};
 
@@ -18,22 +18,26 @@ const SCRIPT: &str = include_str!("scripts/lock.lua");
 pub(crate) const NAME: &str = crate::RedisBackend::LUA_NAME;
 
 /// The script, loaded once per server and called by its SHA-1; redis-rs reloads it on
-/// `NOSCRIPT` (after `SCRIPT FLUSH` or a restart) and retries, transparently.
+/// `NOSCRIPT` (after `SCRIPT FLUSH` or a restart) and retries, transparently. On a cluster
+/// the script publishes with `SPUBLISH` (the same text otherwise): see `notify.rs`.
 pub(crate) struct Lua {
-    conn: ConnectionManager,
+    pub(crate) link: Link,
     script: Script,
 }
 
-impl Lua {
-    pub(crate) fn new(conn: ConnectionManager) -> Self {
-        Lua {
-            conn,
-            script: Script::new(SCRIPT),
-        }
+/// The script's text, with the publish command the topology needs.
+pub(crate) fn script_text(sharded: bool) -> String {
+    if sharded {
+        SCRIPT.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',")
+    } else {
+        SCRIPT.to_owned()
     }
+}
 
-    pub(crate) fn connection(&self) -> ConnectionManager {
-        self.conn.clone()
+impl Lua {
+    pub(crate) fn new(link: Link) -> Self {
+        let script = Script::new(&script_text(link.is_cluster()));
+        Lua { link, script }
     }
 
     pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
@@ -67,12 +71,21 @@ impl Lua {
             Request::Inspect => call.arg("inspect"),
             Request::Force => call.arg("force"),
         };
-        let mut conn = self.conn.clone();
-        let reply: Vec<String> = call
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| map_error(NAME, op, e))?;
+        let reply: Vec<String> = self.link.invoke(&call, NAME, op).await?;
         let r = Parsed { op, reply: &reply };
+        if matches!(
+            r.word(),
+            "acquired"
+                | "reacquired"
+                | "prolonged"
+                | "prolonged_late"
+                | "released"
+                | "released_late"
+                | "decremented"
+        ) || (matches!(req, Request::Force) && r.word() != "free")
+        {
+            self.link.await_replicas(keys, NAME, op).await?;
+        }
         Ok(match req {
             Request::Obtain { ttl, .. } => Reply::Obtain(match r.word() {
                 "acquired" => ObtainOutcome::Acquired {

@@ -1,6 +1,9 @@
 //! Release notifications: one pub/sub connection per backend, shared by every waiter.
 //!
-//! Each release that frees a lock `PUBLISH`es on the lock's channel (`P{T}:released:K`).
+//! Each release that frees a lock `PUBLISH`es on the lock's channel (`P{T}:released:K`);
+//! on a Redis Cluster it `SPUBLISH`es (sharded pub/sub, Redis 7), so the message stays on
+//! the lock's own shard, and waiters `SSUBSCRIBE` through the cluster connection, which
+//! routes each channel to its shard and subscribes again after a reconnect.
 //! A waiter subscribes before its obtain attempt; `subscribe` returns only once the server
 //! confirmed the `SUBSCRIBE`, so a release published after that point reaches the waiter.
 //! A message wakes *one* waiter of the process, in turn (`lock_core::Waiters`): only one
@@ -19,14 +22,17 @@ use std::sync::{Arc, Mutex};
 use futures_util::StreamExt;
 use lock_core::{Operation, ReleaseSubscription, Result, Waiters};
 use redis::aio::PubSubSink;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, Value};
 
 use crate::error::map_error;
+use crate::primary::Primary;
 
 pub(crate) struct Notifier {
-    client: redis::Client,
+    source: Source,
     backend: &'static str,
     /// The subscribing side of the connection, if one is open; held across the round trip
-    /// of a (un)subscribe so those go out in order.
+    /// of a (un)subscribe so those go out in order (on a cluster, only for the order).
     sink: tokio::sync::Mutex<Option<PubSubSink>>,
     /// Who waits on which channel: a message wakes one of them, in turn.
     waiters: Waiters,
@@ -46,19 +52,83 @@ fn lock(m: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Notifier {
-    pub(crate) fn new(client: redis::Client, backend: &'static str) -> Self {
-        Notifier {
-            client,
-            backend,
-            sink: tokio::sync::Mutex::new(None),
+/// Where subscriptions go.
+enum Source {
+    /// A pub/sub connection of its own to the (current) primary.
+    Plain(Arc<Primary>),
+    /// Sharded subscriptions on the cluster connection, whose pushes [`Sharded::sender`]
+    /// hands out.
+    Sharded(ClusterConnection),
+}
+
+/// The half of a sharded notifier that exists before the cluster connection: the waiters,
+/// and the push sender that wakes them.
+pub(crate) struct Sharded {
+    waiters: Waiters,
+    state: Arc<Mutex<Connection>>,
+}
+
+impl Sharded {
+    pub(crate) fn new() -> Self {
+        Sharded {
             waiters: Waiters::default(),
             state: Arc::default(),
         }
     }
 
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
+    /// What the cluster connection calls with every push: a sharded message wakes one
+    /// waiter of its channel; a lost connection or a shard that dropped a subscription (its
+    /// slot moved) wakes every waiter, since a release may have been missed, and the next
+    /// subscription subscribes again.
+    pub(crate) fn sender(&self) -> impl Fn(PushInfo) -> std::result::Result<(), ()> + Send + Sync {
+        let (waiters, state) = (self.waiters.clone(), Arc::downgrade(&self.state));
+        move |push: PushInfo| {
+            let Some(state) = state.upgrade() else {
+                return Ok(());
+            };
+            let channel = match push.data.first() {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            };
+            match push.kind {
+                PushKind::SMessage | PushKind::Message => waiters.wake_one(&channel),
+                PushKind::Disconnection => {
+                    lock(&state).subscribed.clear();
+                    waiters.wake_all();
+                }
+                PushKind::SUnsubscribe => {
+                    lock(&state).subscribed.remove(&channel);
+                    if waiters.is_waited(&channel) {
+                        waiters.wake_all();
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+
+    /// The notifier, once the cluster connection is open.
+    pub(crate) fn into_notifier(self, conn: ClusterConnection, backend: &'static str) -> Notifier {
+        Notifier {
+            source: Source::Sharded(conn),
+            backend,
+            sink: tokio::sync::Mutex::new(None),
+            waiters: self.waiters,
+            state: self.state,
+        }
+    }
+}
+
+impl Notifier {
+    pub(crate) fn new(primary: Arc<Primary>, backend: &'static str) -> Self {
+        Notifier {
+            source: Source::Plain(primary),
+            backend,
+            sink: tokio::sync::Mutex::new(None),
+            waiters: Waiters::default(),
+            state: Arc::default(),
+        }
     }
 
     /// Subscribes a waiter to `channel`, within `deadline`: a connection that does not
@@ -69,11 +139,24 @@ impl Notifier {
         deadline: std::time::Duration,
     ) -> Result<ReleaseSubscription> {
         let mut sink = self.sink.lock().await;
-        match tokio::time::timeout(deadline, self.subscribe_on(&mut sink, channel)).await {
+        let subscribed = async {
+            match &self.source {
+                Source::Plain(primary) => self.subscribe_on(primary, &mut sink, channel).await,
+                Source::Sharded(conn) => self.subscribe_sharded(conn.clone(), channel).await,
+            }
+        };
+        match tokio::time::timeout(deadline, subscribed).await {
             Ok(result) => result,
             Err(_) => {
                 *sink = None;
-                lock(&self.state).connected = false;
+                let mut st = lock(&self.state);
+                st.connected = false;
+                // A cluster connection may have sent it: subscribe again next time.
+                st.subscribed.remove(channel);
+                drop(st);
+                if let Source::Plain(primary) = &self.source {
+                    primary.forget();
+                }
                 Err(lock_core::Error::new(
                     lock_core::ErrorKind::Unavailable,
                     self.backend,
@@ -89,6 +172,7 @@ impl Notifier {
 
     async fn subscribe_on(
         &self,
+        primary: &Primary,
         sink: &mut Option<PubSubSink>,
         channel: &str,
     ) -> Result<ReleaseSubscription> {
@@ -113,7 +197,7 @@ impl Notifier {
             (stale, fresh)
         };
         if sink.is_none() {
-            *sink = Some(self.connect().await?);
+            *sink = Some(self.connect(primary).await?);
             // A new connection subscribes to everything still wanted, this channel included.
             let all = self.waiters.keys();
             if let Some(s) = sink.as_mut() {
@@ -144,13 +228,49 @@ impl Notifier {
         Ok(subscription)
     }
 
+    /// Subscribes on a cluster: one channel at a time (each to its own shard).
+    async fn subscribe_sharded(
+        &self,
+        mut conn: ClusterConnection,
+        channel: &str,
+    ) -> Result<ReleaseSubscription> {
+        let op = Operation::Subscribe;
+        let subscription = self.waiters.subscribe(channel);
+        let (stale, fresh) = {
+            let mut st = lock(&self.state);
+            let stale: Vec<String> = st
+                .subscribed
+                .iter()
+                .filter(|c| !self.waiters.is_waited(c))
+                .cloned()
+                .collect();
+            for c in &stale {
+                st.subscribed.remove(c);
+            }
+            (stale, !st.subscribed.contains(channel))
+        };
+        for c in &stale {
+            conn.sunsubscribe(c)
+                .await
+                .map_err(|e| map_error(self.backend, op, e))?;
+        }
+        if fresh {
+            conn.ssubscribe(channel)
+                .await
+                .map_err(|e| map_error(self.backend, op, e))?;
+            lock(&self.state).subscribed.insert(channel.to_owned());
+        }
+        Ok(subscription)
+    }
+
     /// Opens the pub/sub connection and starts the task that hands its messages out.
-    async fn connect(&self) -> Result<PubSubSink> {
-        let pubsub = self
-            .client
-            .get_async_pubsub()
-            .await
-            .map_err(|e| map_error(self.backend, Operation::Subscribe, e))?;
+    async fn connect(&self, primary: &Primary) -> Result<PubSubSink> {
+        let op = Operation::Subscribe;
+        let client = primary.client(self.backend, op).await?;
+        let pubsub = client.get_async_pubsub().await.map_err(|e| {
+            primary.failed(&e);
+            map_error(self.backend, op, e)
+        })?;
         let (sink, mut stream) = pubsub.split();
         let generation = {
             let mut st = lock(&self.state);
@@ -168,7 +288,8 @@ impl Notifier {
                 }
                 waiters.wake_one(msg.get_channel_name());
             }
-            // The connection is gone: messages may have been missed, so wake everyone.
+            // The connection is gone: messages may have been missed, so wake everyone. (Behind
+            // Sentinel the next connection asks for the primary again: it may have moved.)
             if let Some(state) = state.upgrade() {
                 let mut st = lock(&state);
                 if st.generation == generation {

@@ -7,20 +7,20 @@
 //! cleanly: one that saw an error, or whose transaction was cancelled mid-flight, is dropped
 //! and replaced by a fresh one on demand.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lock_core::{Operation, Result};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::map_error;
+use crate::primary::{connection_config, Primary};
 
-/// A pool of at most `size` connections, opened lazily.
+/// A pool of at most `size` connections to the primary, opened lazily.
 pub(crate) struct Pool {
-    client: redis::Client,
+    primary: Arc<Primary>,
     idle: Mutex<Vec<Dedicated>>,
     permits: std::sync::Arc<Semaphore>,
-    size: usize,
     backend: &'static str,
 }
 
@@ -39,19 +39,18 @@ pub(crate) struct Lease<'a> {
 }
 
 impl Pool {
-    pub(crate) fn new(client: redis::Client, size: usize, backend: &'static str) -> Self {
+    pub(crate) fn new(primary: Arc<Primary>, size: usize, backend: &'static str) -> Self {
         let size = size.max(1);
         Pool {
-            client,
+            primary,
             idle: Mutex::default(),
             permits: std::sync::Arc::new(Semaphore::new(size)),
-            size,
             backend,
         }
     }
 
-    pub(crate) fn size(&self) -> usize {
-        self.size
+    pub(crate) fn primary(&self) -> &Primary {
+        &self.primary
     }
 
     /// Waits for a free slot, then hands out an idle connection or opens one.
@@ -76,26 +75,29 @@ impl Pool {
     }
 
     async fn open(&self, op: Operation) -> Result<Dedicated> {
-        // No response timeout of the driver's own: the backend's deadline bounds each call,
-        // and a transaction it cuts off drops its connection.
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
-            .set_response_timeout(None);
-        let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| map_error(self.backend, op, e))?;
-        let id = redis::cmd("CLIENT")
-            .arg("ID")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| map_error(self.backend, op, e))?;
-        Ok(Dedicated { conn, id })
+        // The backend's deadline bounds each call, and a transaction it cuts off drops its
+        // connection.
+        let client = self.primary.client(self.backend, op).await?;
+        let opened = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&connection_config())
+                .await?;
+            let id = redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async(&mut conn)
+                .await?;
+            Ok(Dedicated { conn, id })
+        };
+        opened.await.map_err(|e: redis::RedisError| {
+            self.primary.failed(&e);
+            map_error(self.backend, op, e)
+        })
     }
 
-    /// Drops every idle connection; the next transactions open fresh ones.
+    /// Drops every idle connection; the next transactions open fresh ones (behind Sentinel,
+    /// to the primary the sentinels name then).
     pub(crate) fn discard_idle(&self) {
+        self.primary.forget();
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 

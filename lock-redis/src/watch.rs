@@ -5,7 +5,8 @@
 //! 1. one pipeline: `UNWATCH`, `WATCH rec`, `TIME`, `GET rec`: the record as of the server's
 //!    clock (a key of another type fails the `GET` with `WRONGTYPE`: `Corrupt`);
 //! 2. the decision, in Rust, by the rules of `scripts/lock.lua`, on the same record format;
-//! 3. if the decision writes: `MULTI`, `SET rec …` (and `PUBLISH` on a release), `EXEC`.
+//! 3. if the decision writes: `MULTI`, `SET rec …` (and `PUBLISH` on a release; `SPUBLISH` on
+//!    a cluster), `EXEC`.
 //!    `EXEC` answers nil when another client touched the record since the `WATCH`: the
 //!    operation starts over (at most [`MAX_CONFLICTS`] times, then a retry-safe
 //!    `Unavailable` error).
@@ -21,11 +22,15 @@ use lock_core::{
     Result,
 };
 
+use std::sync::Arc;
+
 use crate::error::map_error;
 use crate::keys::LockKeys;
+use crate::link::Acks;
 use crate::pool::Pool;
 use crate::record::{parse_holder, Phase, Record, State, FREE_KEEP_MS};
 use crate::request::{Reply, Request};
+use crate::shards::Shards;
 
 /// The backend name of this variant.
 pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
@@ -34,7 +39,16 @@ pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
 pub(crate) const MAX_CONFLICTS: u32 = 32;
 
 pub(crate) struct Watch {
-    pub(crate) pool: Pool,
+    pub(crate) route: Route,
+    pub(crate) acks: Option<Acks>,
+}
+
+/// Where a record's transactions run.
+pub(crate) enum Route {
+    /// One pool, to the one server or the primary the sentinels name.
+    One(Pool),
+    /// A pool per cluster primary, chosen by the record's slot.
+    Cluster(Shards),
 }
 
 /// What the server held when the transaction started.
@@ -44,39 +58,69 @@ struct Snapshot {
     record: Option<Record>,
 }
 
+/// Reads that met a broken connection, a moved slot or a cluster in failover, retried: the
+/// read changes nothing. On one server once (a fresh connection), on a cluster a few times
+/// with a pause (the slot map is read again each time); the call's deadline bounds it all.
+const REROUTES_ONE: u32 = 1;
+const REROUTES_CLUSTER: u32 = 20;
+
 impl Watch {
     pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
         let op = req.operation();
+        let publish = match self.route {
+            Route::One(_) => "PUBLISH",
+            Route::Cluster(_) => "SPUBLISH",
+        };
         let mut broken = 0;
         let mut attempt = 0;
         while attempt < MAX_CONFLICTS {
-            let mut lease = self.pool.get(op).await?;
+            let pool = match &self.route {
+                Route::One(pool) => Pooled::Borrowed(pool),
+                Route::Cluster(shards) => Pooled::Shared(shards.pool_for(&keys.record, op).await?),
+            };
+            let mut lease = pool.get().get(op).await?;
             let snap = match read(lease.conn(), keys, op).await {
                 Ok(snap) => snap,
                 // The read changes nothing, so a fresh connection may try it again. What broke
-                // this one (a server restart, CLIENT KILL) most likely broke the other idle
-                // ones too: they are dropped rather than failing a call each.
-                Err(e) if e.kind() == ErrorKind::Unavailable && broken == 0 => {
+                // this one (a server restart, CLIENT KILL, a failover, a moved slot) most
+                // likely broke the other idle ones too: they are dropped rather than failing a
+                // call each.
+                Err(e) if e.kind() == ErrorKind::Unavailable && broken < self.reroutes() => {
                     broken += 1;
-                    self.pool.discard_idle();
-                    tracing::debug!(key = %keys.record, "pooled connection broken, trying another: {e}");
+                    drop(lease);
+                    pool.get().discard_idle();
+                    if let Route::Cluster(shards) = &self.route {
+                        shards.forget_slots();
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    tracing::debug!(key = %keys.record, "connection broken or slot moved, trying again: {e}");
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            let (writes, reply) = decide(keys, req, &snap)?;
+            let (writes, reply) = decide(keys, req, &snap, publish)?;
             let Some(writes) = writes else {
                 lease.done();
                 return Ok(reply);
             };
-            let committed: Option<redis::Value> = writes
-                .query_async(lease.conn())
-                .await
-                .map_err(|e| map_error(NAME, op, e))?;
-            lease.done();
+            let committed: Option<redis::Value> = match writes.query_async(lease.conn()).await {
+                Ok(c) => c,
+                Err(e) => {
+                    pool.get().primary().failed(&e);
+                    if let Route::Cluster(shards) = &self.route {
+                        shards.forget_slots();
+                    }
+                    return Err(map_error(NAME, op, e));
+                }
+            };
             if committed.is_some() {
+                if let Some(acks) = self.acks {
+                    acks.await_on(lease.conn(), NAME, op).await?;
+                }
+                lease.done();
                 return Ok(reply);
             }
+            lease.done();
             attempt += 1;
             tracing::debug!(attempt, key = %keys.record, "transaction lost to a concurrent writer");
             // Spread the contenders out a little before the next round.
@@ -93,6 +137,43 @@ impl Watch {
                 keys.record
             ),
         ))
+    }
+
+    fn reroutes(&self) -> u32 {
+        match self.route {
+            Route::One(_) => REROUTES_ONE,
+            Route::Cluster(_) => REROUTES_CLUSTER,
+        }
+    }
+
+    /// The server ids of idle connections, where there is one server.
+    pub(crate) fn idle_ids(&self) -> Vec<i64> {
+        match &self.route {
+            Route::One(pool) => pool.idle_ids(),
+            Route::Cluster(_) => Vec::new(),
+        }
+    }
+
+    /// After a call that hit its deadline: behind Sentinel the primary may be gone.
+    pub(crate) fn timed_out(&self) {
+        if let Route::One(pool) = &self.route {
+            pool.primary().forget();
+        }
+    }
+}
+
+/// The pool of a transaction: the one pool, or a cluster primary's.
+enum Pooled<'a> {
+    Borrowed(&'a Pool),
+    Shared(Arc<Pool>),
+}
+
+impl Pooled<'_> {
+    fn get(&self) -> &Pool {
+        match self {
+            Pooled::Borrowed(p) => p,
+            Pooled::Shared(p) => p,
+        }
     }
 }
 
@@ -129,6 +210,7 @@ fn decide(
     keys: &LockKeys,
     req: &Request<'_>,
     s: &Snapshot,
+    publish: &str,
 ) -> Result<(Option<redis::Pipeline>, Reply)> {
     let op = req.operation();
     let now = s.now_ms;
@@ -161,10 +243,7 @@ fn decide(
             holder: String::new(),
         };
         put(tx, &r, Some(keep));
-        tx.cmd("PUBLISH")
-            .arg(&keys.channel)
-            .arg("released")
-            .ignore();
+        tx.cmd(publish).arg(&keys.channel).arg("released").ignore();
     };
     // The record held by `token` for `ttl` (+ grace) from now.
     let held =

@@ -303,8 +303,14 @@ async fn watch_transactions_on_a_small_pool_never_grant_twice() {
     // reused constantly and transactions conflict; a WATCH shared between transactions
     // would let two of them commit a grant of the same key.
     let server = PrivateRedis::start();
-    let backend: Arc<dyn LockBackend> =
-        Arc::new(backend(&server.url, Variant::Watch).await.with_pool_size(4));
+    let backend: Arc<dyn LockBackend> = Arc::new(
+        RedisBackend::builder(server.url.as_str())
+            .variant(Variant::Watch)
+            .pool_size(4)
+            .connect()
+            .await
+            .unwrap(),
+    );
     let inside: Arc<[std::sync::atomic::AtomicUsize; 2]> = Arc::default();
     let grants = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();

@@ -7,9 +7,11 @@
 //! A server that cannot be had is a panic that says how to get one: tests never pass
 //! silently without their server.
 
+pub mod cluster;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
+pub mod sentinel;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;

@@ -1,0 +1,311 @@
+//! [`RedisBuilder`]: every setting of a [`RedisBackend`] before it connects, and the
+//! connecting itself, for each topology.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Error, ErrorKind, Grace, Operation, Result};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::backend::{RedisBackend, Variant};
+use crate::error::map_error;
+use crate::link::{Acks, Link, LinkKind};
+use crate::lua::{self, Lua};
+use crate::notify::{Notifier, Sharded};
+use crate::pool::Pool;
+use crate::primary::{Primary, Shared};
+use crate::shards::Shards;
+use crate::topology::Topology;
+use crate::watch::{self, Route, Watch};
+
+/// What a backend runs operations with.
+pub(crate) enum Engine {
+    Lua(Lua),
+    Watch(Box<Watch>),
+}
+
+/// The settings of a [`RedisBackend`], all known before it connects: made by
+/// [`RedisBackend::builder`], consumed by [`RedisBuilder::connect`]. Its `Debug` never
+/// shows the URL's password.
+#[derive(Clone)]
+#[must_use = "a builder does nothing until connect()"]
+pub struct RedisBuilder {
+    pub(crate) url: String,
+    pub(crate) variant: Variant,
+    pub(crate) prefix: String,
+    pub(crate) grace: Option<Duration>,
+    pub(crate) timeout: Duration,
+    pub(crate) pool_size: usize,
+    pub(crate) acks: Option<(u32, Duration)>,
+}
+
+impl RedisBuilder {
+    /// Which implementation of the contract to run (default [`Variant::Lua`]).
+    pub fn variant(mut self, variant: Variant) -> Self {
+        self.variant = variant;
+        self
+    }
+
+    /// Puts every key under `prefix` instead of `lock:`; different prefixes never meet.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Keeps expired records for `grace` instead of each lock's ttl, for late detection
+    /// (at most 365 days, checked by [`RedisBuilder::connect`] before any I/O).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// The deadline of every call (default 2 s); see [`RedisBackend::with_timeout`]. On a
+    /// cluster it is also each node's response timeout, after which the cluster connection
+    /// counts the node as gone and reads the slot map again.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The WATCH variant's number of dedicated connections (default 16, at least 1; per
+    /// primary on a cluster): at most that many operations run at once, the others wait for
+    /// a connection. No effect on the Lua variant, whose multiplexed connection carries any
+    /// number of operations.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// After every write, waits (`WAIT`) until `replicas` replicas acknowledged it, at most
+    /// `timeout`; fewer in time is a retry-safe [`ErrorKind::Unavailable`] (the write stands
+    /// on the primary). Off by default.
+    ///
+    /// Redis replicates asynchronously: a primary that fails right after granting a lock may
+    /// take the grant with it, and the replica promoted in its place lets a second holder
+    /// in. Waiting for one replica narrows that window to writes the replica has not
+    /// received *and* a failover that picks a replica without them (Sentinel and Cluster
+    /// prefer the most up-to-date replica); it does not close it — `WAIT` is not
+    /// consensus — which is what fencing tokens are for. It costs one more round trip and
+    /// the replication delay on every obtain, prolong and release; the README gives the
+    /// figures measured.
+    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.acks = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    /// Connects: finds the servers, opens a first connection (so a wrong address, password
+    /// or certificate fails here), within [`RedisBackend::CONNECT_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for a malformed URL or setting, [`ErrorKind::InvalidInput`] for
+    /// a grace over 365 days (all before any I/O), [`ErrorKind::PermissionDenied`] for a
+    /// refused password, [`ErrorKind::Unavailable`] when the servers cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future drops whatever connections it opened.
+    pub async fn connect(self) -> Result<RedisBackend> {
+        let name = match self.variant {
+            Variant::Lua => lua::NAME,
+            Variant::Watch => watch::NAME,
+        };
+        let grace = self.grace.map(Grace::new).transpose()?;
+        if self.timeout.is_zero() {
+            return Err(config(
+                name,
+                "the deadline of a call must be longer than zero",
+            ));
+        }
+        if let Some((_, t)) = self.acks {
+            if t.is_zero() || t >= self.timeout {
+                return Err(config(
+                    name,
+                    format!(
+                        "the replica wait ({t:?}) must be longer than zero and shorter than \
+                         the call's deadline ({:?})",
+                        self.timeout
+                    ),
+                ));
+            }
+        }
+        let topology = Topology::parse(&self.url, name)?;
+        let connected = tokio::time::timeout(
+            RedisBackend::CONNECT_TIMEOUT,
+            self.connect_to(topology, name),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Unavailable,
+                name,
+                Operation::Connect,
+                format!(
+                    "the servers did not answer within {:?}; it is safe to retry",
+                    RedisBackend::CONNECT_TIMEOUT
+                ),
+            ))
+        })?;
+        let (engine, notifier) = connected;
+        Ok(RedisBackend::build(engine, notifier, self, grace))
+    }
+
+    async fn connect_to(
+        &self,
+        topology: Topology,
+        name: &'static str,
+    ) -> Result<(Engine, Notifier)> {
+        let op = Operation::Connect;
+        let acks = self
+            .acks
+            .map(|(replicas, timeout)| Acks { replicas, timeout });
+        let one = |primary: Arc<Primary>| Pool::new(primary, self.pool_size, name);
+        Ok(match (topology, self.variant) {
+            (Topology::Server(client), Variant::Lua) => {
+                // Two quick retries: a wrong address or certificate fails in about a second,
+                // and later reconnects start over anyway on the next call.
+                // No response timeout of the driver's own: each call's deadline bounds it.
+                let config = ConnectionManagerConfig::new()
+                    .set_number_of_retries(2)
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(None);
+                let conn = ConnectionManager::new_with_config(client.clone(), config)
+                    .await
+                    .map_err(|e| map_error(name, op, e))?;
+                let link = Link {
+                    kind: LinkKind::Server(conn),
+                    acks,
+                };
+                let notifier = Notifier::new(Arc::new(Primary::Fixed(client)), name);
+                (Engine::Lua(Lua::new(link)), notifier)
+            }
+            (Topology::Sentinel(s), Variant::Lua) => {
+                let primary = Arc::new(Primary::sentinel(s, name)?);
+                let shared = Shared::new(primary.clone());
+                shared.connection(name, op).await?;
+                let link = Link {
+                    kind: LinkKind::Sentinel(shared),
+                    acks,
+                };
+                (Engine::Lua(Lua::new(link)), Notifier::new(primary, name))
+            }
+            (Topology::Server(client), Variant::Watch) => {
+                let primary = Arc::new(Primary::Fixed(client));
+                let pool = one(primary.clone());
+                // Fail now on a wrong address or password, not on the first lock.
+                pool.get(op).await?.done();
+                let watch = Watch {
+                    route: Route::One(pool),
+                    acks,
+                };
+                (Engine::Watch(Box::new(watch)), Notifier::new(primary, name))
+            }
+            (Topology::Sentinel(s), Variant::Watch) => {
+                let primary = Arc::new(Primary::sentinel(s, name)?);
+                let pool = one(primary.clone());
+                pool.get(op).await?.done();
+                let watch = Watch {
+                    route: Route::One(pool),
+                    acks,
+                };
+                (Engine::Watch(Box::new(watch)), Notifier::new(primary, name))
+            }
+            (Topology::Cluster(nodes), variant) => {
+                let sharded = Sharded::new();
+                let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(sharded.sender())
+                    .connection_timeout(Duration::from_secs(2))
+                    .response_timeout(self.timeout)
+                    .build()
+                    .map_err(|e| map_error(name, op, e))?;
+                let conn = client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| map_error(name, op, e))?;
+                let engine = match variant {
+                    Variant::Lua => Engine::Lua(Lua::new(Link {
+                        kind: LinkKind::Cluster(conn.clone()),
+                        acks,
+                    })),
+                    Variant::Watch => {
+                        let template = nodes[0].clone();
+                        let shards = Shards::new(conn.clone(), template, self.pool_size, name);
+                        Engine::Watch(Box::new(Watch {
+                            route: Route::Cluster(shards),
+                            acks,
+                        }))
+                    }
+                };
+                (engine, sharded.into_notifier(conn, name))
+            }
+        })
+    }
+}
+
+fn config(name: &'static str, msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Config, name, Operation::Validate, msg.into())
+}
+
+impl fmt::Debug for RedisBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBuilder")
+            .field("url", &redacted(&self.url))
+            .field("variant", &self.variant)
+            .field("prefix", &self.prefix)
+            .field("grace", &self.grace)
+            .field("timeout", &self.timeout)
+            .field("pool_size", &self.pool_size)
+            .field("replica_acks", &self.acks)
+            .finish()
+    }
+}
+
+/// The URL with any password replaced by `***`.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "***".to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***@{hosts}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let b = RedisBackend::builder("redis+sentinel://user:hunter2@s1:26379,s2/locks/1");
+        let shown = format!("{b:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("user:***@s1:26379,s2/locks/1"), "{shown}");
+        assert!(!format!("{:?}", RedisBackend::builder("rediss://:pw@h/0")).contains("pw@"));
+    }
+
+    #[tokio::test]
+    async fn settings_are_checked_before_any_io() {
+        // Port 1 on loopback: nothing listens, so reaching I/O would be Unavailable.
+        let url = "redis://127.0.0.1:1/0";
+        let cases = [
+            RedisBackend::builder(url).timeout(Duration::ZERO),
+            RedisBackend::builder(url).replica_acks(1, Duration::from_secs(5)),
+            RedisBackend::builder(url).replica_acks(1, Duration::ZERO),
+            RedisBackend::builder("redis+cluster://127.0.0.1:1/0"),
+        ];
+        for b in cases {
+            let e = b.clone().connect().await.expect_err("refused");
+            assert_eq!(e.kind(), ErrorKind::Config, "{b:?}: {e}");
+        }
+        let e = RedisBackend::builder(url)
+            .grace(Duration::from_secs(400 * 86_400))
+            .connect()
+            .await
+            .expect_err("refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    }
+}

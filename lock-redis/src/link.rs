@@ -1,0 +1,162 @@
+//! The Lua variant's way to its server, for each topology, and the optional wait for
+//! replicas after a write.
+
+use std::time::Duration;
+
+use lock_core::{Error, ErrorKind, Operation, Result};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::ScriptInvocation;
+
+use crate::error::map_error;
+use crate::keys::{slot, LockKeys};
+use crate::primary::Shared;
+
+/// How commands reach the server that owns a lock.
+pub(crate) struct Link {
+    pub(crate) kind: LinkKind,
+    pub(crate) acks: Option<Acks>,
+}
+
+/// The connection of each topology.
+pub(crate) enum LinkKind {
+    /// One server, through a connection manager that reconnects in the background.
+    Server(ConnectionManager),
+    /// A cluster connection: routes each call to its slot's primary and follows `MOVED`
+    /// and `ASK`.
+    Cluster(ClusterConnection),
+    /// The primary the sentinels name, found again after a failover.
+    Sentinel(Shared),
+}
+
+/// Wait for replicas after each write: `WAIT replicas timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Acks {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Link {
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.kind, LinkKind::Cluster(_))
+    }
+
+    /// Runs the script call.
+    pub(crate) async fn invoke(
+        &self,
+        call: &ScriptInvocation<'_>,
+        name: &'static str,
+        op: Operation,
+    ) -> Result<Vec<String>> {
+        match &self.kind {
+            LinkKind::Server(c) => call.invoke_async(&mut c.clone()).await,
+            LinkKind::Cluster(c) => call.invoke_async(&mut c.clone()).await,
+            LinkKind::Sentinel(s) => {
+                let mut conn = s.connection(name, op).await?;
+                let reply = call.invoke_async(&mut conn).await;
+                if let Err(e) = &reply {
+                    s.failed(e);
+                }
+                reply
+            }
+        }
+        .map_err(|e| map_error(name, op, e))
+    }
+
+    /// After a write of `keys`' record: waits for the replicas asked for (if any) on the
+    /// connection that wrote it.
+    pub(crate) async fn await_replicas(
+        &self,
+        keys: &LockKeys,
+        name: &'static str,
+        op: Operation,
+    ) -> Result<()> {
+        let Some(acks) = self.acks else {
+            return Ok(());
+        };
+        match &self.kind {
+            LinkKind::Server(c) => acks.await_on(&mut c.clone(), name, op).await,
+            LinkKind::Sentinel(s) => {
+                let mut conn = s.connection(name, op).await?;
+                acks.await_on(&mut conn, name, op).await
+            }
+            LinkKind::Cluster(c) => {
+                // To the slot's primary: the connection the script's write went through.
+                let route = Route::new(slot(&keys.record), SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let reply = c
+                    .clone()
+                    .route_command(acks.command(), routing)
+                    .await
+                    .map_err(|e| map_error(name, op, e))?;
+                acks.check(redis::from_redis_value(reply).ok(), name, op)
+            }
+        }
+    }
+
+    /// The server's id of the connection, where there is one connection (not a cluster).
+    pub(crate) async fn client_id(&self, name: &'static str) -> Result<Option<i64>> {
+        let op = Operation::Inspect;
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("ID");
+        let id = match &self.kind {
+            LinkKind::Server(c) => cmd.query_async(&mut c.clone()).await,
+            LinkKind::Sentinel(s) => cmd.query_async(&mut s.connection(name, op).await?).await,
+            LinkKind::Cluster(_) => return Ok(None),
+        };
+        id.map(Some).map_err(|e| map_error(name, op, e))
+    }
+
+    /// After a call that hit its deadline.
+    pub(crate) fn timed_out(&self) {
+        if let LinkKind::Sentinel(s) = &self.kind {
+            s.forget();
+        }
+    }
+}
+
+impl Acks {
+    fn command(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        let ms = u64::try_from(self.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        cmd.arg(self.replicas).arg(ms);
+        cmd
+    }
+
+    /// `WAIT` on `conn`, which carried the write.
+    pub(crate) async fn await_on(
+        &self,
+        conn: &mut impl ConnectionLike,
+        name: &'static str,
+        op: Operation,
+    ) -> Result<()> {
+        let acked: u32 = self
+            .command()
+            .query_async(conn)
+            .await
+            .map_err(|e| map_error(name, op, e))?;
+        self.check(Some(acked), name, op)
+    }
+
+    fn check(&self, acked: Option<u32>, name: &'static str, op: Operation) -> Result<()> {
+        match acked {
+            Some(n) if n >= self.replicas => Ok(()),
+            _ => Err(Error::new(
+                ErrorKind::Unavailable,
+                name,
+                op,
+                format!(
+                    "the write reached {} of the {} replicas asked for within {:?} \
+                     (with_replica_acks / wait=); it is applied on the primary but a failover \
+                     now could lose it; the call is safe to retry",
+                    acked.map_or_else(|| "?".to_owned(), |n| n.to_string()),
+                    self.replicas,
+                    self.timeout
+                ),
+            )),
+        }
+    }
+}
