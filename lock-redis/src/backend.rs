@@ -107,6 +107,7 @@ impl RedisBackend {
             timeout: Self::DEFAULT_TIMEOUT,
             pool_size: Self::DEFAULT_POOL_SIZE,
             acks: None,
+            address_map: Vec::new(),
         }
     }
 
@@ -132,6 +133,7 @@ impl RedisBackend {
     pub fn from_manager(client: redis::Client, conn: ConnectionManager) -> Self {
         let link = Link {
             kind: LinkKind::Server(conn),
+            address: client.get_connection_info().addr().to_string(),
             acks: None,
         };
         let notifier = Notifier::new(Arc::new(Primary::Fixed(client)), lua::NAME);
@@ -209,29 +211,30 @@ impl RedisBackend {
         }
     }
 
-    /// The server-side ids (`CLIENT ID`) of the backend's command connections: the Lua
-    /// variant's one connection, or the WATCH variant's idle pooled ones; none on a cluster
-    /// (ids are per node). For operators and for fault tests that `CLIENT KILL` them.
+    /// The server-side ids (`CLIENT ID`) of the backend's command connections, each with
+    /// the `host:port` of the node that knows it (ids are per node): the Lua variant's
+    /// connection (one per node on a cluster), or the WATCH variant's idle pooled ones. For
+    /// operators and for fault tests that `CLIENT KILL` them.
     ///
     /// # Errors
     /// [`ErrorKind::Unavailable`] when the server cannot be reached.
-    pub async fn client_ids(&self) -> Result<Vec<i64>> {
-        match &self.inner.engine {
-            Engine::Lua(l) => {
-                let id = tokio::time::timeout(self.timeout, l.link.client_id(self.name()))
-                    .await
-                    .map_err(|_| {
-                        Error::new(
-                            ErrorKind::Unavailable,
-                            self.name(),
-                            Operation::Inspect,
-                            format!("no answer within the deadline of {:?}", self.timeout),
-                        )
-                    })??;
-                Ok(id.into_iter().collect())
+    pub async fn client_ids(&self) -> Result<Vec<(String, i64)>> {
+        let ids = async {
+            match &self.inner.engine {
+                Engine::Lua(l) => l.link.client_ids(self.name()).await,
+                Engine::Watch(w) => Ok(w.idle_ids()),
             }
-            Engine::Watch(w) => Ok(w.idle_ids()),
-        }
+        };
+        tokio::time::timeout(self.timeout, ids)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Unavailable,
+                    self.name(),
+                    Operation::Inspect,
+                    format!("no answer within the deadline of {:?}", self.timeout),
+                ))
+            })
     }
 
     fn grace_ms(&self, ttl: Ttl) -> u64 {

@@ -16,7 +16,7 @@ use crate::notify::{Notifier, Sharded};
 use crate::pool::Pool;
 use crate::primary::{Primary, Shared};
 use crate::shards::Shards;
-use crate::topology::Topology;
+use crate::topology::{AddressMap, Topology};
 use crate::watch::{self, Route, Watch};
 
 /// What a backend runs operations with.
@@ -38,6 +38,7 @@ pub struct RedisBuilder {
     pub(crate) timeout: Duration,
     pub(crate) pool_size: usize,
     pub(crate) acks: Option<(u32, Duration)>,
+    pub(crate) address_map: Vec<(String, String)>,
 }
 
 impl RedisBuilder {
@@ -94,6 +95,19 @@ impl RedisBuilder {
         self
     }
 
+    /// Reaches the node that the servers announce as `announced` (`host:port`, as `CLUSTER
+    /// SLOTS` or the sentinels name it) at `reachable` (`host:port`) instead: for servers
+    /// behind NAT, in containers, or reached through a tunnel or proxy. The URL's own
+    /// hosts are used as written.
+    pub fn map_address(
+        mut self,
+        announced: impl Into<String>,
+        reachable: impl Into<String>,
+    ) -> Self {
+        self.address_map.push((announced.into(), reachable.into()));
+        self
+    }
+
     /// Connects: finds the servers, opens a first connection (so a wrong address, password
     /// or certificate fails here), within [`RedisBackend::CONNECT_TIMEOUT`].
     ///
@@ -129,9 +143,10 @@ impl RedisBuilder {
             }
         }
         let topology = Topology::parse(&self.url, name)?;
+        let map = AddressMap::parse(&self.address_map, name)?;
         let connected = tokio::time::timeout(
             RedisBackend::CONNECT_TIMEOUT,
-            self.connect_to(topology, name),
+            self.connect_to(topology, map, name),
         )
         .await
         .unwrap_or_else(|_| {
@@ -152,6 +167,7 @@ impl RedisBuilder {
     async fn connect_to(
         &self,
         topology: Topology,
+        map: AddressMap,
         name: &'static str,
     ) -> Result<(Engine, Notifier)> {
         let op = Operation::Connect;
@@ -173,17 +189,19 @@ impl RedisBuilder {
                     .map_err(|e| map_error(name, op, e))?;
                 let link = Link {
                     kind: LinkKind::Server(conn),
+                    address: client.get_connection_info().addr().to_string(),
                     acks,
                 };
                 let notifier = Notifier::new(Arc::new(Primary::Fixed(client)), name);
                 (Engine::Lua(Lua::new(link)), notifier)
             }
             (Topology::Sentinel(s), Variant::Lua) => {
-                let primary = Arc::new(Primary::sentinel(s, name)?);
+                let primary = Arc::new(Primary::sentinel(s, map, name)?);
                 let shared = Shared::new(primary.clone());
                 shared.connection(name, op).await?;
                 let link = Link {
                     kind: LinkKind::Sentinel(shared),
+                    address: String::new(),
                     acks,
                 };
                 (Engine::Lua(Lua::new(link)), Notifier::new(primary, name))
@@ -200,7 +218,7 @@ impl RedisBuilder {
                 (Engine::Watch(Box::new(watch)), Notifier::new(primary, name))
             }
             (Topology::Sentinel(s), Variant::Watch) => {
-                let primary = Arc::new(Primary::sentinel(s, name)?);
+                let primary = Arc::new(Primary::sentinel(s, map, name)?);
                 let pool = one(primary.clone());
                 pool.get(op).await?.done();
                 let watch = Watch {
@@ -216,6 +234,7 @@ impl RedisBuilder {
                     .push_sender(sharded.sender())
                     .connection_timeout(Duration::from_secs(2))
                     .response_timeout(self.timeout)
+                    .node_address_map(map.for_cluster())
                     .build()
                     .map_err(|e| map_error(name, op, e))?;
                 let conn = client
@@ -225,11 +244,12 @@ impl RedisBuilder {
                 let engine = match variant {
                     Variant::Lua => Engine::Lua(Lua::new(Link {
                         kind: LinkKind::Cluster(conn.clone()),
+                        address: String::new(),
                         acks,
                     })),
                     Variant::Watch => {
                         let template = nodes[0].clone();
-                        let shards = Shards::new(conn.clone(), template, self.pool_size, name);
+                        let shards = Shards::new(conn.clone(), template, map, self.pool_size, name);
                         Engine::Watch(Box::new(Watch {
                             route: Route::Cluster(shards),
                             acks,
@@ -256,6 +276,7 @@ impl fmt::Debug for RedisBuilder {
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
             .field("replica_acks", &self.acks)
+            .field("address_map", &self.address_map)
             .finish()
     }
 }

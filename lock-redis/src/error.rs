@@ -45,9 +45,14 @@ pub(crate) fn map_error(backend: &'static str, op: Operation, e: redis::RedisErr
     } else if matches!(
         code.as_deref(),
         Some("MOVED" | "ASK" | "CLUSTERDOWN" | "READONLY" | "EXECABORT")
+    ) || matches!(
+        e.kind(),
+        redis::ErrorKind::MasterNameNotFoundBySentinel
+            | redis::ErrorKind::NoValidReplicasFoundBySentinel
+            | redis::ErrorKind::ClusterConnectionNotFound
     ) {
-        // Nothing was applied: the slot moved, the cluster is failing over, or the node is
-        // a replica now (the primary moved).
+        // Nothing was applied: the slot moved, the cluster is failing over, the node is a
+        // replica now, or the sentinels name no reachable primary (mid-failover).
         (
             ErrorKind::Unavailable,
             "the lock's primary moved (failover or resharding); the call is safe to retry",

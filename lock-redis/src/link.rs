@@ -6,8 +6,10 @@ use std::time::Duration;
 use lock_core::{Error, ErrorKind, Operation, Result};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::ScriptInvocation;
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use redis::{ScriptInvocation, Value};
 
 use crate::error::map_error;
 use crate::keys::{slot, LockKeys};
@@ -16,6 +18,8 @@ use crate::primary::Shared;
 /// How commands reach the server that owns a lock.
 pub(crate) struct Link {
     pub(crate) kind: LinkKind,
+    /// The one server's `host:port` (for [`Link::client_ids`]).
+    pub(crate) address: String,
     pub(crate) acks: Option<Acks>,
 }
 
@@ -95,17 +99,41 @@ impl Link {
         }
     }
 
-    /// The server's id of the connection, where there is one connection (not a cluster).
-    pub(crate) async fn client_id(&self, name: &'static str) -> Result<Option<i64>> {
+    /// `(node, id)` of each command connection: `CLIENT ID` on every node it reaches.
+    pub(crate) async fn client_ids(&self, name: &'static str) -> Result<Vec<(String, i64)>> {
         let op = Operation::Inspect;
         let mut cmd = redis::cmd("CLIENT");
         cmd.arg("ID");
-        let id = match &self.kind {
-            LinkKind::Server(c) => cmd.query_async(&mut c.clone()).await,
-            LinkKind::Sentinel(s) => cmd.query_async(&mut s.connection(name, op).await?).await,
-            LinkKind::Cluster(_) => return Ok(None),
-        };
-        id.map(Some).map_err(|e| map_error(name, op, e))
+        let fail = |e| map_error(name, op, e);
+        match &self.kind {
+            LinkKind::Server(c) => {
+                let id = cmd.query_async(&mut c.clone()).await.map_err(fail)?;
+                Ok(vec![(self.address.clone(), id)])
+            }
+            LinkKind::Sentinel(s) => {
+                let mut conn = s.connection(name, op).await?;
+                let id = cmd.query_async(&mut conn).await.map_err(fail)?;
+                let node = s.primary.client(name, op).await?;
+                Ok(vec![(node.get_connection_info().addr().to_string(), id)])
+            }
+            LinkKind::Cluster(c) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
+                let reply = c.clone().route_command(cmd, routing).await.map_err(fail)?;
+                let pairs: Vec<(String, i64)> = match reply {
+                    Value::Map(pairs) => pairs
+                        .into_iter()
+                        .filter_map(|(k, v)| {
+                            Some((
+                                redis::from_redis_value(k).ok()?,
+                                redis::from_redis_value(v).ok()?,
+                            ))
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                Ok(pairs)
+            }
+        }
     }
 
     /// After a call that hit its deadline.

@@ -28,6 +28,8 @@ pub(crate) struct Pool {
 pub(crate) struct Dedicated {
     pub(crate) conn: MultiplexedConnection,
     pub(crate) id: i64,
+    /// The node's `host:port`.
+    pub(crate) node: String,
 }
 
 /// A connection checked out for one transaction.
@@ -86,7 +88,8 @@ impl Pool {
                 .arg("ID")
                 .query_async(&mut conn)
                 .await?;
-            Ok(Dedicated { conn, id })
+            let node = client.get_connection_info().addr().to_string();
+            Ok(Dedicated { conn, id, node })
         };
         opened.await.map_err(|e: redis::RedisError| {
             self.primary.failed(&e);
@@ -101,10 +104,10 @@ impl Pool {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// The server ids of the idle connections.
-    pub(crate) fn idle_ids(&self) -> Vec<i64> {
+    /// `(node, id)` of the idle connections.
+    pub(crate) fn idle_ids(&self) -> Vec<(String, i64)> {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.iter().map(|d| d.id).collect()
+        idle.iter().map(|d| (d.node.clone(), d.id)).collect()
     }
 }
 

@@ -12,7 +12,8 @@ use lock_core::{Operation, Result};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 
 use crate::error::map_error;
-use crate::topology::Sentinel;
+use crate::topology::{AddressMap, Sentinel};
+use redis::ConnectionAddr;
 
 /// Where connections for commands and subscriptions go.
 pub(crate) enum Primary {
@@ -22,11 +23,12 @@ pub(crate) enum Primary {
     Sentinel {
         sentinels: tokio::sync::Mutex<SentinelClient>,
         current: Mutex<Option<redis::Client>>,
+        map: AddressMap,
     },
 }
 
 impl Primary {
-    pub(crate) fn sentinel(s: Sentinel, name: &'static str) -> Result<Self> {
+    pub(crate) fn sentinel(s: Sentinel, map: AddressMap, name: &'static str) -> Result<Self> {
         let mut b = SentinelClientBuilder::new(s.sentinels, s.service, SentinelServerType::Master)
             .map_err(|e| map_error(name, Operation::Connect, e))?
             .set_client_to_redis_db(s.db);
@@ -47,6 +49,7 @@ impl Primary {
         Ok(Primary::Sentinel {
             sentinels: tokio::sync::Mutex::new(client),
             current: Mutex::new(None),
+            map,
         })
     }
 
@@ -55,7 +58,11 @@ impl Primary {
     pub(crate) async fn client(&self, name: &'static str, op: Operation) -> Result<redis::Client> {
         match self {
             Primary::Fixed(c) => Ok(c.clone()),
-            Primary::Sentinel { sentinels, current } => {
+            Primary::Sentinel {
+                sentinels,
+                current,
+                map,
+            } => {
                 if let Some(c) = lock(current).clone() {
                     return Ok(c);
                 }
@@ -63,10 +70,34 @@ impl Primary {
                 if let Some(c) = lock(current).clone() {
                     return Ok(c);
                 }
-                let client = sentinels
+                let named = sentinels
                     .async_get_client()
                     .await
                     .map_err(|e| map_error(name, op, e))?;
+                let info = named.get_connection_info().clone();
+                let addr = match info.addr().clone() {
+                    ConnectionAddr::Tcp(host, port) => {
+                        let (host, port) = map.reach(&host, port);
+                        ConnectionAddr::Tcp(host, port)
+                    }
+                    ConnectionAddr::TcpTls {
+                        host,
+                        port,
+                        insecure,
+                        tls_params,
+                    } => {
+                        let (host, port) = map.reach(&host, port);
+                        ConnectionAddr::TcpTls {
+                            host,
+                            port,
+                            insecure,
+                            tls_params,
+                        }
+                    }
+                    other => other,
+                };
+                let client =
+                    redis::Client::open(info.set_addr(addr)).map_err(|e| map_error(name, op, e))?;
                 tracing::debug!(primary = %client.get_connection_info().addr(), "sentinels named the primary");
                 *lock(current) = Some(client.clone());
                 Ok(client)

@@ -20,11 +20,13 @@ use crate::error::map_error;
 use crate::keys::slot;
 use crate::pool::Pool;
 use crate::primary::Primary;
+use crate::topology::AddressMap;
 
 pub(crate) struct Shards {
     conn: ClusterConnection,
     /// A seed's connection info: credentials and TLS for every node.
     template: ConnectionInfo,
+    map: AddressMap,
     pool_size: usize,
     backend: &'static str,
     /// `(first slot, last slot, host, port)` of each primary's ranges; empty when unknown.
@@ -36,12 +38,14 @@ impl Shards {
     pub(crate) fn new(
         conn: ClusterConnection,
         template: ConnectionInfo,
+        map: AddressMap,
         pool_size: usize,
         backend: &'static str,
     ) -> Self {
         Shards {
             conn,
             template,
+            map,
             pool_size,
             backend,
             slots: Mutex::default(),
@@ -94,6 +98,12 @@ impl Shards {
         Ok(pool.clone())
     }
 
+    /// `(node, id)` of every pool's idle connections.
+    pub(crate) fn idle_ids(&self) -> Vec<(String, i64)> {
+        let pools: Vec<Arc<Pool>> = lock(&self.pools).values().cloned().collect();
+        pools.iter().flat_map(|p| p.idle_ids()).collect()
+    }
+
     /// Forgets the slot map: the next transaction reads it again.
     pub(crate) fn forget_slots(&self) {
         lock(&self.slots).clear();
@@ -131,6 +141,7 @@ impl Shards {
                 ) else {
                     continue;
                 };
+                let (host, port) = self.map.reach(&host, port);
                 slots.push((first, last, host, port));
             }
         }

@@ -179,6 +179,44 @@ impl Topology {
     }
 }
 
+/// Announced node addresses and where to reach them instead
+/// ([`RedisBuilder::map_address`](crate::RedisBuilder::map_address)).
+#[derive(Clone, Default)]
+pub(crate) struct AddressMap(Vec<((String, u16), (String, u16))>);
+
+impl AddressMap {
+    pub(crate) fn parse(pairs: &[(String, String)], name: &'static str) -> Result<Self> {
+        let mut map = Vec::new();
+        for (from, to) in pairs {
+            map.push((host_port(name, from)?, host_port(name, to)?));
+        }
+        Ok(AddressMap(map))
+    }
+
+    /// Where to reach `host:port`.
+    pub(crate) fn reach(&self, host: &str, port: u16) -> (String, u16) {
+        self.0
+            .iter()
+            .find(|((h, p), _)| h == host && *p == port)
+            .map_or_else(|| (host.to_owned(), port), |(_, to)| to.clone())
+    }
+
+    /// The map as redis-rs' cluster client takes it.
+    pub(crate) fn for_cluster(
+        &self,
+    ) -> std::collections::HashMap<redis::cluster::NodeAddress, redis::cluster::NodeAddress> {
+        self.0
+            .iter()
+            .map(|((h, p), (th, tp))| {
+                (
+                    redis::cluster::NodeAddress::new(h.clone(), *p),
+                    redis::cluster::NodeAddress::new(th.clone(), *tp),
+                )
+            })
+            .collect()
+    }
+}
+
 const HELP: &str = "expected redis://[user:password@]host:port/db, \
                     redis+cluster://host:port[,host:port…]/ or \
                     redis+sentinel://host:port[,host:port…]/service[/db] (rediss… for TLS)";

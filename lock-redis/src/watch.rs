@@ -78,16 +78,19 @@ impl Watch {
                 Route::One(pool) => Pooled::Borrowed(pool),
                 Route::Cluster(shards) => Pooled::Shared(shards.pool_for(&keys.record, op).await?),
             };
-            let mut lease = pool.get().get(op).await?;
-            let snap = match read(lease.conn(), keys, op).await {
-                Ok(snap) => snap,
+            let read = async {
+                let mut lease = pool.get().get(op).await?;
+                let snap = read(lease.conn(), keys, op).await?;
+                Ok::<_, Error>((lease, snap))
+            };
+            let (mut lease, snap) = match read.await {
+                Ok(read) => read,
                 // The read changes nothing, so a fresh connection may try it again. What broke
                 // this one (a server restart, CLIENT KILL, a failover, a moved slot) most
                 // likely broke the other idle ones too: they are dropped rather than failing a
                 // call each.
                 Err(e) if e.kind() == ErrorKind::Unavailable && broken < self.reroutes() => {
                     broken += 1;
-                    drop(lease);
                     pool.get().discard_idle();
                     if let Route::Cluster(shards) = &self.route {
                         shards.forget_slots();
@@ -107,10 +110,27 @@ impl Watch {
                 Ok(c) => c,
                 Err(e) => {
                     pool.get().primary().failed(&e);
+                    let mut error = map_error(NAME, op, e);
                     if let Route::Cluster(shards) = &self.route {
                         shards.forget_slots();
+                        // A transaction cut short by a slot on the move (its SET answered ASK
+                        // or TRYAGAIN, so EXEC aborted) comes back as a reply redis-rs cannot
+                        // read. Nothing says what it did: an uncertain failure, which the
+                        // contract lets a retry resolve.
+                        if error.kind() == ErrorKind::Protocol {
+                            error = Error::new(
+                                ErrorKind::Unavailable,
+                                NAME,
+                                op,
+                                format!(
+                                    "the transaction's answer could not be read (a slot \
+                                     moving?); it may or may not have been applied, and is \
+                                     safe to retry: {error}"
+                                ),
+                            );
+                        }
                     }
-                    return Err(map_error(NAME, op, e));
+                    return Err(error);
                 }
             };
             if committed.is_some() {
@@ -146,11 +166,11 @@ impl Watch {
         }
     }
 
-    /// The server ids of idle connections, where there is one server.
-    pub(crate) fn idle_ids(&self) -> Vec<i64> {
+    /// `(node, id)` of the idle connections.
+    pub(crate) fn idle_ids(&self) -> Vec<(String, i64)> {
         match &self.route {
             Route::One(pool) => pool.idle_ids(),
-            Route::Cluster(_) => Vec::new(),
+            Route::Cluster(shards) => shards.idle_ids(),
         }
     }
 

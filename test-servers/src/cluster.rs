@@ -155,13 +155,18 @@ impl RedisCluster {
     }
 
     /// Waits (up to 60 s) until every running node says `cluster_state:ok` and knows a
-    /// primary for every slot.
+    /// primary for every slot, and every replica finished its sync (a replica that never
+    /// synced refuses to take over from a failed primary).
     pub fn wait_until_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ok = self.nodes.iter().filter(|n| n.pid().is_some()).all(|n| {
                 let info = n.cli(&["CLUSTER", "INFO"]);
-                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+                let replication = n.cli(&["INFO", "replication"]);
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_ok:16384")
+                    && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
             });
             if ok {
                 return;
@@ -176,23 +181,28 @@ impl RedisCluster {
 
     /// The node that is primary for `slot` now, by asking a running node.
     pub fn primary_of(&self, slot: u16) -> usize {
-        let port = self.port_of(slot, true);
-        self.nodes
-            .iter()
-            .position(|n| n.port == port)
-            .expect("the primary is one of ours")
+        self.try_primary_of(slot)
+            .unwrap_or_else(|| panic!("no primary serves slot {slot}"))
+    }
+
+    /// The node that is primary for `slot` now, if one is (not during a failover).
+    pub fn try_primary_of(&self, slot: u16) -> Option<usize> {
+        let port = self.port_of(slot, true)?;
+        self.nodes.iter().position(|n| n.port == port)
     }
 
     /// The node that replicates `slot`'s primary.
     pub fn replica_of(&self, slot: u16) -> usize {
-        let port = self.port_of(slot, false);
+        let port = self
+            .port_of(slot, false)
+            .unwrap_or_else(|| panic!("no replica of slot {slot}'s primary"));
         self.nodes
             .iter()
             .position(|n| n.port == port)
             .expect("the replica is one of ours")
     }
 
-    fn port_of(&self, slot: u16, primary: bool) -> u16 {
+    fn port_of(&self, slot: u16, primary: bool) -> Option<u16> {
         let running = self
             .nodes
             .iter()
@@ -202,34 +212,27 @@ impl RedisCluster {
         // `id addr flags master ping pong epoch state slots…`.
         let nodes = running.cli(&["CLUSTER", "NODES"]);
         let lines: Vec<Vec<&str>> = nodes.lines().map(|l| l.split(' ').collect()).collect();
-        let owner = lines
-            .iter()
-            .find(|f| {
-                f.len() > 8
-                    && f[2].contains("master")
-                    && !f[2].contains("fail")
-                    && f[8..].iter().any(|r| match r.split_once('-') {
-                        Some((a, b)) => {
-                            a.parse::<u16>().is_ok_and(|a| a <= slot)
-                                && b.parse::<u16>().is_ok_and(|b| slot <= b)
-                        }
-                        None => r.parse::<u16>() == Ok(slot),
-                    })
-            })
-            .unwrap_or_else(|| panic!("no primary serves slot {slot}:\n{nodes}"));
+        let owner = lines.iter().find(|f| {
+            f.len() > 8
+                && f[2].contains("master")
+                && !f[2].contains("fail")
+                && f[8..].iter().any(|r| match r.split_once('-') {
+                    Some((a, b)) => {
+                        a.parse::<u16>().is_ok_and(|a| a <= slot)
+                            && b.parse::<u16>().is_ok_and(|b| slot <= b)
+                    }
+                    None => r.parse::<u16>() == Ok(slot),
+                })
+        })?;
         let pick = if primary {
             owner
         } else {
             lines
                 .iter()
-                .find(|f| f.len() > 3 && f[3] == owner[0] && !f[2].contains("fail"))
-                .unwrap_or_else(|| panic!("no replica of slot {slot}'s primary:\n{nodes}"))
+                .find(|f| f.len() > 3 && f[3] == owner[0] && !f[2].contains("fail"))?
         };
-        let addr = pick[1].split('@').next().expect("ip:port@bus");
-        addr.rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("a port")
+        let addr = pick[1].split('@').next()?;
+        addr.rsplit(':').next().and_then(|p| p.parse().ok())
     }
 
     /// Every node's pid (for a reaper).

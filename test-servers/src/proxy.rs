@@ -90,6 +90,42 @@ impl lock_conformance::NetworkFaults for FaultProxy {
     }
 }
 
+/// Proxies in front of several servers (a cluster's nodes, a Sentinel-managed primary),
+/// faulted together.
+pub struct ProxySet {
+    /// `(upstream port, proxy)` pairs.
+    pub proxies: Vec<(u16, FaultProxy)>,
+}
+
+impl ProxySet {
+    /// A proxy for each of `upstreams` (ports on 127.0.0.1).
+    pub fn start(upstreams: &[u16]) -> Self {
+        ProxySet {
+            proxies: upstreams
+                .iter()
+                .map(|&p| (p, FaultProxy::start(p)))
+                .collect(),
+        }
+    }
+}
+
+impl lock_conformance::NetworkFaults for ProxySet {
+    fn freeze(&self) {
+        self.proxies.iter().for_each(|(_, p)| p.freeze());
+    }
+    fn delay_replies(&self, latency: Duration) {
+        self.proxies
+            .iter()
+            .for_each(|(_, p)| p.delay_replies(latency));
+    }
+    fn cut(&self) {
+        self.proxies.iter().for_each(|(_, p)| p.cut());
+    }
+    fn heal(&self) {
+        self.proxies.iter().for_each(|(_, p)| p.heal());
+    }
+}
+
 /// A proxy in front of the server `url` names (which must be on 127.0.0.1), and `url`
 /// rewritten to go through it: `scheme://[user@]127.0.0.1:PROXY/rest`.
 pub fn in_front_of(url: &str) -> (FaultProxy, String) {

@@ -1,4 +1,4 @@
-//! The conformance harness for either variant on the shared server.
+//! The conformance harness for either variant on a shared server, cluster or Sentinel set.
 
 use std::sync::{Arc, Mutex};
 
@@ -6,10 +6,13 @@ use lock_conformance::{async_trait, Faulty, Harness};
 use lock_core::{LockBackend, Token};
 use lock_redis::{RedisBackend, Variant};
 
-use super::{admin, kill_clients};
+use super::{admin_for, kill_clients};
 
 pub struct Redis {
-    url: String,
+    /// Where the servers are, found on first use: a child process of the multi-process
+    /// cases only connects to the URL its parent hands it, and starts no servers.
+    url: std::sync::OnceLock<String>,
+    source: fn() -> String,
     variant: Variant,
     made: Mutex<Vec<(String, RedisBackend)>>,
     space: std::sync::OnceLock<String>,
@@ -17,18 +20,44 @@ pub struct Redis {
 
 impl Redis {
     pub fn new(variant: Variant) -> Self {
+        Self::on(super::shared_url, variant)
+    }
+
+    /// The harness on the shared private cluster (`REDIS_CLUSTER_URL` if set).
+    pub fn cluster(variant: Variant) -> Self {
+        Self::on(test_servers::cluster::shared_url, variant)
+    }
+
+    /// The harness on the shared private Sentinel set (`REDIS_SENTINEL_URL` if set).
+    pub fn sentinel(variant: Variant) -> Self {
+        Self::on(test_servers::sentinel::shared_url, variant)
+    }
+
+    fn on(source: fn() -> String, variant: Variant) -> Self {
         Redis {
-            url: super::shared_url(),
+            url: std::sync::OnceLock::new(),
+            source,
             variant,
             made: Mutex::default(),
             space: std::sync::OnceLock::new(),
         }
     }
 
+    fn url(&self) -> &str {
+        self.url.get_or_init(self.source)
+    }
+
+    /// A single server: faults through a proxy in front of it (a cluster's or Sentinel's
+    /// clients find the nodes' own addresses, so those get a proxy per node).
+    fn single(&self) -> bool {
+        let url = self.url();
+        url.starts_with("redis://") || url.starts_with("rediss://")
+    }
+
     async fn make(&self, prefix: String) -> RedisBackend {
-        let backend = RedisBackend::connect_with(&self.url, self.variant)
+        let backend = RedisBackend::connect_with(self.url(), self.variant)
             .await
-            .unwrap_or_else(|e| panic!("Redis at {} is needed: {e}", self.url))
+            .unwrap_or_else(|e| panic!("Redis at {} is needed: {e}", self.url()))
             .with_prefix(prefix.clone());
         self.made.lock().unwrap().push((prefix, backend.clone()));
         backend
@@ -50,19 +79,49 @@ impl Harness for Redis {
     }
 
     async fn behind_faults(&self) -> Option<Faulty> {
-        let (proxy, url) = test_servers::proxy::in_front_of(&self.url);
         let prefix = Self::fresh_prefix();
         let deadline = std::time::Duration::from_secs(1);
-        let backend = RedisBackend::connect_with(&url, self.variant)
+        let (faults, builder): (Box<dyn lock_conformance::NetworkFaults>, _) = if self.single() {
+            let (proxy, url) = test_servers::proxy::in_front_of(self.url());
+            (Box::new(proxy), RedisBackend::builder(url))
+        } else {
+            // A proxy per node (a cluster) or for the primary (Sentinel), and the nodes'
+            // announced addresses mapped to the proxies.
+            let ports = node_ports(self.url()).await;
+            let proxies = test_servers::proxy::ProxySet::start(&ports);
+            let pairs: Vec<(String, String)> = proxies
+                .proxies
+                .iter()
+                .map(|(real, proxy)| {
+                    (
+                        format!("127.0.0.1:{real}"),
+                        format!("127.0.0.1:{}", proxy.port()),
+                    )
+                })
+                .collect();
+            let url = if self.url().starts_with("redis+cluster://") {
+                let seeds: Vec<&str> = pairs.iter().map(|(_, p)| p.as_str()).collect();
+                format!("redis+cluster://{}/", seeds.join(","))
+            } else {
+                self.url().to_owned()
+            };
+            let mut b = RedisBackend::builder(url);
+            for (real, proxy) in pairs {
+                b = b.map_address(real, proxy);
+            }
+            (Box::new(proxies), b)
+        };
+        let backend = builder
+            .variant(self.variant)
+            .prefix(prefix.clone())
+            .timeout(deadline)
+            .connect()
             .await
-            .unwrap_or_else(|e| panic!("Redis through the proxy: {e}"))
-            .with_prefix(prefix.clone())
-            .with_timeout(deadline)
-            .unwrap();
+            .unwrap_or_else(|e| panic!("Redis through the proxy: {e}"));
         Some(Faulty {
             backend: Arc::new(backend),
             direct: Arc::new(self.make(prefix).await),
-            faults: Box::new(proxy),
+            faults,
             deadline,
         })
     }
@@ -76,16 +135,17 @@ impl Harness for Redis {
     async fn lose_data(&self, _: &Arc<dyn LockBackend>) -> bool {
         // Every key of this test's namespaces, fencing counters included, as a restart
         // without persistence would (the restart itself is in tests/faults.rs).
-        let mut admin = admin(&self.url).await;
+        let mut admin = admin_for(self.url()).await;
         for (prefix, _) in self.made() {
+            // On a cluster KEYS goes to every primary; each DEL to its key's own.
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("{prefix}*"))
                 .query_async(&mut admin)
                 .await
                 .unwrap();
-            if !keys.is_empty() {
+            for key in keys {
                 let _: i64 = redis::cmd("DEL")
-                    .arg(keys)
+                    .arg(key)
                     .query_async(&mut admin)
                     .await
                     .unwrap();
@@ -96,7 +156,7 @@ impl Harness for Redis {
 
     async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {
         for (_, b) in self.made() {
-            kill_clients(&self.url, &b).await;
+            kill_clients(self.url(), &b).await;
         }
         true
     }
@@ -106,7 +166,7 @@ impl Harness for Redis {
             Variant::Lua => "lua",
             Variant::Watch => "watch",
         };
-        Some(format!("{variant} {} {}", self.url, Self::fresh_prefix()))
+        Some(format!("{variant} {} {}", self.url(), Self::fresh_prefix()))
     }
 
     async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {
@@ -122,5 +182,38 @@ impl Harness for Redis {
                 .expect("Redis")
                 .with_prefix(prefix.expect("prefix")),
         )
+    }
+}
+
+/// The ports of the nodes a cluster or Sentinel URL leads to: every cluster node, or the
+/// primary the sentinels name.
+async fn node_ports(url: &str) -> Vec<u16> {
+    let mut admin = admin_for(url).await;
+    let port = |addr: &str| -> u16 {
+        let addr = addr.split('@').next().unwrap();
+        addr.rsplit(':').next().unwrap().parse().unwrap()
+    };
+    if url.starts_with("redis+cluster://") {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        nodes
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1))
+            .map(port)
+            .collect()
+    } else {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let tcp = info
+            .lines()
+            .find_map(|l| l.strip_prefix("tcp_port:"))
+            .unwrap();
+        vec![tcp.trim().parse().unwrap()]
     }
 }
