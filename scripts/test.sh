@@ -14,6 +14,7 @@ step "servers"
 # redis-server, Postgres (initdb, postgres), pgbouncer, and openssl for a test certificate.
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
@@ -88,6 +89,10 @@ cargo run --locked -q -p examples --example custom_backend
 cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$DATABASE_URL cargo run --locked -q -p examples --example dev_prod_swap
+# The same program on a private Redis Cluster and Sentinel set (LOCK_URL set by run_on).
+cargo build --locked -q -p examples --example dev_prod_swap
+cargo run --locked -q -p test-servers --example run_on -- cluster target/debug/examples/dev_prod_swap
+cargo run --locked -q -p test-servers --example run_on -- sentinel target/debug/examples/dev_prod_swap
 step "tests"
 cargo test --locked --workspace
 step "lock-config without its backends"

@@ -1,0 +1,48 @@
+//! `run_on cluster|sentinel COMMAND [ARGS…]`: starts a private Redis Cluster (3 primaries,
+//! 3 replicas) or Sentinel set (a primary, a replica, 3 sentinels) on free loopback ports,
+//! runs the command with `LOCK_URL` set to its URL, stops the servers and exits with the
+//! command's status. CI runs the `dev_prod_swap` example this way.
+
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let topology = args.next().unwrap_or_default();
+    let Some(program) = args.next() else {
+        eprintln!("usage: run_on cluster|sentinel COMMAND [ARGS…]");
+        return ExitCode::from(2);
+    };
+    // Kept alive until the command ends; dropping them kills the servers.
+    let (_cluster, _sentinel, url) = match topology.as_str() {
+        "cluster" => {
+            let c = test_servers::cluster::RedisCluster::start();
+            let url = c.url.clone();
+            (Some(c), None, url)
+        }
+        "sentinel" => {
+            let s = test_servers::sentinel::RedisSentinel::start();
+            let url = s.url.clone();
+            (None, Some(s), url)
+        }
+        other => {
+            eprintln!("run_on: {other:?} is not cluster or sentinel");
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!("run_on: LOCK_URL={url}");
+    match Command::new(&program)
+        .args(args)
+        .env("LOCK_URL", &url)
+        .status()
+    {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("run_on: {program} ended with {s}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("run_on: cannot run {program}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
