@@ -40,14 +40,15 @@ pub enum Variant {
     Watch,
 }
 
-/// Locks on a Redis server.
+/// Locks on a Redis server, a Redis Cluster or a Sentinel-managed primary.
 ///
-/// Built with [`RedisBackend::connect`] (Lua variant) or [`RedisBackend::connect_with`] from a
-/// `redis://` or `rediss://` (TLS) URL; the password and ACL user come from the URL and never
-/// show in `Debug` or errors. The Lua variant talks through a [`ConnectionManager`] that
-/// reconnects in the background after a dropped connection; the WATCH variant through a pool
-/// of dedicated connections ([`RedisBackend::with_pool_size`], default 16) because `WATCH`
-/// state belongs to a connection. Waiters are woken by a pub/sub message on release, over one
+/// Built with [`RedisBackend::builder`] (every setting), [`RedisBackend::connect`] (Lua
+/// variant) or [`RedisBackend::connect_with`] from a `redis://`, `rediss://` (TLS),
+/// `redis+cluster://` or `redis+sentinel://` URL; the password and ACL user come from the
+/// URL and never show in `Debug` or errors. On one server the Lua variant talks through a
+/// [`ConnectionManager`] that reconnects in the background after a dropped connection; the
+/// WATCH variant through a pool of dedicated connections ([`RedisBuilder::pool_size`],
+/// default 16) because `WATCH` state belongs to a connection. Waiters are woken by a pub/sub message on release, over one
 /// subscription connection per backend, opened on the first wait.
 ///
 /// Clones share connections.

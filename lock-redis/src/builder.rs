@@ -251,7 +251,7 @@ impl RedisBuilder {
                         let template = nodes[0].clone();
                         let shards = Shards::new(conn.clone(), template, map, self.pool_size, name);
                         Engine::Watch(Box::new(Watch {
-                            route: Route::Cluster(shards),
+                            route: Route::Cluster(Box::new(shards)),
                             acks,
                         }))
                     }

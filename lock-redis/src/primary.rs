@@ -21,7 +21,7 @@ pub(crate) enum Primary {
     Fixed(redis::Client),
     /// Whatever primary the sentinels name.
     Sentinel {
-        sentinels: tokio::sync::Mutex<SentinelClient>,
+        sentinels: Box<tokio::sync::Mutex<SentinelClient>>,
         current: Mutex<Option<redis::Client>>,
         map: AddressMap,
     },
@@ -47,7 +47,7 @@ impl Primary {
             .build()
             .map_err(|e| map_error(name, Operation::Connect, e))?;
         Ok(Primary::Sentinel {
-            sentinels: tokio::sync::Mutex::new(client),
+            sentinels: Box::new(tokio::sync::Mutex::new(client)),
             current: Mutex::new(None),
             map,
         })

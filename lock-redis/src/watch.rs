@@ -48,7 +48,7 @@ pub(crate) enum Route {
     /// One pool, to the one server or the primary the sentinels name.
     One(Pool),
     /// A pool per cluster primary, chosen by the record's slot.
-    Cluster(Shards),
+    Cluster(Box<Shards>),
 }
 
 /// What the server held when the transaction started.

@@ -34,7 +34,7 @@ pub async fn admin_for(url: &str) -> Admin {
         let sentinels: Vec<String> = hosts.split(',').map(|h| format!("redis://{h}/")).collect();
         let mut client = redis::sentinel::SentinelClient::build(
             sentinels,
-            service.to_owned(),
+            service,
             None,
             redis::sentinel::SentinelServerType::Master,
         )
