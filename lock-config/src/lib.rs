@@ -497,27 +497,8 @@ fn with_param(url: &str, key: &str, value: &str) -> String {
     rebuild(&base, &params)
 }
 
-/// The URL with any password replaced by `***`, for messages.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{scheme}://{masked}{}", &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
+/// The URL with its secrets masked, for messages: see [`lock_core::redact_url`].
+pub use lock_core::redact_url as redact;
 
 #[cfg(test)]
 mod tests {
@@ -569,6 +550,16 @@ mod tests {
                 "redis://127.0.0.1:1/0?variant=fast",
                 "expected lua or watch",
             ));
+            cases.push((
+                "redis+sentinel://:secret@127.0.0.1:1/svc?wait_timeout=1s",
+                "wait_timeout= without wait=N",
+            ));
+            cases.push((
+                "redis+cluster://:secret@127.0.0.1:1/?wait=x",
+                "not a number",
+            ));
+            cases.push(("redis+cluster://:secret@127.0.0.1:1/0", "one database"));
+            cases.push(("redis+sentinel://:secret@127.0.0.1:1/", "service name"));
         }
         if cfg!(feature = "postgres") {
             cases.push(("postgres://u@h/d?notify=maybe", "expected true or false"));
@@ -578,6 +569,7 @@ mod tests {
             let err = connect(url).await.map(|_| ()).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Config, "{url}: {err}");
             assert!(err.to_string().contains(says), "{url}: {err}");
+            assert!(!err.to_string().contains("secret"), "{url}: {err}");
         }
     }
 

@@ -132,9 +132,9 @@ impl RedisBackend {
     /// The Lua variant over an existing connection manager to one server; `client` opens
     /// the pub/sub connection for release notifications.
     pub fn from_manager(client: redis::Client, conn: ConnectionManager) -> Self {
+        let node = client.get_connection_info().addr().to_string();
         let link = Link {
-            kind: LinkKind::Server(conn),
-            address: client.get_connection_info().addr().to_string(),
+            kind: LinkKind::Server { conn, node },
             acks: None,
         };
         let notifier = Notifier::new(Arc::new(Primary::Fixed(client)), lua::NAME);

@@ -174,9 +174,13 @@ impl RedisBuilder {
         let acks = self
             .acks
             .map(|(replicas, timeout)| Acks { replicas, timeout });
-        let one = |primary: Arc<Primary>| Pool::new(primary, self.pool_size, name);
-        Ok(match (topology, self.variant) {
-            (Topology::Server(client), Variant::Lua) => {
+        let primary = Arc::new(match topology {
+            Topology::Cluster(nodes) => return self.connect_cluster(nodes, map, acks, name).await,
+            Topology::Server(client) => Primary::Fixed(client),
+            Topology::Sentinel(s) => Primary::sentinel(s, map, name)?,
+        });
+        let engine = match (self.variant, primary.as_ref()) {
+            (Variant::Lua, Primary::Fixed(client)) => {
                 // Two quick retries: a wrong address or certificate fails in about a second,
                 // and later reconnects start over anyway on the next call.
                 // No response timeout of the driver's own: each call's deadline bounds it.
@@ -187,78 +191,71 @@ impl RedisBuilder {
                 let conn = ConnectionManager::new_with_config(client.clone(), config)
                     .await
                     .map_err(|e| map_error(name, op, e))?;
-                let link = Link {
-                    kind: LinkKind::Server(conn),
-                    address: client.get_connection_info().addr().to_string(),
+                let node = client.get_connection_info().addr().to_string();
+                Engine::Lua(Lua::new(Link {
+                    kind: LinkKind::Server { conn, node },
                     acks,
-                };
-                let notifier = Notifier::new(Arc::new(Primary::Fixed(client)), name);
-                (Engine::Lua(Lua::new(link)), notifier)
+                }))
             }
-            (Topology::Sentinel(s), Variant::Lua) => {
-                let primary = Arc::new(Primary::sentinel(s, map, name)?);
+            (Variant::Lua, Primary::Sentinel { .. }) => {
                 let shared = Shared::new(primary.clone());
-                shared.connection(name, op).await?;
-                let link = Link {
-                    kind: LinkKind::Sentinel(shared),
-                    address: String::new(),
-                    acks,
-                };
-                (Engine::Lua(Lua::new(link)), Notifier::new(primary, name))
-            }
-            (Topology::Server(client), Variant::Watch) => {
-                let primary = Arc::new(Primary::Fixed(client));
-                let pool = one(primary.clone());
                 // Fail now on a wrong address or password, not on the first lock.
+                shared.connection(name, op).await?;
+                Engine::Lua(Lua::new(Link {
+                    kind: LinkKind::Sentinel(shared),
+                    acks,
+                }))
+            }
+            (Variant::Watch, _) => {
+                let pool = Pool::new(primary.clone(), self.pool_size, name);
                 pool.get(op).await?.done();
-                let watch = Watch {
+                Engine::Watch(Box::new(Watch {
                     route: Route::One(pool),
                     acks,
-                };
-                (Engine::Watch(Box::new(watch)), Notifier::new(primary, name))
+                }))
             }
-            (Topology::Sentinel(s), Variant::Watch) => {
-                let primary = Arc::new(Primary::sentinel(s, map, name)?);
-                let pool = one(primary.clone());
-                pool.get(op).await?.done();
-                let watch = Watch {
-                    route: Route::One(pool),
+        };
+        Ok((engine, Notifier::new(primary, name)))
+    }
+
+    /// A cluster: one cluster connection for the Lua variant's calls and every sharded
+    /// subscription; the WATCH variant's pools per primary.
+    async fn connect_cluster(
+        &self,
+        nodes: Vec<redis::ConnectionInfo>,
+        map: AddressMap,
+        acks: Option<Acks>,
+        name: &'static str,
+    ) -> Result<(Engine, Notifier)> {
+        let op = Operation::Connect;
+        let sharded = Sharded::new();
+        let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(sharded.sender())
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(self.timeout)
+            .node_address_map(map.for_cluster())
+            .build()
+            .map_err(|e| map_error(name, op, e))?;
+        let conn = client
+            .get_async_connection()
+            .await
+            .map_err(|e| map_error(name, op, e))?;
+        let engine = match self.variant {
+            Variant::Lua => Engine::Lua(Lua::new(Link {
+                kind: LinkKind::Cluster(conn.clone()),
+                acks,
+            })),
+            Variant::Watch => {
+                let template = nodes[0].clone();
+                let shards = Shards::new(conn.clone(), template, map, self.pool_size, name);
+                Engine::Watch(Box::new(Watch {
+                    route: Route::Cluster(Box::new(shards)),
                     acks,
-                };
-                (Engine::Watch(Box::new(watch)), Notifier::new(primary, name))
+                }))
             }
-            (Topology::Cluster(nodes), variant) => {
-                let sharded = Sharded::new();
-                let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
-                    .use_protocol(redis::ProtocolVersion::RESP3)
-                    .push_sender(sharded.sender())
-                    .connection_timeout(Duration::from_secs(2))
-                    .response_timeout(self.timeout)
-                    .node_address_map(map.for_cluster())
-                    .build()
-                    .map_err(|e| map_error(name, op, e))?;
-                let conn = client
-                    .get_async_connection()
-                    .await
-                    .map_err(|e| map_error(name, op, e))?;
-                let engine = match variant {
-                    Variant::Lua => Engine::Lua(Lua::new(Link {
-                        kind: LinkKind::Cluster(conn.clone()),
-                        address: String::new(),
-                        acks,
-                    })),
-                    Variant::Watch => {
-                        let template = nodes[0].clone();
-                        let shards = Shards::new(conn.clone(), template, map, self.pool_size, name);
-                        Engine::Watch(Box::new(Watch {
-                            route: Route::Cluster(Box::new(shards)),
-                            acks,
-                        }))
-                    }
-                };
-                (engine, sharded.into_notifier(conn, name))
-            }
-        })
+        };
+        Ok((engine, sharded.into_notifier(conn, name)))
     }
 }
 
@@ -269,7 +266,7 @@ fn config(name: &'static str, msg: impl Into<String>) -> Error {
 impl fmt::Debug for RedisBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBuilder")
-            .field("url", &redacted(&self.url))
+            .field("url", &lock_core::redact_url(&self.url))
             .field("variant", &self.variant)
             .field("prefix", &self.prefix)
             .field("grace", &self.grace)
@@ -278,20 +275,6 @@ impl fmt::Debug for RedisBuilder {
             .field("replica_acks", &self.acks)
             .field("address_map", &self.address_map)
             .finish()
-    }
-}
-
-/// The URL with any password replaced by `***`.
-fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "***".to_owned();
-    };
-    match rest.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}:***@{hosts}")
-        }
-        None => url.to_owned(),
     }
 }
 

@@ -18,15 +18,17 @@ use crate::primary::Shared;
 /// How commands reach the server that owns a lock.
 pub(crate) struct Link {
     pub(crate) kind: LinkKind,
-    /// The one server's `host:port` (for [`Link::client_ids`]).
-    pub(crate) address: String,
     pub(crate) acks: Option<Acks>,
 }
 
 /// The connection of each topology.
 pub(crate) enum LinkKind {
-    /// One server, through a connection manager that reconnects in the background.
-    Server(ConnectionManager),
+    /// One server (`node` is its `host:port`), through a connection manager that
+    /// reconnects in the background.
+    Server {
+        conn: ConnectionManager,
+        node: String,
+    },
     /// A cluster connection: routes each call to its slot's primary and follows `MOVED`
     /// and `ASK`.
     Cluster(ClusterConnection),
@@ -54,7 +56,7 @@ impl Link {
         op: Operation,
     ) -> Result<Vec<String>> {
         match &self.kind {
-            LinkKind::Server(c) => call.invoke_async(&mut c.clone()).await,
+            LinkKind::Server { conn, .. } => call.invoke_async(&mut conn.clone()).await,
             LinkKind::Cluster(c) => call.invoke_async(&mut c.clone()).await,
             LinkKind::Sentinel(s) => {
                 let mut conn = s.connection(name, op).await?;
@@ -80,7 +82,7 @@ impl Link {
             return Ok(());
         };
         match &self.kind {
-            LinkKind::Server(c) => acks.await_on(&mut c.clone(), name, op).await,
+            LinkKind::Server { conn, .. } => acks.await_on(&mut conn.clone(), name, op).await,
             LinkKind::Sentinel(s) => {
                 let mut conn = s.connection(name, op).await?;
                 acks.await_on(&mut conn, name, op).await
@@ -106,9 +108,9 @@ impl Link {
         cmd.arg("ID");
         let fail = |e| map_error(name, op, e);
         match &self.kind {
-            LinkKind::Server(c) => {
-                let id = cmd.query_async(&mut c.clone()).await.map_err(fail)?;
-                Ok(vec![(self.address.clone(), id)])
+            LinkKind::Server { conn, node } => {
+                let id = cmd.query_async(&mut conn.clone()).await.map_err(fail)?;
+                Ok(vec![(node.clone(), id)])
             }
             LinkKind::Sentinel(s) => {
                 let mut conn = s.connection(name, op).await?;

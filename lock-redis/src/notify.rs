@@ -185,16 +185,7 @@ impl Notifier {
                 *sink = None;
             }
             let fresh = !st.subscribed.contains(channel) || sink.is_none();
-            let stale: Vec<String> = st
-                .subscribed
-                .iter()
-                .filter(|c| !self.waiters.is_waited(c))
-                .cloned()
-                .collect();
-            for c in &stale {
-                st.subscribed.remove(c);
-            }
-            (stale, fresh)
+            (self.take_stale(&mut st), fresh)
         };
         if sink.is_none() {
             *sink = Some(self.connect(primary).await?);
@@ -228,6 +219,21 @@ impl Notifier {
         Ok(subscription)
     }
 
+    /// The subscribed channels nobody waits on any more, taken out of the subscribed set:
+    /// the caller unsubscribes them with its next subscription change.
+    fn take_stale(&self, st: &mut Connection) -> Vec<String> {
+        let stale: Vec<String> = st
+            .subscribed
+            .iter()
+            .filter(|c| !self.waiters.is_waited(c))
+            .cloned()
+            .collect();
+        for c in &stale {
+            st.subscribed.remove(c);
+        }
+        stale
+    }
+
     /// Subscribes on a cluster: one channel at a time (each to its own shard).
     async fn subscribe_sharded(
         &self,
@@ -238,15 +244,7 @@ impl Notifier {
         let subscription = self.waiters.subscribe(channel);
         let (stale, fresh) = {
             let mut st = lock(&self.state);
-            let stale: Vec<String> = st
-                .subscribed
-                .iter()
-                .filter(|c| !self.waiters.is_waited(c))
-                .cloned()
-                .collect();
-            for c in &stale {
-                st.subscribed.remove(c);
-            }
+            let stale = self.take_stale(&mut st);
             (stale, !st.subscribed.contains(channel))
         };
         for c in &stale {

@@ -75,26 +75,12 @@ impl Primary {
                     .await
                     .map_err(|e| map_error(name, op, e))?;
                 let info = named.get_connection_info().clone();
-                let addr = match info.addr().clone() {
-                    ConnectionAddr::Tcp(host, port) => {
-                        let (host, port) = map.reach(&host, port);
-                        ConnectionAddr::Tcp(host, port)
+                // Reached as mapped, with the URL's TLS settings.
+                let addr = match info.addr() {
+                    ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                        map.reach(info.addr(), host, *port)
                     }
-                    ConnectionAddr::TcpTls {
-                        host,
-                        port,
-                        insecure,
-                        tls_params,
-                    } => {
-                        let (host, port) = map.reach(&host, port);
-                        ConnectionAddr::TcpTls {
-                            host,
-                            port,
-                            insecure,
-                            tls_params,
-                        }
-                    }
-                    other => other,
+                    other => other.clone(),
                 };
                 let client =
                     redis::Client::open(info.set_addr(addr)).map_err(|e| map_error(name, op, e))?;
@@ -105,31 +91,26 @@ impl Primary {
         }
     }
 
-    /// Forgets the primary after `e` if `e` may mean it moved: the next connection asks
-    /// the sentinels again.
-    pub(crate) fn failed(&self, e: &redis::RedisError) {
-        if let Primary::Sentinel { current, .. } = self {
-            let moved = e.is_io_error()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal()
-                || e.is_timeout()
-                || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
-            if moved {
-                self.forget_now(current);
-            }
+    /// Forgets the primary after `e` if `e` may mean it moved (the next connection asks
+    /// the sentinels again); says whether it may have.
+    pub(crate) fn failed(&self, e: &redis::RedisError) -> bool {
+        let moved = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
+        if moved {
+            self.forget();
         }
+        moved
     }
 
     /// Forgets the primary whatever happened (a call that hit its deadline).
     pub(crate) fn forget(&self) {
         if let Primary::Sentinel { current, .. } = self {
-            self.forget_now(current);
-        }
-    }
-
-    fn forget_now(&self, current: &Mutex<Option<redis::Client>>) {
-        if lock(current).take().is_some() {
-            tracing::debug!("primary forgotten; the next call asks the sentinels");
+            if lock(current).take().is_some() {
+                tracing::debug!("primary forgotten; the next call asks the sentinels");
+            }
         }
     }
 }
@@ -174,12 +155,9 @@ impl Shared {
     }
 
     /// After an error on the connection: drops it, and the primary's address, when the
-    /// error may mean the primary moved.
+    /// error may mean the connection is broken or the primary moved.
     pub(crate) fn failed(&self, e: &redis::RedisError) {
-        let before = matches!(self.primary.as_ref(), Primary::Sentinel { current, .. } if lock(current).is_some());
-        self.primary.failed(e);
-        let after = matches!(self.primary.as_ref(), Primary::Sentinel { current, .. } if lock(current).is_some());
-        if before != after || e.is_connection_dropped() || e.is_io_error() {
+        if self.primary.failed(e) {
             lock(&self.conn).take();
         }
     }

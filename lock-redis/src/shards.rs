@@ -14,13 +14,13 @@ use std::sync::{Arc, Mutex};
 
 use lock_core::{Error, ErrorKind, Operation, Result};
 use redis::cluster_async::ClusterConnection;
-use redis::{ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionInfo, Value};
 
 use crate::error::map_error;
 use crate::keys::slot;
 use crate::pool::Pool;
 use crate::primary::Primary;
-use crate::topology::AddressMap;
+use crate::topology::{at, AddressMap};
 
 pub(crate) struct Shards {
     conn: ClusterConnection,
@@ -73,19 +73,7 @@ impl Shards {
         };
         let mut pools = lock(&self.pools);
         let pool = pools.entry(node.clone()).or_insert_with(|| {
-            let addr = match self.template.addr() {
-                ConnectionAddr::TcpTls {
-                    insecure,
-                    tls_params,
-                    ..
-                } => ConnectionAddr::TcpTls {
-                    host: node.0.clone(),
-                    port: node.1,
-                    insecure: *insecure,
-                    tls_params: tls_params.clone(),
-                },
-                _ => ConnectionAddr::Tcp(node.0.clone(), node.1),
-            };
+            let addr = at(self.template.addr(), node.0.clone(), node.1);
             let info = self.template.clone().set_addr(addr);
             // Opening a client only parses what the template already passed: it cannot fail.
             let client = redis::Client::open(info).expect("a client from a checked template");
@@ -141,7 +129,7 @@ impl Shards {
                 ) else {
                     continue;
                 };
-                let (host, port) = self.map.reach(&host, port);
+                let (host, port) = self.map.target(&host, port);
                 slots.push((first, last, host, port));
             }
         }

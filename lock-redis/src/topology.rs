@@ -74,9 +74,18 @@ impl Topology {
             None => (None, rest),
         };
         let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let plain = ConnectionAddr::Tcp(String::new(), 0);
+        let tls_addr = ConnectionAddr::TcpTls {
+            host: String::new(),
+            port: 0,
+            insecure,
+            tls_params: None,
+        };
+        let template = if tls { &tls_addr } else { &plain };
         let mut addrs = Vec::new();
         for host in hosts.split(',').filter(|h| !h.is_empty()) {
-            addrs.push(host_port(name, host)?);
+            let (host, port) = host_port(name, host)?;
+            addrs.push(at(template, host, port));
         }
         if addrs.is_empty() {
             return Err(config(
@@ -106,29 +115,19 @@ impl Topology {
                     "a Redis Cluster has one database: end the URL with the last host:port/",
                 ));
             }
+            let mut redis = redis::RedisConnectionInfo::default();
+            if let Some(u) = &username {
+                redis = redis.set_username(u.clone());
+            }
+            if let Some(p) = &password {
+                redis = redis.set_password(p.clone());
+            }
             let mut nodes = Vec::new();
-            for (host, port) in addrs {
-                let addr = if tls {
-                    ConnectionAddr::TcpTls {
-                        host,
-                        port,
-                        insecure,
-                        tls_params: None,
-                    }
-                } else {
-                    ConnectionAddr::Tcp(host, port)
-                };
-                let mut redis = redis::RedisConnectionInfo::default();
-                if let Some(u) = &username {
-                    redis = redis.set_username(u.clone());
-                }
-                if let Some(p) = &password {
-                    redis = redis.set_password(p.clone());
-                }
+            for addr in addrs {
                 let info = addr
                     .into_connection_info()
                     .map_err(|e| config(name, format!("{:?}: {HELP}", e.kind())))?
-                    .set_redis_settings(redis);
+                    .set_redis_settings(redis.clone());
                 nodes.push(info);
             }
             return Ok(Topology::Cluster(nodes));
@@ -149,23 +148,8 @@ impl Topology {
         if parts.next().is_some() {
             return Err(config(name, format!("too many path parts: {HELP}")));
         }
-        let sentinels = addrs
-            .into_iter()
-            .map(|(host, port)| {
-                if tls {
-                    ConnectionAddr::TcpTls {
-                        host,
-                        port,
-                        insecure,
-                        tls_params: None,
-                    }
-                } else {
-                    ConnectionAddr::Tcp(host, port)
-                }
-            })
-            .collect();
         Ok(Topology::Sentinel(Sentinel {
-            sentinels,
+            sentinels: addrs,
             service: service.to_owned(),
             db,
             username,
@@ -193,12 +177,18 @@ impl AddressMap {
         Ok(AddressMap(map))
     }
 
-    /// Where to reach `host:port`.
-    pub(crate) fn reach(&self, host: &str, port: u16) -> (String, u16) {
+    /// Where to reach the node announced as `host:port`.
+    pub(crate) fn target(&self, host: &str, port: u16) -> (String, u16) {
         self.0
             .iter()
             .find(|((h, p), _)| h == host && *p == port)
             .map_or_else(|| (host.to_owned(), port), |(_, to)| to.clone())
+    }
+
+    /// [`AddressMap::target`] as an address with `template`'s TLS settings.
+    pub(crate) fn reach(&self, template: &ConnectionAddr, host: &str, port: u16) -> ConnectionAddr {
+        let (host, port) = self.target(host, port);
+        at(template, host, port)
     }
 
     /// The map as redis-rs' cluster client takes it.
@@ -220,6 +210,23 @@ impl AddressMap {
 const HELP: &str = "expected redis://[user:password@]host:port/db, \
                     redis+cluster://host:port[,host:port…]/ or \
                     redis+sentinel://host:port[,host:port…]/service[/db] (rediss… for TLS)";
+
+/// `template` (plain TCP or TLS, with its TLS settings) at another `host:port`.
+pub(crate) fn at(template: &ConnectionAddr, host: String, port: u16) -> ConnectionAddr {
+    match template {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host, port),
+    }
+}
 
 fn host_port(name: &'static str, text: &str) -> Result<(String, u16)> {
     let (host, port) = match text.rsplit_once(':') {
