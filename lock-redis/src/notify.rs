@@ -4,8 +4,9 @@
 //! on a Redis Cluster it `SPUBLISH`es (sharded pub/sub, Redis 7), so the message stays on
 //! the lock's own shard, and waiters `SSUBSCRIBE` through the cluster connection, which
 //! routes each channel to its shard and subscribes again after a reconnect.
-//! A waiter subscribes before its obtain attempt; `subscribe` returns only once the server
-//! confirmed the `SUBSCRIBE`, so a release published after that point reaches the waiter.
+//! A waiter subscribes once an attempt found the lock busy, then attempts once more;
+//! `subscribe` returns only once the server confirmed the `SUBSCRIBE`, so a release
+//! published after that point reaches the waiter.
 //! A message wakes *one* waiter of the process, in turn (`lock_core::Waiters`): only one
 //! can win the lock. Waiters on one key share one server subscription; a channel nobody
 //! waits on any more is unsubscribed with the next subscription change.
