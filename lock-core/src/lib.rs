@@ -58,6 +58,7 @@ mod memory;
 mod outcome;
 mod redact;
 mod retry;
+pub mod rules;
 mod token;
 mod ttl;
 mod waiters;

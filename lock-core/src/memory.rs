@@ -8,10 +8,11 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::rules::{self, Clock, Decision};
 use crate::{
-    Busy, Capabilities, Fencing, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome,
-    ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    ReleaseSubscription, Result, Token, Ttl,
+    Capabilities, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
+    ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, ReleaseSubscription, Result,
+    Token, Ttl,
 };
 
 /// Locks in this process's memory: every rule of the contract, no I/O.
@@ -43,38 +44,31 @@ pub struct MemoryBackend {
     grace: Option<Grace>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Store {
-    slots: HashMap<String, Slot>,
+    /// Records of held and cooling keys; a free record is removed (fencing lives on in
+    /// `fencing`).
+    records: HashMap<String, Stored>,
     // One counter for all keys: strictly increasing per key, and it survives record removal.
     fencing: u64,
     watchers: HashMap<String, watch::Sender<u64>>,
     sweep_at: usize,
+    /// The origin of the rules' nanosecond clock.
+    epoch: Instant,
 }
 
-#[derive(Debug)]
-enum Slot {
-    Held(Record),
-    Cooling { until: Instant },
-}
+type Stored = rules::Record<Token, HolderInfo>;
 
-#[derive(Debug)]
-struct Record {
-    token: Token,
-    holder: HolderInfo,
-    fencing: Fencing,
-    holds: u32,
-    expires: Instant,
-    // End of the grace period: until then a late prolong or release is told apart from Lost.
-    forget_at: Instant,
-}
-
-/// How a stored slot reads at a given instant.
-enum Phase<'a> {
-    Vacant,
-    Cooling(Duration),
-    Live(&'a mut Record),
-    Expired(&'a mut Record),
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            records: HashMap::new(),
+            fencing: 0,
+            watchers: HashMap::new(),
+            sweep_at: 0,
+            epoch: Instant::now(),
+        }
+    }
 }
 
 impl MemoryBackend {
@@ -112,7 +106,7 @@ impl MemoryBackend {
     /// Forgets every record of every namespace (fencing continues upwards): what a server
     /// restart without persistence does to a real backend.
     pub fn simulate_data_loss(&self) {
-        self.lock_store().slots.clear();
+        self.lock_store().records.clear();
     }
 
     fn lock_store(&self) -> MutexGuard<'_, Store> {
@@ -132,8 +126,8 @@ impl MemoryBackend {
         full
     }
 
-    fn grace_for(&self, ttl: Ttl) -> Duration {
-        Grace::or_ttl(self.grace, ttl).as_duration()
+    fn grace_for(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
     }
 }
 
@@ -144,62 +138,45 @@ impl Default for MemoryBackend {
 }
 
 impl Store {
-    fn phase(&mut self, key: &str, now: Instant) -> Phase<'_> {
-        let gone = match self.slots.get(key) {
-            None => return Phase::Vacant,
-            Some(Slot::Cooling { until }) => *until <= now,
-            Some(Slot::Held(r)) => r.forget_at <= now,
-        };
-        if gone {
-            self.slots.remove(key);
-            return Phase::Vacant;
-        }
-        match self.slots.get_mut(key) {
-            Some(Slot::Cooling { until }) => Phase::Cooling(*until - now),
-            Some(Slot::Held(r)) => {
-                if r.expires > now {
-                    Phase::Live(r)
-                } else {
-                    Phase::Expired(r)
-                }
-            }
-            None => Phase::Vacant,
-        }
+    /// The rules' clock: nanoseconds of tokio's clock since the store was made, exact under
+    /// `tokio::time::pause`.
+    fn clock(&self) -> Clock {
+        let since = Instant::now().saturating_duration_since(self.epoch);
+        Clock::nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    fn next_fencing(&mut self) -> Fencing {
-        self.fencing += 1;
-        Fencing(self.fencing)
-    }
-
-    /// Frees `key` (or starts its cooldown) and wakes its waiters.
-    fn free(&mut self, key: &str, now: Instant, delay: Option<Ttl>) {
-        match delay {
-            Some(d) => {
-                let until = now + d.as_duration();
-                self.slots.insert(key.to_owned(), Slot::Cooling { until });
+    /// Stores what a decision wrote (a free record is dropped: the counter keeps fencing
+    /// growing) and wakes the key's waiters when it freed the lock.
+    fn apply<O>(&mut self, key: &str, decision: Decision<O, Token, HolderInfo>) -> O {
+        let frees = decision.frees();
+        match decision.write {
+            Some(record) if record.state == rules::State::Free => {
+                self.records.remove(key);
             }
-            None => {
-                self.slots.remove(key);
+            Some(record) => {
+                self.fencing = self.fencing.max(record.fencing);
+                self.records.insert(key.to_owned(), record);
+            }
+            None => {}
+        }
+        if frees {
+            if let Some(tx) = self.watchers.get(key) {
+                tx.send_modify(|n| *n += 1);
             }
         }
-        if let Some(tx) = self.watchers.get(key) {
-            tx.send_modify(|n| *n += 1);
-        }
+        decision.outcome
     }
 
-    /// Drops records past their grace period, amortized over inserts so the map stays
-    /// proportional to the live keys.
-    fn sweep(&mut self, now: Instant) {
-        if self.slots.len() < self.sweep_at {
+    /// Drops records past their grace period or cooldown, amortized over inserts so the map
+    /// stays proportional to the live keys.
+    fn sweep(&mut self, clock: Clock) {
+        if self.records.len() < self.sweep_at {
             return;
         }
-        self.slots.retain(|_, slot| match slot {
-            Slot::Cooling { until } => *until > now,
-            Slot::Held(r) => r.forget_at > now,
-        });
+        self.records
+            .retain(|_, record| !rules::forgotten(record, clock));
         self.watchers.retain(|_, tx| tx.receiver_count() > 0);
-        self.sweep_at = (self.slots.len() * 2).max(1024);
+        self.sweep_at = (self.records.len() * 2).max(1024);
     }
 }
 
@@ -215,91 +192,57 @@ impl LockBackend for MemoryBackend {
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let key = self.full_key(req.key);
-        let now = Instant::now();
-        let ttl = req.ttl.as_duration();
         let mut store = self.lock_store();
-        match store.phase(&key, now) {
-            Phase::Cooling(remaining) => {
-                return Ok(ObtainOutcome::Busy(Busy {
-                    holder: None,
-                    remaining,
-                }))
-            }
-            Phase::Live(r) if r.token == *req.token => {
-                r.holds += 1;
-                r.expires = now + ttl;
-                r.forget_at = r.expires + self.grace_for(req.ttl);
-                return Ok(ObtainOutcome::Reacquired { holds: r.holds });
-            }
-            Phase::Live(r) => {
-                return Ok(ObtainOutcome::Busy(Busy {
-                    holder: Some(r.holder.clone()),
-                    remaining: r.expires - now,
-                }))
-            }
-            Phase::Vacant | Phase::Expired(_) => {}
-        }
-        store.sweep(now);
-        let fencing = store.next_fencing();
-        let record = Record {
-            token: *req.token,
-            holder: req.holder.clone(),
-            fencing,
-            holds: 1,
-            expires: now + ttl,
-            forget_at: now + ttl + self.grace_for(req.ttl),
-        };
-        store.slots.insert(key, Slot::Held(record));
-        Ok(ObtainOutcome::Acquired {
-            fencing,
+        let clock = store.clock();
+        store.sweep(clock);
+        let ask = rules::Obtain {
+            token: req.token,
+            holder: req.holder,
             ttl: req.ttl,
-        })
+            grace: self.grace_for(req.ttl),
+            fencing_floor: store.fencing + 1,
+        };
+        let decision = rules::obtain(store.records.get(&key), clock, ask);
+        let decision = Decision {
+            outcome: decision.outcome.into_outcome(req.ttl),
+            write: decision.write,
+        };
+        Ok(store.apply(&key, decision))
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         let key = self.full_key(req.key);
-        let now = Instant::now();
         let mut store = self.lock_store();
-        let (record, outcome) = match store.phase(&key, now) {
-            Phase::Live(r) if r.token == *req.token => (r, ProlongOutcome::Prolonged),
-            Phase::Expired(r) if r.token == *req.token => (r, ProlongOutcome::ProlongedLate),
-            _ => return Ok(ProlongOutcome::Lost),
-        };
-        record.expires = now + req.ttl.as_duration();
-        record.forget_at = record.expires + self.grace_for(req.ttl);
-        Ok(outcome)
+        let clock = store.clock();
+        let grace = self.grace_for(req.ttl);
+        let decision = rules::prolong(store.records.get(&key), clock, req.token, req.ttl, grace);
+        Ok(store.apply(&key, decision))
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         let key = self.full_key(req.key);
-        let now = Instant::now();
         let mut store = self.lock_store();
-        let outcome = match store.phase(&key, now) {
-            Phase::Live(r) if r.token == *req.token && r.holds > 1 => {
-                r.holds -= 1;
-                return Ok(ReleaseOutcome::Decremented { holds: r.holds });
-            }
-            Phase::Live(r) if r.token == *req.token => ReleaseOutcome::Released,
-            Phase::Expired(r) if r.token == *req.token => ReleaseOutcome::ReleasedLate,
-            _ => return Ok(ReleaseOutcome::Lost),
-        };
-        store.free(&key, now, req.delay_after);
-        Ok(outcome)
+        let clock = store.clock();
+        let decision = rules::release(store.records.get(&key), clock, req.token, req.delay_after);
+        Ok(store.apply(&key, decision))
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
         let key = self.full_key(key);
-        let now = Instant::now();
-        Ok(state_of(self.lock_store().phase(&key, now), now))
+        let store = self.lock_store();
+        Ok(rules::view(store.records.get(&key), store.clock()).into_state())
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
         let key = self.full_key(key);
-        let now = Instant::now();
         let mut store = self.lock_store();
-        let state = state_of(store.phase(&key, now), now);
-        store.free(&key, now, None);
-        Ok(state)
+        let clock = store.clock();
+        let decision = rules::force(store.records.get(&key), clock);
+        let decision = Decision {
+            outcome: decision.outcome.into_state(),
+            write: decision.write,
+        };
+        Ok(store.apply(&key, decision))
     }
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
@@ -314,22 +257,10 @@ impl LockBackend for MemoryBackend {
     }
 }
 
-fn state_of(phase: Phase<'_>, now: Instant) -> LockState {
-    match phase {
-        Phase::Vacant | Phase::Expired(_) => LockState::Free,
-        Phase::Cooling(remaining) => LockState::Cooling { remaining },
-        Phase::Live(r) => LockState::Held {
-            holder: r.holder.clone(),
-            fencing: r.fencing,
-            remaining: r.expires - now,
-            holds: r.holds,
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Busy, Fencing};
 
     struct Fixture {
         backend: MemoryBackend,
@@ -553,7 +484,7 @@ mod tests {
             advance(3).await;
         }
         assert!(
-            f.backend.lock_store().slots.len() <= 1024,
+            f.backend.lock_store().records.len() <= 1024,
             "sweep keeps the store bounded"
         );
     }

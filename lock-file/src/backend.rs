@@ -8,14 +8,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use lock_core::rules::{self, Decision};
 use lock_core::{
-    Busy, Capabilities, Error, ErrorKind, Fencing, Grace, Key, LockBackend, LockState,
-    ObtainOutcome, ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome,
-    ReleaseRequest, Result, Ttl,
+    Capabilities, Error, ErrorKind, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome,
+    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
+    Result, Ttl,
 };
 
 use crate::names::file_name;
-use crate::record::{Phase, Record, State, SLOT, VERSION};
+use crate::record::{Record, Stored, SLOT, VERSION};
 
 /// Locks as files in one directory, for one machine.
 ///
@@ -89,49 +90,30 @@ impl FileBackend {
         self.dir.join(file_name(key.as_str()))
     }
 
-    fn grace_ms(&self, ttl: Ttl) -> u64 {
-        Grace::or_ttl(self.grace, ttl).as_millis()
+    fn grace_for(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
     }
 
-    /// Opens and exclusively locks the record of `key`, lets `decide` change it, writes it
-    /// back if it changed. `decide` gets `None` for a missing or free-of-content file.
-    fn modify<T>(
+    /// Opens and exclusively locks the record of `key`, lets the contract's rules decide on
+    /// it (with the clock read after the file lock was taken), writes what they decided.
+    fn modify<O>(
         &self,
         key: &Key,
         op: Operation,
-        decide: impl FnOnce(&mut Option<Record>, Clock) -> T,
-    ) -> Result<T> {
+        decide: impl FnOnce(Option<&Stored>, Clock) -> Decision<O, String, HolderInfo>,
+    ) -> Result<O> {
         let path = self.record_path(key);
         let file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
         file.lock().map_err(|e| io_error(op, &path, e))?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
-        let before = current(&slots, &path, key, op)?;
-        let mut record = before.clone();
-        let out = decide(&mut record, Clock::now());
-        if record != before {
-            if let Some(record) = record {
-                slots
-                    .write_next(&file, record)
-                    .map_err(|e| io_error(op, &path, e))?;
-            }
+        let before = current(&slots, &path, key, op)?.map(Record::into_stored);
+        let decision = decide(before.as_ref(), Clock::now());
+        if let Some(record) = decision.write {
+            slots
+                .write_next(&file, Record::from_stored(key.as_str(), record))
+                .map_err(|e| io_error(op, &path, e))?;
         }
-        Ok(out)
-    }
-
-    fn new_record(key: &Key, previous: Option<&Record>, clock: Clock, state: State) -> Record {
-        // Never below the wall clock in microseconds: fencing keeps growing even if the file
-        // is deleted (this assumes the wall clock does not go backwards).
-        let fencing = previous
-            .map(|r| r.fencing + 1)
-            .unwrap_or(0)
-            .max(clock.micros);
-        Record {
-            v: VERSION,
-            seq: 0,
-            key: key.as_str().to_owned(),
-            fencing,
-            state,
-        }
+        Ok(decision.outcome)
     }
 }
 
@@ -175,6 +157,13 @@ fn check_owner(dir: &Path) -> Result<()> {
 struct Clock {
     ms: u64,
     micros: u64,
+}
+
+impl Clock {
+    /// The rules' clock: milliseconds of the wall clock.
+    fn rules(self) -> rules::Clock {
+        rules::Clock::millis(self.ms)
+    }
 }
 
 impl Clock {
@@ -329,18 +318,6 @@ fn io_error(op: Operation, path: &Path, e: io::Error) -> Error {
     .with_source(e)
 }
 
-fn held_state(r: &Record) -> Option<(&lock_core::HolderInfo, u32, u64)> {
-    match &r.state {
-        State::Held {
-            holder,
-            holds,
-            expires_ms,
-            ..
-        } => Some((holder, *holds, *expires_ms)),
-        _ => None,
-    }
-}
-
 #[async_trait]
 impl LockBackend for FileBackend {
     fn name(&self) -> &'static str {
@@ -352,106 +329,37 @@ impl LockBackend for FileBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        let grace = self.grace_ms(req.ttl);
+        let token = req.token.to_hex();
         self.modify(req.key, Operation::Obtain, |record, clock| {
-            let expires_ms = clock.ms + req.ttl.as_millis();
-            let phase = record
-                .as_ref()
-                .map_or(Phase::Free, |r| r.phase(clock.ms, Some(req.token)));
-            match (phase, record.as_mut()) {
-                (Phase::Cooling { left_ms }, _) => ObtainOutcome::Busy(Busy {
-                    holder: None,
-                    remaining: Duration::from_millis(left_ms),
-                }),
-                (Phase::Live { ours: true }, Some(r)) => {
-                    let mut holds_now = 0;
-                    if let State::Held {
-                        holds,
-                        expires_ms: e,
-                        forget_ms,
-                        ..
-                    } = &mut r.state
-                    {
-                        *holds += 1;
-                        *e = expires_ms;
-                        *forget_ms = expires_ms + grace;
-                        holds_now = *holds;
-                    }
-                    ObtainOutcome::Reacquired { holds: holds_now }
-                }
-                (Phase::Live { ours: false }, Some(r)) => {
-                    let (holder, _, e) =
-                        held_state(r).map_or((None, 0, 0), |(h, n, e)| (Some(h.clone()), n, e));
-                    ObtainOutcome::Busy(Busy {
-                        holder,
-                        remaining: Duration::from_millis(e.saturating_sub(clock.ms)),
-                    })
-                }
-                _ => {
-                    let state = State::Held {
-                        token: req.token.to_hex(),
-                        holder: req.holder.clone(),
-                        holds: 1,
-                        expires_ms,
-                        forget_ms: expires_ms + grace,
-                    };
-                    let fresh = Self::new_record(req.key, record.as_ref(), clock, state);
-                    let fencing = Fencing(fresh.fencing);
-                    *record = Some(fresh);
-                    ObtainOutcome::Acquired {
-                        fencing,
-                        ttl: req.ttl,
-                    }
-                }
+            let ask = rules::Obtain {
+                token: &token,
+                holder: req.holder,
+                ttl: req.ttl,
+                grace: self.grace_for(req.ttl),
+                // Never below the wall clock in microseconds: fencing keeps growing even if
+                // the file is deleted (this assumes the wall clock does not go backwards).
+                fencing_floor: clock.micros,
+            };
+            let decision = rules::obtain(record, clock.rules(), ask);
+            Decision {
+                outcome: decision.outcome.into_outcome(req.ttl),
+                write: decision.write,
             }
         })
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let grace = self.grace_ms(req.ttl);
+        let token = req.token.to_hex();
+        let grace = self.grace_for(req.ttl);
         self.modify(req.key, Operation::Prolongate, |record, clock| {
-            let Some(r) = record.as_mut() else {
-                return ProlongOutcome::Lost;
-            };
-            let outcome = match r.phase(clock.ms, Some(req.token)) {
-                Phase::Live { ours: true } => ProlongOutcome::Prolonged,
-                Phase::Expired { ours: true } => ProlongOutcome::ProlongedLate,
-                _ => return ProlongOutcome::Lost,
-            };
-            if let State::Held {
-                expires_ms,
-                forget_ms,
-                ..
-            } = &mut r.state
-            {
-                *expires_ms = clock.ms + req.ttl.as_millis();
-                *forget_ms = *expires_ms + grace;
-            }
-            outcome
+            rules::prolong(record, clock.rules(), &token, req.ttl, grace)
         })
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        let token = req.token.to_hex();
         self.modify(req.key, Operation::Release, |record, clock| {
-            let Some(r) = record.as_mut() else {
-                return ReleaseOutcome::Lost;
-            };
-            let outcome = match (r.phase(clock.ms, Some(req.token)), &mut r.state) {
-                (Phase::Live { ours: true }, State::Held { holds, .. }) if *holds > 1 => {
-                    *holds -= 1;
-                    return ReleaseOutcome::Decremented { holds: *holds };
-                }
-                (Phase::Live { ours: true }, _) => ReleaseOutcome::Released,
-                (Phase::Expired { ours: true }, _) => ReleaseOutcome::ReleasedLate,
-                _ => return ReleaseOutcome::Lost,
-            };
-            r.state = match req.delay_after {
-                Some(d) => State::Cooling {
-                    until_ms: clock.ms + d.as_millis(),
-                },
-                None => State::Free,
-            };
-            outcome
+            rules::release(record, clock.rules(), &token, req.delay_after)
         })
     }
 
@@ -465,8 +373,8 @@ impl LockBackend for FileBackend {
         };
         file.lock_shared().map_err(|e| io_error(op, &path, e))?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
-        let record = current(&slots, &path, key, op)?;
-        Ok(record.map_or(LockState::Free, |r| state_of(&r, Clock::now())))
+        let record = current(&slots, &path, key, op)?.map(Record::into_stored);
+        Ok(rules::view(record.as_ref(), Clock::now().rules()).into_state())
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
@@ -481,47 +389,28 @@ impl LockBackend for FileBackend {
             .ok()
             .flatten()
             .filter(|r| r.key == key.as_str())
-            .cloned();
+            .cloned()
+            .map(Record::into_stored);
         let clock = Clock::now();
-        let broken = previous
-            .as_ref()
-            .map_or(LockState::Free, |r| state_of(r, clock));
-        let fresh = Self::new_record(key, previous.as_ref(), clock, State::Free);
+        let decision = rules::force(previous.as_ref(), clock.rules());
+        let broken = decision.outcome.into_state();
+        // Without a readable record, a free one whose fencing token is the clock's floor.
+        let fresh = decision.write.unwrap_or(rules::Record {
+            fencing: clock.micros,
+            state: rules::State::Free,
+        });
         slots
-            .write_next(&file, fresh)
+            .write_next(&file, Record::from_stored(key.as_str(), fresh))
             .map_err(|e| io_error(op, &path, e))?;
         tracing::info!(path = %path.display(), "lock broken by force_release");
         Ok(broken)
     }
 }
 
-fn state_of(r: &Record, clock: Clock) -> LockState {
-    match (r.phase(clock.ms, None), &r.state) {
-        (Phase::Cooling { left_ms }, _) => LockState::Cooling {
-            remaining: Duration::from_millis(left_ms),
-        },
-        (
-            Phase::Live { .. },
-            State::Held {
-                holder,
-                holds,
-                expires_ms,
-                ..
-            },
-        ) => LockState::Held {
-            holder: holder.clone(),
-            fencing: Fencing(r.fencing),
-            remaining: Duration::from_millis(expires_ms.saturating_sub(clock.ms)),
-            holds: *holds,
-        },
-        _ => LockState::Free,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lock_core::HolderInfo;
+    use crate::record::State;
 
     fn record(key: &str, fencing: u64) -> Record {
         Record {

@@ -22,7 +22,7 @@
 //! A released lock keeps its file (`"state":"free"`) so that the fencing sequence survives.
 //! Version 1 records (one padded line at offset 0, no checksum) are still read, as `seq` 0.
 
-use lock_core::{HolderInfo, Token};
+use lock_core::{rules, HolderInfo};
 use serde::{Deserialize, Serialize};
 
 /// The record format's version.
@@ -61,35 +61,55 @@ pub(crate) enum State {
     },
 }
 
-/// How a record reads at a given instant.
-pub(crate) enum Phase {
-    Free,
-    Cooling { left_ms: u64 },
-    Live { ours: bool },
-    Expired { ours: bool },
-}
+/// A record as the contract's rules see it: the token in hex, times in milliseconds of the
+/// wall clock.
+pub(crate) type Stored = rules::Record<String, HolderInfo>;
 
 impl Record {
-    pub(crate) fn phase(&self, now_ms: u64, token: Option<&Token>) -> Phase {
-        match &self.state {
-            State::Free => Phase::Free,
-            State::Cooling { until_ms } if *until_ms > now_ms => Phase::Cooling {
-                left_ms: until_ms - now_ms,
-            },
-            State::Cooling { .. } => Phase::Free,
-            State::Held { forget_ms, .. } if *forget_ms <= now_ms => Phase::Free,
+    /// The record as the rules see it.
+    pub(crate) fn into_stored(self) -> Stored {
+        let state = match self.state {
+            State::Free => rules::State::Free,
+            State::Cooling { until_ms } => rules::State::Cooling { until: until_ms },
             State::Held {
-                token: held,
+                token,
+                holder,
+                holds,
                 expires_ms,
-                ..
-            } => {
-                let ours = token.is_some_and(|t| Token::from_hex(held).ok() == Some(*t));
-                if *expires_ms > now_ms {
-                    Phase::Live { ours }
-                } else {
-                    Phase::Expired { ours }
-                }
-            }
+                forget_ms,
+            } => rules::State::Held(rules::Hold {
+                token,
+                holder,
+                holds,
+                expires: expires_ms,
+                forget: forget_ms,
+            }),
+        };
+        rules::Record {
+            fencing: self.fencing,
+            state,
+        }
+    }
+
+    /// The record of `key` the rules decided on (`seq` is set when it is written).
+    pub(crate) fn from_stored(key: &str, stored: Stored) -> Self {
+        let state = match stored.state {
+            rules::State::Free => State::Free,
+            rules::State::Cooling { until } => State::Cooling { until_ms: until },
+            rules::State::Held(h) => State::Held {
+                token: h.token,
+                holder: h.holder,
+                holds: h.holds,
+                expires_ms: h.expires,
+                forget_ms: h.forget,
+            },
+        };
+        Record {
+            v: VERSION,
+            seq: 0,
+            key: key.to_owned(),
+            fencing: stored.fencing,
+            state,
         }
     }
 

@@ -238,8 +238,8 @@ impl RedisBackend {
             })
     }
 
-    fn grace_ms(&self, ttl: Ttl) -> u64 {
-        Grace::or_ttl(self.grace, ttl).as_millis()
+    fn grace_for(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
     }
 
     async fn run(&self, key: &Key, req: Request<'_>) -> Result<Reply> {
@@ -316,7 +316,7 @@ impl LockBackend for RedisBackend {
         let request = Request::Obtain {
             token: req.token,
             ttl: req.ttl,
-            grace_ms: self.grace_ms(req.ttl),
+            grace: self.grace_for(req.ttl),
             holder_json: &holder_json,
         };
         match self.run(req.key, request).await? {
@@ -329,7 +329,7 @@ impl LockBackend for RedisBackend {
         let request = Request::Prolong {
             token: req.token,
             ttl: req.ttl,
-            grace_ms: self.grace_ms(req.ttl),
+            grace: self.grace_for(req.ttl),
         };
         match self.run(req.key, request).await? {
             Reply::Prolong(o) => Ok(o),
@@ -340,7 +340,7 @@ impl LockBackend for RedisBackend {
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         let request = Request::Release {
             token: req.token,
-            delay_ms: req.delay_after.map_or(0, Ttl::as_millis),
+            delay: req.delay_after,
         };
         match self.run(req.key, request).await? {
             Reply::Release(o) => Ok(o),

@@ -3,13 +3,15 @@
 use std::time::Duration;
 
 use lock_core::LockState;
-use lock_core::{Busy, Fencing, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result};
+use lock_core::{
+    Busy, Fencing, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result, Ttl,
+};
 use redis::Script;
 
 use crate::error::protocol;
 use crate::keys::LockKeys;
 use crate::link::Link;
-use crate::record::parse_holder;
+use crate::record::{parse_holder, FREE_KEEP_MS};
 use crate::request::{Reply, Request};
 
 const SCRIPT: &str = include_str!("scripts/lock.lua");
@@ -27,10 +29,12 @@ pub(crate) struct Lua {
 
 /// The script's text, with the publish command the topology needs.
 pub(crate) fn script_text(sharded: bool) -> String {
+    // How long a free record is kept is written once, in record.rs.
+    let text = SCRIPT.replace("{free_keep_ms}", &FREE_KEEP_MS.to_string());
     if sharded {
-        SCRIPT.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',")
+        text.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',")
     } else {
-        SCRIPT.to_owned()
+        text
     }
 }
 
@@ -48,26 +52,23 @@ impl Lua {
             Request::Obtain {
                 token,
                 ttl,
-                grace_ms,
+                grace,
                 holder_json,
             } => call
                 .arg("obtain")
                 .arg(token.to_hex())
                 .arg(ttl.as_millis())
-                .arg(*grace_ms)
+                .arg(grace.as_millis())
                 .arg(*holder_json),
-            Request::Prolong {
-                token,
-                ttl,
-                grace_ms,
-            } => call
+            Request::Prolong { token, ttl, grace } => call
                 .arg("prolong")
                 .arg(token.to_hex())
                 .arg(ttl.as_millis())
-                .arg(*grace_ms),
-            Request::Release { token, delay_ms } => {
-                call.arg("release").arg(token.to_hex()).arg(*delay_ms)
-            }
+                .arg(grace.as_millis()),
+            Request::Release { token, delay } => call
+                .arg("release")
+                .arg(token.to_hex())
+                .arg(delay.map_or(0, Ttl::as_millis)),
             Request::Inspect => call.arg("inspect"),
             Request::Force => call.arg("force"),
         };

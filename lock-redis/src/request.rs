@@ -1,23 +1,25 @@
 //! One operation of the contract as both variants receive it, and its answer.
 
-use lock_core::{LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Token, Ttl};
+use lock_core::{
+    Grace, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Token, Ttl,
+};
 
 /// What to do to one lock.
 pub(crate) enum Request<'a> {
     Obtain {
         token: &'a Token,
         ttl: Ttl,
-        grace_ms: u64,
+        grace: Grace,
         holder_json: &'a str,
     },
     Prolong {
         token: &'a Token,
         ttl: Ttl,
-        grace_ms: u64,
+        grace: Grace,
     },
     Release {
         token: &'a Token,
-        delay_ms: u64,
+        delay: Option<Ttl>,
     },
     Inspect,
     Force,

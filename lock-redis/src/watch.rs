@@ -4,7 +4,8 @@
 //!
 //! 1. one pipeline: `UNWATCH`, `WATCH rec`, `TIME`, `GET rec`: the record as of the server's
 //!    clock (a key of another type fails the `GET` with `WRONGTYPE`: `Corrupt`);
-//! 2. the decision, in Rust, by the rules of `scripts/lock.lua`, on the same record format;
+//! 2. the decision, by `lock_core::rules` (the rules `scripts/lock.lua` also keeps, checked
+//!    by the same table of cases), on the same record format;
 //! 3. if the decision writes: `MULTI`, `SET rec …` (and `PUBLISH` on a release; `SPUBLISH` on
 //!    a cluster), `EXEC`.
 //!    `EXEC` answers nil when another client touched the record since the `WATCH`: the
@@ -17,10 +18,8 @@
 
 use std::time::Duration;
 
-use lock_core::{
-    Busy, Error, ErrorKind, Fencing, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome,
-    Result,
-};
+use lock_core::rules;
+use lock_core::{Error, ErrorKind, Operation, Result};
 
 use std::sync::Arc;
 
@@ -28,7 +27,7 @@ use crate::error::map_error;
 use crate::keys::LockKeys;
 use crate::link::Acks;
 use crate::pool::Pool;
-use crate::record::{parse_holder, Phase, Record, State, FREE_KEEP_MS};
+use crate::record::{self, parse_holder, Stored};
 use crate::request::{Reply, Request};
 use crate::shards::Shards;
 
@@ -55,7 +54,7 @@ pub(crate) enum Route {
 struct Snapshot {
     now_ms: u64,
     now_us: u64,
-    record: Option<Record>,
+    record: Option<Stored>,
 }
 
 /// Reads that met a broken connection, a moved slot or a cluster in failover, retried: the
@@ -216,7 +215,7 @@ async fn read(
         .await
         .map_err(|e| map_error(NAME, op, e))?;
     let record = raw
-        .map(|raw| Record::decode(NAME, op, &keys.record, &raw))
+        .map(|raw| record::decode(NAME, op, &keys.record, &raw))
         .transpose()?;
     Ok(Snapshot {
         now_ms: time.0 * 1000 + time.1 / 1000,
@@ -225,7 +224,8 @@ async fn read(
     })
 }
 
-/// The transaction to run (if any) and the answer it gives once committed.
+/// The transaction to run (if any) and the answer it gives once committed: the contract's
+/// rules (`lock_core::rules`) on the record as of the server's clock.
 fn decide(
     keys: &LockKeys,
     req: &Request<'_>,
@@ -233,149 +233,60 @@ fn decide(
     publish: &str,
 ) -> Result<(Option<redis::Pipeline>, Reply)> {
     let op = req.operation();
-    let now = s.now_ms;
+    let clock = rules::Clock::millis(s.now_ms);
     let rec = s.record.as_ref();
-    let mut tx = redis::pipe();
-    tx.atomic();
-    // Writes the record; `px` None keeps the key's physical expiry.
-    let put = |tx: &mut redis::Pipeline, r: &Record, px: Option<u64>| {
-        let cmd = tx.cmd("SET").arg(&keys.record).arg(r.encode());
-        match px {
-            Some(px) => cmd.arg("PX").arg(px.max(1)).ignore(),
-            None => cmd.arg("KEEPTTL").ignore(),
-        };
-    };
-    // Frees the lock or starts its cooldown, keeping the fencing token, and wakes waiters.
-    let free = |tx: &mut redis::Pipeline, delay: u64| {
-        let fencing = rec.map_or(0, |r| r.fencing);
-        let (state, until, keep) = if delay > 0 {
-            (State::Cooling, now + delay, delay)
-        } else {
-            (State::Free, now, FREE_KEEP_MS)
-        };
-        let r = Record {
-            state,
-            token: String::new(),
-            fencing,
-            holds: 0,
-            expires: until,
-            forget: until,
-            holder: String::new(),
-        };
-        put(tx, &r, Some(keep));
-        tx.cmd(publish).arg(&keys.channel).arg("released").ignore();
-    };
-    // The record held by `token` for `ttl` (+ grace) from now.
-    let held =
-        |token: String, fencing: u64, holds: u32, ttl: u64, grace: u64, holder: &str| Record {
-            state: State::Held,
-            token,
-            fencing,
-            holds,
-            expires: now + ttl,
-            forget: now + ttl + grace,
-            holder: holder.to_owned(),
-        };
-    Ok(match req {
+    let holder = |json: &String| parse_holder(NAME, op, json);
+    let (reply, write) = match req {
         Request::Obtain {
             token,
             ttl,
-            grace_ms,
+            grace,
             holder_json,
         } => {
-            let hex = token.to_hex();
-            let ttl_ms = ttl.as_millis();
-            match (Record::phase(rec, now, Some(&hex)), rec) {
-                (Phase::Cooling { remaining }, _) => (None, busy(remaining, None)),
-                (
-                    Phase::Live {
-                        ours: false,
-                        remaining,
-                    },
-                    Some(r),
-                ) => {
-                    let holder = parse_holder(NAME, op, &r.holder)?;
-                    (None, busy(remaining, Some(holder)))
-                }
-                (Phase::Live { ours: true, .. }, Some(r)) => {
-                    let holds = r.holds.saturating_add(1);
-                    let next = held(hex, r.fencing, holds, ttl_ms, *grace_ms, &r.holder);
-                    put(&mut tx, &next, Some(ttl_ms + grace_ms));
-                    (Some(tx), Reply::Obtain(ObtainOutcome::Reacquired { holds }))
-                }
-                _ => {
-                    // Above the key's last token, never below the server clock in µs.
-                    let fencing = (rec.map_or(0, |r| r.fencing) + 1).max(s.now_us);
-                    let next = held(hex, fencing, 1, ttl_ms, *grace_ms, holder_json);
-                    put(&mut tx, &next, Some(ttl_ms + grace_ms));
-                    let acquired = ObtainOutcome::Acquired {
-                        fencing: Fencing(fencing),
-                        ttl: *ttl,
-                    };
-                    (Some(tx), Reply::Obtain(acquired))
-                }
-            }
-        }
-        Request::Prolong {
-            token,
-            ttl,
-            grace_ms,
-        } => {
-            let hex = token.to_hex();
-            let outcome = match Record::phase(rec, now, Some(&hex)) {
-                Phase::Live { ours: true, .. } => ProlongOutcome::Prolonged,
-                Phase::Expired { ours: true } => ProlongOutcome::ProlongedLate,
-                _ => return Ok((None, Reply::Prolong(ProlongOutcome::Lost))),
+            let ask = rules::Obtain {
+                token: &token.to_hex(),
+                holder: &(*holder_json).to_owned(),
+                ttl: *ttl,
+                grace: *grace,
+                // Never below the server clock in µs: tokens keep growing after the record
+                // is gone.
+                fencing_floor: s.now_us,
             };
-            let Some(r) = rec else {
-                return Ok((None, Reply::Prolong(ProlongOutcome::Lost)));
-            };
-            let ttl_ms = ttl.as_millis();
-            let next = held(hex, r.fencing, r.holds, ttl_ms, *grace_ms, &r.holder);
-            put(&mut tx, &next, Some(ttl_ms + grace_ms));
-            (Some(tx), Reply::Prolong(outcome))
+            let d = rules::obtain(rec, clock, ask);
+            let reply = Reply::Obtain(d.outcome.try_into_outcome(*ttl, holder)?);
+            (reply, d.write)
         }
-        Request::Release { token, delay_ms } => {
-            let hex = token.to_hex();
-            match (Record::phase(rec, now, Some(&hex)), rec) {
-                (Phase::Live { ours: true, .. }, Some(r)) if r.holds > 1 => {
-                    let next = Record {
-                        holds: r.holds - 1,
-                        ..r.clone()
-                    };
-                    put(&mut tx, &next, None);
-                    let holds = next.holds;
-                    (
-                        Some(tx),
-                        Reply::Release(ReleaseOutcome::Decremented { holds }),
-                    )
-                }
-                (Phase::Live { ours: true, .. }, _) => {
-                    free(&mut tx, *delay_ms);
-                    (Some(tx), Reply::Release(ReleaseOutcome::Released))
-                }
-                (Phase::Expired { ours: true }, _) => {
-                    free(&mut tx, *delay_ms);
-                    (Some(tx), Reply::Release(ReleaseOutcome::ReleasedLate))
-                }
-                _ => (None, Reply::Release(ReleaseOutcome::Lost)),
-            }
+        Request::Prolong { token, ttl, grace } => {
+            let d = rules::prolong(rec, clock, &token.to_hex(), *ttl, *grace);
+            (Reply::Prolong(d.outcome), d.write)
         }
-        Request::Inspect => (None, Reply::State(Record::state(rec, now, NAME, op)?)),
+        Request::Release { token, delay } => {
+            let d = rules::release(rec, clock, &token.to_hex(), *delay);
+            (Reply::Release(d.outcome), d.write)
+        }
+        Request::Inspect => {
+            let state = rules::view(rec, clock).try_into_state(holder)?;
+            (Reply::State(state), None)
+        }
         Request::Force => {
-            let before = Record::state(rec, now, NAME, op)?;
-            if rec.is_none() {
-                return Ok((None, Reply::State(before)));
-            }
-            free(&mut tx, 0);
-            (Some(tx), Reply::State(before))
+            let d = rules::force(rec, clock);
+            (Reply::State(d.outcome.try_into_state(holder)?), d.write)
         }
-    })
-}
-
-fn busy(remaining: u64, holder: Option<lock_core::HolderInfo>) -> Reply {
-    Reply::Obtain(ObtainOutcome::Busy(Busy {
-        remaining: Duration::from_millis(remaining),
-        holder,
-    }))
+    };
+    let Some(write) = write else {
+        return Ok((None, reply));
+    };
+    let mut tx = redis::pipe();
+    tx.atomic();
+    tx.cmd("SET")
+        .arg(&keys.record)
+        .arg(record::encode(&write, s.now_ms))
+        .arg("PX")
+        .arg(record::keep_ms(&write, s.now_ms))
+        .ignore();
+    // A write that ends a hold (a release, a forced release) wakes the key's waiters.
+    if !matches!(write.state, rules::State::Held(_)) {
+        tx.cmd(publish).arg(&keys.channel).arg("released").ignore();
+    }
+    Ok((Some(tx), reply))
 }

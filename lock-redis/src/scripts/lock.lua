@@ -18,9 +18,10 @@
 local rec, channel = KEYS[1], KEYS[2]
 local op = ARGV[1]
 
--- How long a released record remembers its fencing token (ms); the clock floor below keeps
--- tokens growing after that.
-local FREE_KEEP = 3600000
+-- How long a released record remembers its fencing token (ms; filled in from record.rs's
+-- FREE_KEEP_MS when the script is loaded); the clock floor below keeps tokens growing after
+-- that.
+local FREE_KEEP = {free_keep_ms}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,0 +1,801 @@
+//! The decision table: every rule of [`rules`](super) as a row (a stored record, a request,
+//! the outcome and the record afterwards).
+//!
+//! lock-core's tests run it through the [`rules`](super) functions with an exact clock; the
+//! Redis and Postgres tests write each row's record on a real server, send the request
+//! through the backend and read the record back, so the Lua script and the SQL function are
+//! held to the same table as the Rust rules. A backend that decides in its own code (a
+//! script, a stored procedure) can do the same: write [`Before`], call, decode what is
+//! stored into a [`Seen`], and [`Case::check`].
+//!
+//! Times are milliseconds relative to the instant of the request; they are tens of seconds
+//! apart so that a runner on a real server can allow a [`Case::check`] `slack` of a second.
+
+use std::fmt;
+
+use crate::{LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome};
+
+/// The ttl of every obtain and prolong of the table.
+pub const TTL_MS: u64 = 30_000;
+/// The grace period of every obtain and prolong of the table (configure the backend with it).
+pub const GRACE_MS: u64 = 60_000;
+/// The delay of the releases that start a cooldown.
+pub const DELAY_MS: u64 = 20_000;
+/// The fencing token of every stored record of the table.
+pub const FENCING: u64 = 1_000;
+
+/// One of the two owner tokens of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    /// The token of every request.
+    A,
+    /// Another token.
+    B,
+}
+
+/// The record stored before the request (fencing token [`FENCING`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Before {
+    /// No record.
+    Nothing,
+    /// A free record.
+    Free,
+    /// Cooling until `left_ms` from the request (negative: the cooldown has ended).
+    Cooling {
+        /// The cooldown's end.
+        left_ms: i64,
+    },
+    /// Held.
+    Held {
+        /// By whom.
+        by: Who,
+        /// The hold count.
+        holds: u32,
+        /// The end of its ttl.
+        expires_in_ms: i64,
+        /// The end of its grace period.
+        forget_in_ms: i64,
+    },
+}
+
+/// The request, always by [`Who::A`] when it has a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// obtain for [`TTL_MS`], grace [`GRACE_MS`].
+    Obtain,
+    /// prolongate for [`TTL_MS`], grace [`GRACE_MS`].
+    Prolong,
+    /// release, with [`DELAY_MS`] of cooldown when `true`.
+    Release {
+        /// Whether the release asks for a cooldown.
+        delay: bool,
+    },
+    /// inspect.
+    Inspect,
+    /// force_release.
+    Force,
+}
+
+/// The expected outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// `Acquired`, with a fencing token above [`FENCING`] (above 0 without a record).
+    Acquired,
+    /// `Reacquired` with this hold count.
+    Reacquired(u32),
+    /// `Busy`, with the stored holder or none, and this remaining time.
+    Busy {
+        /// Whether the holder info is given.
+        holder: bool,
+        /// The remaining ttl or cooldown.
+        remaining_ms: u64,
+    },
+    /// `Prolonged`.
+    Prolonged,
+    /// `ProlongedLate`.
+    ProlongedLate,
+    /// `Released`.
+    Released,
+    /// `ReleasedLate`.
+    ReleasedLate,
+    /// `Decremented` with this hold count.
+    Decremented(u32),
+    /// `Lost` (a prolong or a release).
+    Lost,
+    /// `LockState::Free` (inspect or force).
+    Free,
+    /// `LockState::Cooling`.
+    Cooling {
+        /// The remaining cooldown.
+        remaining_ms: u64,
+    },
+    /// `LockState::Held` with fencing [`FENCING`].
+    Held {
+        /// The hold count.
+        holds: u32,
+        /// The remaining ttl.
+        remaining_ms: u64,
+    },
+}
+
+/// Whether a fencing token was kept or newly issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// [`FENCING`], as before.
+    Kept,
+    /// The one the `Acquired` outcome carries, above the one before.
+    Issued,
+}
+
+/// The expected record afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    /// As it was (no record stays no record).
+    Unchanged,
+    /// Free, with the fencing token it had.
+    Free,
+    /// Cooling for `left_ms`, with the fencing token it had.
+    Cooling {
+        /// The cooldown's end.
+        left_ms: i64,
+    },
+    /// Held.
+    Held {
+        /// By whom.
+        by: Who,
+        /// The hold count.
+        holds: u32,
+        /// Kept or issued.
+        fencing: Fence,
+        /// The end of its ttl.
+        expires_in_ms: i64,
+        /// The end of its grace period.
+        forget_in_ms: i64,
+    },
+}
+
+/// A stored record as a runner decoded it, times relative to the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// No record.
+    Nothing,
+    /// Free.
+    Free {
+        /// Its fencing token.
+        fencing: u64,
+    },
+    /// Cooling.
+    Cooling {
+        /// Its fencing token.
+        fencing: u64,
+        /// The cooldown's end.
+        left_ms: i64,
+    },
+    /// Held; `by` is `None` for a token that is neither A's nor B's.
+    Held {
+        /// By whom.
+        by: Option<Who>,
+        /// The hold count.
+        holds: u32,
+        /// Its fencing token.
+        fencing: u64,
+        /// The end of its ttl.
+        expires_in_ms: i64,
+        /// The end of its grace period.
+        forget_in_ms: i64,
+    },
+}
+
+/// A backend's answer to a case's request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// To an obtain.
+    Obtain(ObtainOutcome),
+    /// To a prolong.
+    Prolong(ProlongOutcome),
+    /// To a release.
+    Release(ReleaseOutcome),
+    /// To an inspect or a force_release.
+    State(LockState),
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Case {
+    /// A name to report.
+    pub name: &'static str,
+    /// The stored record.
+    pub before: Before,
+    /// The request.
+    pub ask: Ask,
+    /// What the caller is told.
+    pub outcome: Outcome,
+    /// What is stored afterwards.
+    pub after: After,
+}
+
+const LIVE: Before = Before::Held {
+    by: Who::A,
+    holds: 1,
+    expires_in_ms: 10_000,
+    forget_in_ms: 70_000,
+};
+const LIVE_TWICE: Before = Before::Held {
+    by: Who::A,
+    holds: 2,
+    expires_in_ms: 10_000,
+    forget_in_ms: 70_000,
+};
+const EXPIRED: Before = Before::Held {
+    by: Who::A,
+    holds: 2,
+    expires_in_ms: -10_000,
+    forget_in_ms: 50_000,
+};
+const FORGOTTEN: Before = Before::Held {
+    by: Who::A,
+    holds: 1,
+    expires_in_ms: -70_000,
+    forget_in_ms: -10_000,
+};
+const OTHERS_LIVE: Before = Before::Held {
+    by: Who::B,
+    holds: 2,
+    expires_in_ms: 10_000,
+    forget_in_ms: 70_000,
+};
+const OTHERS_EXPIRED: Before = Before::Held {
+    by: Who::B,
+    holds: 1,
+    expires_in_ms: -10_000,
+    forget_in_ms: 50_000,
+};
+const COOLING: Before = Before::Cooling { left_ms: 20_000 };
+const COOLED: Before = Before::Cooling { left_ms: -10_000 };
+
+const TTL: i64 = TTL_MS as i64;
+const GRACE: i64 = GRACE_MS as i64;
+
+const fn held_by_a(holds: u32, fencing: Fence) -> After {
+    After::Held {
+        by: Who::A,
+        holds,
+        fencing,
+        expires_in_ms: TTL,
+        forget_in_ms: TTL + GRACE,
+    }
+}
+
+const fn case(
+    name: &'static str,
+    before: Before,
+    ask: Ask,
+    outcome: Outcome,
+    after: After,
+) -> Case {
+    Case {
+        name,
+        before,
+        ask,
+        outcome,
+        after,
+    }
+}
+
+const ISSUED: After = held_by_a(1, Fence::Issued);
+const RELEASE: Ask = Ask::Release { delay: false };
+const RELEASE_DELAYED: Ask = Ask::Release { delay: true };
+use After::Unchanged;
+use Ask::{Force, Inspect, Obtain, Prolong};
+use Before::{Free as FreeRecord, Nothing};
+
+/// Every row.
+pub const CASES: &[Case] = &[
+    // obtain
+    case(
+        "obtain, no record",
+        Nothing,
+        Obtain,
+        Outcome::Acquired,
+        ISSUED,
+    ),
+    case(
+        "obtain, free",
+        FreeRecord,
+        Obtain,
+        Outcome::Acquired,
+        ISSUED,
+    ),
+    case(
+        "obtain, cooling",
+        COOLING,
+        Obtain,
+        Outcome::Busy {
+            holder: false,
+            remaining_ms: 20_000,
+        },
+        Unchanged,
+    ),
+    case(
+        "obtain, cooldown over",
+        COOLED,
+        Obtain,
+        Outcome::Acquired,
+        ISSUED,
+    ),
+    case(
+        "obtain, own live hold",
+        LIVE,
+        Obtain,
+        Outcome::Reacquired(2),
+        held_by_a(2, Fence::Kept),
+    ),
+    case(
+        "obtain, another's live hold",
+        OTHERS_LIVE,
+        Obtain,
+        Outcome::Busy {
+            holder: true,
+            remaining_ms: 10_000,
+        },
+        Unchanged,
+    ),
+    case(
+        "obtain, own expired hold",
+        EXPIRED,
+        Obtain,
+        Outcome::Acquired,
+        ISSUED,
+    ),
+    case(
+        "obtain, another's expired hold",
+        OTHERS_EXPIRED,
+        Obtain,
+        Outcome::Acquired,
+        ISSUED,
+    ),
+    case(
+        "obtain, past the grace",
+        FORGOTTEN,
+        Obtain,
+        Outcome::Acquired,
+        ISSUED,
+    ),
+    // prolong
+    case(
+        "prolong, no record",
+        Nothing,
+        Prolong,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "prolong, free",
+        FreeRecord,
+        Prolong,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "prolong, cooling",
+        COOLING,
+        Prolong,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "prolong, live",
+        LIVE_TWICE,
+        Prolong,
+        Outcome::Prolonged,
+        held_by_a(2, Fence::Kept),
+    ),
+    case(
+        "prolong, expired",
+        EXPIRED,
+        Prolong,
+        Outcome::ProlongedLate,
+        held_by_a(2, Fence::Kept),
+    ),
+    case(
+        "prolong, past the grace",
+        FORGOTTEN,
+        Prolong,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "prolong, another's live hold",
+        OTHERS_LIVE,
+        Prolong,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "prolong, another's expired hold",
+        OTHERS_EXPIRED,
+        Prolong,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    // release
+    case(
+        "release, no record",
+        Nothing,
+        RELEASE,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "release, free",
+        FreeRecord,
+        RELEASE,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "release, cooling",
+        COOLING,
+        RELEASE,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "release, live",
+        LIVE,
+        RELEASE,
+        Outcome::Released,
+        After::Free,
+    ),
+    case(
+        "release with a delay, live",
+        LIVE,
+        RELEASE_DELAYED,
+        Outcome::Released,
+        After::Cooling { left_ms: 20_000 },
+    ),
+    case(
+        "release, live twice",
+        LIVE_TWICE,
+        RELEASE,
+        Outcome::Decremented(1),
+        After::Held {
+            by: Who::A,
+            holds: 1,
+            fencing: Fence::Kept,
+            expires_in_ms: 10_000,
+            forget_in_ms: 70_000,
+        },
+    ),
+    case(
+        "release with a delay, reentrant",
+        Before::Held {
+            by: Who::A,
+            holds: 3,
+            expires_in_ms: 10_000,
+            forget_in_ms: 70_000,
+        },
+        RELEASE_DELAYED,
+        Outcome::Decremented(2),
+        After::Held {
+            by: Who::A,
+            holds: 2,
+            fencing: Fence::Kept,
+            expires_in_ms: 10_000,
+            forget_in_ms: 70_000,
+        },
+    ),
+    case(
+        "release, expired reentrant hold",
+        EXPIRED,
+        RELEASE,
+        Outcome::ReleasedLate,
+        After::Free,
+    ),
+    case(
+        "release with a delay, expired",
+        EXPIRED,
+        RELEASE_DELAYED,
+        Outcome::ReleasedLate,
+        After::Cooling { left_ms: 20_000 },
+    ),
+    case(
+        "release, past the grace",
+        FORGOTTEN,
+        RELEASE,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "release, another's live hold",
+        OTHERS_LIVE,
+        RELEASE,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    case(
+        "release, another's expired hold",
+        OTHERS_EXPIRED,
+        RELEASE,
+        Outcome::Lost,
+        Unchanged,
+    ),
+    // inspect
+    case(
+        "inspect, no record",
+        Nothing,
+        Inspect,
+        Outcome::Free,
+        Unchanged,
+    ),
+    case(
+        "inspect, free",
+        FreeRecord,
+        Inspect,
+        Outcome::Free,
+        Unchanged,
+    ),
+    case(
+        "inspect, cooling",
+        COOLING,
+        Inspect,
+        Outcome::Cooling {
+            remaining_ms: 20_000,
+        },
+        Unchanged,
+    ),
+    case(
+        "inspect, live",
+        OTHERS_LIVE,
+        Inspect,
+        Outcome::Held {
+            holds: 2,
+            remaining_ms: 10_000,
+        },
+        Unchanged,
+    ),
+    case(
+        "inspect, expired",
+        EXPIRED,
+        Inspect,
+        Outcome::Free,
+        Unchanged,
+    ),
+    case(
+        "inspect, cooldown over",
+        COOLED,
+        Inspect,
+        Outcome::Free,
+        Unchanged,
+    ),
+    // force_release
+    case("force, no record", Nothing, Force, Outcome::Free, Unchanged),
+    case(
+        "force, live",
+        OTHERS_LIVE,
+        Force,
+        Outcome::Held {
+            holds: 2,
+            remaining_ms: 10_000,
+        },
+        After::Free,
+    ),
+    case(
+        "force, cooling",
+        COOLING,
+        Force,
+        Outcome::Cooling {
+            remaining_ms: 20_000,
+        },
+        After::Free,
+    ),
+    case(
+        "force, expired",
+        OTHERS_EXPIRED,
+        Force,
+        Outcome::Free,
+        After::Free,
+    ),
+];
+
+/// A mismatch between a case and what a backend did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch(String);
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Mismatch {}
+
+fn close(got: i128, want: i128, slack_ms: u64) -> bool {
+    (got - want).abs() <= i128::from(slack_ms)
+}
+
+impl Before {
+    /// The stored record as a runner would decode it.
+    pub fn seen(self) -> Seen {
+        match self {
+            Before::Nothing => Seen::Nothing,
+            Before::Free => Seen::Free { fencing: FENCING },
+            Before::Cooling { left_ms } => Seen::Cooling {
+                fencing: FENCING,
+                left_ms,
+            },
+            Before::Held {
+                by,
+                holds,
+                expires_in_ms,
+                forget_in_ms,
+            } => Seen::Held {
+                by: Some(by),
+                holds,
+                fencing: FENCING,
+                expires_in_ms,
+                forget_in_ms,
+            },
+        }
+    }
+}
+
+impl Case {
+    /// Checks a backend's answer and the record it stored afterwards. Remaining times and
+    /// record times may be off by `slack_ms` (0 for an exact clock; a real server's clock
+    /// moves between the write of [`Before`] and the request). A record past its grace
+    /// period may also be gone where the case expects it unchanged (a backend may sweep it).
+    ///
+    /// # Errors
+    /// What differs, naming the case.
+    pub fn check(&self, answer: &Answer, after: &Seen, slack_ms: u64) -> Result<(), Mismatch> {
+        let fail = |what: String| Err(Mismatch(format!("case \"{}\": {what}", self.name)));
+        let before_fencing = match self.before {
+            Before::Nothing => 0,
+            _ => FENCING,
+        };
+        let ms = |d: std::time::Duration| i128::try_from(d.as_millis()).unwrap_or(i128::MAX);
+        let issued = match (self.outcome, answer) {
+            (Outcome::Acquired, Answer::Obtain(ObtainOutcome::Acquired { fencing, .. }))
+                if fencing.0 > before_fencing =>
+            {
+                Some(fencing.0)
+            }
+            (Outcome::Reacquired(n), Answer::Obtain(ObtainOutcome::Reacquired { holds }))
+                if *holds == n =>
+            {
+                None
+            }
+            (
+                Outcome::Busy {
+                    holder,
+                    remaining_ms,
+                },
+                Answer::Obtain(ObtainOutcome::Busy(busy)),
+            ) if busy.holder.is_some() == holder
+                && close(ms(busy.remaining), remaining_ms.into(), slack_ms) =>
+            {
+                None
+            }
+            (Outcome::Prolonged, Answer::Prolong(ProlongOutcome::Prolonged))
+            | (Outcome::ProlongedLate, Answer::Prolong(ProlongOutcome::ProlongedLate))
+            | (Outcome::Lost, Answer::Prolong(ProlongOutcome::Lost))
+            | (Outcome::Released, Answer::Release(ReleaseOutcome::Released))
+            | (Outcome::ReleasedLate, Answer::Release(ReleaseOutcome::ReleasedLate))
+            | (Outcome::Lost, Answer::Release(ReleaseOutcome::Lost))
+            | (Outcome::Free, Answer::State(LockState::Free)) => None,
+            (Outcome::Decremented(n), Answer::Release(ReleaseOutcome::Decremented { holds }))
+                if *holds == n =>
+            {
+                None
+            }
+            (
+                Outcome::Cooling { remaining_ms },
+                Answer::State(LockState::Cooling { remaining }),
+            ) if close(ms(*remaining), remaining_ms.into(), slack_ms) => None,
+            (
+                Outcome::Held {
+                    holds: n,
+                    remaining_ms,
+                },
+                Answer::State(LockState::Held {
+                    fencing,
+                    remaining,
+                    holds,
+                    ..
+                }),
+            ) if *holds == n
+                && fencing.0 == FENCING
+                && close(ms(*remaining), remaining_ms.into(), slack_ms) =>
+            {
+                None
+            }
+            (want, got) => return fail(format!("expected {want:?}, got {got:?}")),
+        };
+        let near = |a: i64, b: i64| close(a.into(), b.into(), slack_ms);
+        let ok = match (self.after, after) {
+            (After::Unchanged, seen) => {
+                same(&self.before.seen(), seen, slack_ms)
+                    || (matches!(self.before, Before::Held { forget_in_ms, .. } if forget_in_ms < 0)
+                        && *seen == Seen::Nothing)
+            }
+            (After::Free, Seen::Free { fencing }) => *fencing == before_fencing,
+            (
+                After::Cooling { left_ms },
+                Seen::Cooling {
+                    fencing,
+                    left_ms: l,
+                },
+            ) => *fencing == before_fencing && near(*l, left_ms),
+            (
+                After::Held {
+                    by,
+                    holds,
+                    fencing,
+                    expires_in_ms,
+                    forget_in_ms,
+                },
+                Seen::Held {
+                    by: b,
+                    holds: h,
+                    fencing: f,
+                    expires_in_ms: e,
+                    forget_in_ms: g,
+                },
+            ) => {
+                *b == Some(by)
+                    && *h == holds
+                    && match fencing {
+                        Fence::Kept => *f == FENCING,
+                        Fence::Issued => Some(*f) == issued,
+                    }
+                    && near(*e, expires_in_ms)
+                    && near(*g, forget_in_ms)
+            }
+            _ => false,
+        };
+        if !ok {
+            return fail(format!(
+                "expected the record {:?} afterwards (before: {:?}), found {after:?}",
+                self.after, self.before
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn same(a: &Seen, b: &Seen, slack_ms: u64) -> bool {
+    let near = |x: i64, y: i64| close(x.into(), y.into(), slack_ms);
+    match (a, b) {
+        (
+            Seen::Cooling { fencing, left_ms },
+            Seen::Cooling {
+                fencing: f,
+                left_ms: l,
+            },
+        ) => fencing == f && near(*left_ms, *l),
+        (
+            Seen::Held {
+                by,
+                holds,
+                fencing,
+                expires_in_ms,
+                forget_in_ms,
+            },
+            Seen::Held {
+                by: b,
+                holds: h,
+                fencing: f,
+                expires_in_ms: e,
+                forget_in_ms: g,
+            },
+        ) => {
+            by == b
+                && holds == h
+                && fencing == f
+                && near(*expires_in_ms, *e)
+                && near(*forget_in_ms, *g)
+        }
+        (a, b) => a == b,
+    }
+}
