@@ -198,6 +198,12 @@ impl RedisBackend {
         Ok(self)
     }
 
+    /// The Redis key that holds `key`'s record, for operators (`redis-cli GET` it; the
+    /// format is in the crate docs).
+    pub fn record_name(&self, key: &Key) -> String {
+        LockKeys::new(&self.prefix, key).record
+    }
+
     /// The Redis Cluster hash slot of `key`'s record (and of its release channel): on a
     /// cluster, which shard holds the lock.
     pub fn slot(&self, key: &Key) -> u16 {

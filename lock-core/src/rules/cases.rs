@@ -13,7 +13,10 @@
 
 use std::fmt;
 
-use crate::{LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome};
+use crate::{
+    HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest, ProlongOutcome,
+    ProlongRequest, ReleaseOutcome, ReleaseRequest, Token, Ttl,
+};
 
 /// The ttl of every obtain and prolong of the table.
 pub const TTL_MS: u64 = 30_000;
@@ -641,6 +644,51 @@ impl Before {
 }
 
 impl Case {
+    /// Sends the case's request for `key` through `backend` (configured with a grace period
+    /// of [`GRACE_MS`]), by `token` (who is [`Who::A`]).
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn send(
+        &self,
+        backend: &dyn LockBackend,
+        key: &Key,
+        token: &Token,
+    ) -> crate::Result<Answer> {
+        let ttl = Ttl::from_millis(TTL_MS)?;
+        Ok(match self.ask {
+            Ask::Obtain => {
+                let holder = HolderInfo::current();
+                let req = ObtainRequest {
+                    key,
+                    token,
+                    ttl,
+                    holder: &holder,
+                };
+                Answer::Obtain(backend.obtain(req).await?)
+            }
+            Ask::Prolong => {
+                let req = ProlongRequest { key, token, ttl };
+                Answer::Prolong(backend.prolongate(req).await?)
+            }
+            Ask::Release { delay } => {
+                let delay_after = if delay {
+                    Some(Ttl::from_millis(DELAY_MS)?)
+                } else {
+                    None
+                };
+                let req = ReleaseRequest {
+                    key,
+                    token,
+                    delay_after,
+                };
+                Answer::Release(backend.release(req).await?)
+            }
+            Ask::Inspect => Answer::State(backend.inspect(key).await?),
+            Ask::Force => Answer::State(backend.force_release(key).await?),
+        })
+    }
+
     /// Checks a backend's answer and the record it stored afterwards. Remaining times and
     /// record times may be off by `slack_ms` (0 for an exact clock; a real server's clock
     /// moves between the write of [`Before`] and the request). A record past its grace

@@ -1,0 +1,143 @@
+//! The contract's decision table (`lock_core::rules::cases`) through a real server: each
+//! case's row is written with SQL, the request goes through the backend (the plpgsql
+//! function), and the row is read back. This holds `schema.sql` to the same table as the
+//! Rust rules the memory, file and Redis WATCH backends decide with.
+
+mod support;
+
+use std::time::Duration;
+
+use lock_core::rules::cases::{Before, Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_core::{Key, Token};
+use lock_postgres::PostgresBackend;
+use sqlx::{PgPool, Row};
+use support::shared_url;
+
+/// Time that may pass on the server between writing a case's row and its request.
+const SLACK_MS: u64 = 1_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sql_function_keeps_the_decision_table() {
+    let url = shared_url();
+    let schema = format!("t_{}", &Token::generate().unwrap().to_hex()[..12]);
+    let admin = PgPool::connect(&url).await.expect("the shared Postgres");
+    let backend = PostgresBackend::connect(&url)
+        .unwrap()
+        .with_table(&schema, "locks")
+        .unwrap()
+        .with_grace(Duration::from_millis(GRACE_MS))
+        .unwrap();
+    backend.migrate().await.unwrap();
+    let table = backend.table();
+    let (a, b) = (Token::generate().unwrap(), Token::generate().unwrap());
+    let digest = |t: &Token| {
+        let admin = admin.clone();
+        let hex = t.to_hex();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex')")
+                .bind(hex)
+                .fetch_one(&admin)
+                .await
+                .unwrap()
+        }
+    };
+    let (da, db) = (digest(&a).await, digest(&b).await);
+    for (i, case) in CASES.iter().enumerate() {
+        let key = Key::new(format!("case-{i}")).unwrap();
+        let now: i64 =
+            sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+                .fetch_one(&admin)
+                .await
+                .unwrap();
+        // (state, token, holder, holds, expires, forget), times in server ms.
+        let row = match case.before {
+            Before::Nothing => None,
+            Before::Free => Some(("free", None, None, None, now, now + 86_400_000)),
+            Before::Cooling { left_ms } => {
+                Some(("cooling", None, None, None, now + left_ms, now + left_ms))
+            }
+            Before::Held {
+                by,
+                holds,
+                expires_in_ms,
+                forget_in_ms,
+            } => {
+                let token = match by {
+                    Who::A => da.clone(),
+                    Who::B => db.clone(),
+                };
+                Some((
+                    "held",
+                    Some(token),
+                    Some(r#"{"host":"table","pid":1}"#),
+                    Some(i32::try_from(holds).unwrap()),
+                    now + expires_in_ms,
+                    now + forget_in_ms,
+                ))
+            }
+        };
+        if let Some((state, token, holder, holds, expires, forget)) = row {
+            sqlx::query(&format!(
+                "INSERT INTO {table} (key, state, token, holder, fencing, holds, expires_at, \
+                 forget_at) VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7 / 1000.0), \
+                 to_timestamp($8 / 1000.0))"
+            ))
+            .bind(key.as_str())
+            .bind(state)
+            .bind(token)
+            .bind(holder)
+            .bind(i64::try_from(FENCING).unwrap())
+            .bind(holds)
+            .bind(expires as f64)
+            .bind(forget as f64)
+            .execute(&admin)
+            .await
+            .unwrap();
+        }
+        let answer = case
+            .send(&backend, &key, &a)
+            .await
+            .unwrap_or_else(|e| panic!("case \"{}\": {e}", case.name));
+        let stored = sqlx::query(&format!(
+            "SELECT state, token, fencing, holds, \
+             (extract(epoch FROM expires_at) * 1000)::bigint AS expires, \
+             (extract(epoch FROM forget_at) * 1000)::bigint AS forget \
+             FROM {table} WHERE key = $1"
+        ))
+        .bind(key.as_str())
+        .fetch_optional(&admin)
+        .await
+        .unwrap();
+        let seen = stored.map_or(Seen::Nothing, |r| {
+            let fencing = u64::try_from(r.get::<i64, _>("fencing")).unwrap();
+            let expires = r.get::<i64, _>("expires") - now;
+            match r.get::<String, _>("state").as_str() {
+                "free" => Seen::Free { fencing },
+                "cooling" => Seen::Cooling {
+                    fencing,
+                    left_ms: expires,
+                },
+                _ => {
+                    let token: String = r.get("token");
+                    Seen::Held {
+                        by: [(Who::A, &da), (Who::B, &db)]
+                            .into_iter()
+                            .find(|(_, d)| **d == token)
+                            .map(|(w, _)| w),
+                        holds: u32::try_from(r.get::<i32, _>("holds")).unwrap(),
+                        fencing,
+                        expires_in_ms: expires,
+                        forget_in_ms: r.get::<i64, _>("forget") - now,
+                    }
+                }
+            }
+        });
+        if let Err(e) = case.check(&answer, &seen, SLACK_MS) {
+            panic!("{e}");
+        }
+    }
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}

@@ -1,0 +1,124 @@
+//! The contract's decision table (`lock_core::rules::cases`) through a real server, on both
+//! variants: each case's record is written with `SET`, the request goes through the
+//! backend, and the record is read back. The WATCH variant decides with `lock_core::rules`;
+//! this holds the Lua script to the same table.
+
+mod support;
+
+use std::time::Duration;
+
+use lock_core::rules::cases::{Before, Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_core::{Key, Token};
+use lock_redis::{RedisBackend, Variant};
+
+/// Time that may pass on the server between writing a case's record and its request.
+const SLACK_MS: u64 = 1_000;
+
+async fn server_ms(admin: &mut redis::aio::MultiplexedConnection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(admin).await.unwrap();
+    s * 1000 + us / 1000
+}
+
+async fn run_table(variant: Variant) {
+    let url = support::shared_url();
+    let mut admin = support::admin(&url).await;
+    let prefix = format!("table-{}:", &Token::generate().unwrap().to_hex()[..12]);
+    let backend = RedisBackend::builder(&url)
+        .variant(variant)
+        .prefix(prefix)
+        .grace(Duration::from_millis(GRACE_MS))
+        .connect()
+        .await
+        .unwrap();
+    let (a, b) = (Token::generate().unwrap(), Token::generate().unwrap());
+    let holder = r#"{"host":"table","pid":1}"#;
+    for (i, case) in CASES.iter().enumerate() {
+        let key = Key::new(format!("case-{i}")).unwrap();
+        let name = backend.record_name(&key);
+        let now = server_ms(&mut admin).await;
+        let at = |offset: i64| now + offset;
+        let raw = match case.before {
+            Before::Nothing => None,
+            Before::Free => Some(format!("v1|free||{FENCING}|0|{now}|{now}|")),
+            Before::Cooling { left_ms } => {
+                let until = at(left_ms);
+                Some(format!("v1|cooling||{FENCING}|0|{until}|{until}|"))
+            }
+            Before::Held {
+                by,
+                holds,
+                expires_in_ms,
+                forget_in_ms,
+            } => {
+                let token = match by {
+                    Who::A => a.to_hex(),
+                    Who::B => b.to_hex(),
+                };
+                Some(format!(
+                    "v1|held|{token}|{FENCING}|{holds}|{}|{}|{holder}",
+                    at(expires_in_ms),
+                    at(forget_in_ms)
+                ))
+            }
+        };
+        if let Some(raw) = raw {
+            let _: () = redis::cmd("SET")
+                .arg(&name)
+                .arg(raw)
+                .arg("PX")
+                .arg(600_000)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+        }
+        let answer = case
+            .send(&backend, &key, &a)
+            .await
+            .unwrap_or_else(|e| panic!("case \"{}\" on {variant:?}: {e}", case.name));
+        let stored: Option<String> = redis::cmd("GET")
+            .arg(&name)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let seen = stored.map_or(Seen::Nothing, |raw| {
+            let f: Vec<&str> = raw.splitn(8, '|').collect();
+            let n = |i: usize| f[i].parse::<i64>().unwrap();
+            let fencing = f[3].parse::<u64>().unwrap();
+            match f[1] {
+                "free" => Seen::Free { fencing },
+                "cooling" => Seen::Cooling {
+                    fencing,
+                    left_ms: n(5) - now,
+                },
+                _ => Seen::Held {
+                    by: [(Who::A, &a), (Who::B, &b)]
+                        .into_iter()
+                        .find(|(_, t)| t.to_hex() == f[2])
+                        .map(|(w, _)| w),
+                    holds: f[4].parse().unwrap(),
+                    fencing,
+                    expires_in_ms: n(5) - now,
+                    forget_in_ms: n(6) - now,
+                },
+            }
+        });
+        if let Err(e) = case.check(&answer, &seen, SLACK_MS) {
+            panic!("{variant:?}: {e}");
+        }
+        let _: () = redis::cmd("DEL")
+            .arg(&name)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lua_script_keeps_the_decision_table() {
+    run_table(Variant::Lua).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_variant_keeps_the_decision_table() {
+    run_table(Variant::Watch).await;
+}
