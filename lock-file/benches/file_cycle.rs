@@ -8,25 +8,26 @@
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use lock_core::{HolderInfo, Key, LockBackend, ObtainRequest, ReleaseRequest, Token, Ttl};
+use lock_core::LockBackend;
 use lock_file::FileBackend;
+use test_servers::bench::{backend_cycles, interleaved, rate, runtime};
 
 const CYCLES: usize = 20_000;
 const ROUNDS: usize = 5;
 
-fn raw(path: &std::path::Path) -> Duration {
-    let start = Instant::now();
+/// `n` raw read-modify-write cycles of one file.
+async fn raw(path: PathBuf, n: usize) {
     let mut buf = [0u8; 256];
-    for i in 0..CYCLES {
+    for i in 0..n {
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(path)
+            .open(&path)
             .unwrap();
         f.lock().unwrap();
         let _ = f.read_at(&mut buf, 0).unwrap();
@@ -34,70 +35,26 @@ fn raw(path: &std::path::Path) -> Duration {
         f.write_all_at(line.as_bytes(), 0).unwrap();
         f.unlock().unwrap();
     }
-    start.elapsed()
-}
-
-async fn cycles(backend: &Arc<dyn LockBackend>, keys: &[Key]) -> Duration {
-    let ttl = Ttl::new(Duration::from_secs(30)).unwrap();
-    let holder = HolderInfo::current();
-    let start = Instant::now();
-    for i in 0..CYCLES {
-        let key = &keys[i % keys.len()];
-        let token = Token::generate().unwrap();
-        let _ = backend
-            .obtain(ObtainRequest {
-                key,
-                token: &token,
-                ttl,
-                holder: &holder,
-            })
-            .await
-            .unwrap();
-        let _ = backend
-            .release(ReleaseRequest {
-                key,
-                token: &token,
-                delay_after: None,
-            })
-            .await
-            .unwrap();
-    }
-    start.elapsed()
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn main() {
     let tmp = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let backend: Arc<dyn LockBackend> =
         Arc::new(FileBackend::new(tmp.path().join("locks")).unwrap());
-    let one = [Key::new("bench").unwrap()];
-    let many: Vec<Key> = (0..256)
-        .map(|i| Key::new(format!("bench-{i}")).unwrap())
-        .collect();
     let raw_path = tmp.path().join("raw.lock");
-    let (mut r, mut a, mut b) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        r.push(raw(&raw_path));
-        a.push(rt.block_on(cycles(&backend, &one)));
-        b.push(rt.block_on(cycles(&backend, &many)));
-    }
-    let rate = |d: Duration| CYCLES as f64 / d.as_secs_f64();
-    let (r, a, b) = (rate(median(r)), rate(median(a)), rate(median(b)));
-    println!("raw open+flock+pread+pwrite+unlock+close  {r:>9.0} /s");
-    println!(
-        "file backend cycle, one key               {a:>9.0} /s  ratio {:.3}",
-        a / r
-    );
-    println!(
-        "file backend cycle, 256 keys              {b:>9.0} /s  ratio {:.3}",
-        b / r
-    );
+    runtime().block_on(async {
+        let [r, b] = interleaved(ROUNDS, async || {
+            let (path, backend) = (raw_path.clone(), backend.clone());
+            [
+                rate(1, CYCLES, move |_, n| raw(path.clone(), n)).await,
+                rate(1, CYCLES, move |p, n| backend_cycles(backend.clone(), p, n)).await,
+            ]
+        })
+        .await;
+        println!("raw open+flock+pread+pwrite+unlock+close  {r:>9.0} /s");
+        println!(
+            "file backend cycle, 64 keys               {b:>9.0} /s  ratio {:.3}",
+            b / r
+        );
+    });
 }

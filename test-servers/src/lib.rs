@@ -7,6 +7,7 @@
 //! A server that cannot be had is a panic that says how to get one: tests never pass
 //! silently without their server.
 
+pub mod bench;
 pub mod cluster;
 pub mod postgres;
 pub mod proxy;

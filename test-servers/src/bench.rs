@@ -1,0 +1,201 @@
+//! What every benchmark of the workspace does the same way: the runtime, the obtain+release
+//! loops, the rate of a number of concurrent tasks, medians of interleaved rounds, and the
+//! handoff between waiters on one key. Each bench keeps only its baseline (the raw commands
+//! of its backend) and its report.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lock_core::{
+    Attempt, HolderInfo, Key, LockBackend, Locker, ObtainOutcome, ObtainRequest, ReleaseOutcome,
+    ReleaseRequest, Retry, Token, Ttl,
+};
+
+/// The runtime of every bench: two worker threads, like the 2-core machines CI runs on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// A prefix no other measurement uses.
+pub fn fresh_prefix(what: &str) -> String {
+    format!(
+        "{what}-{}-",
+        &Token::generate().expect("a token").to_hex()[..12]
+    )
+}
+
+/// `n` obtain+release cycles straight on the backend trait, over 64 keys under `prefix`;
+/// every obtain must be `Acquired` and every release `Released`.
+pub async fn backend_cycles(backend: Arc<dyn LockBackend>, prefix: String, n: usize) {
+    let ttl = Ttl::new(Duration::from_secs(30)).expect("a ttl");
+    let holder = HolderInfo::current();
+    let keys: Vec<Key> = (0..64)
+        .map(|i| Key::new(format!("{prefix}{i}")).expect("a key"))
+        .collect();
+    for i in 0..n {
+        let key = &keys[i % keys.len()];
+        let token = Token::generate().expect("a token");
+        let req = ObtainRequest {
+            key,
+            token: &token,
+            ttl,
+            holder: &holder,
+        };
+        let o = backend.obtain(req).await.expect("obtain");
+        assert!(matches!(o, ObtainOutcome::Acquired { .. }), "{o:?}");
+        let req = ReleaseRequest {
+            key,
+            token: &token,
+            delay_after: None,
+        };
+        let r = backend.release(req).await.expect("release");
+        assert_eq!(r, ReleaseOutcome::Released);
+    }
+}
+
+/// `n` obtain+release cycles through the client layer over 64 keys under `prefix`:
+/// `try_obtain()` (one attempt), or with `waiting`, `obtain()` with a notified retry (which
+/// must cost the same on a free lock).
+pub async fn locker_cycles(locker: Locker, prefix: String, n: usize, waiting: bool) {
+    let keys: Vec<String> = (0..64).map(|i| format!("{prefix}{i}")).collect();
+    for i in 0..n {
+        let lock = locker.lock(&keys[i % keys.len()]);
+        let got = if waiting {
+            lock.retry(Retry::default().notified()).obtain().await
+        } else {
+            lock.try_obtain().await
+        };
+        let guard = got.expect("obtain").obtained().expect("a free key");
+        assert_eq!(
+            guard.release().await.expect("release"),
+            ReleaseOutcome::Released
+        );
+    }
+}
+
+/// Cycles per second of `tasks` concurrent tasks, each running `f(prefix, cycles / tasks)`
+/// with a prefix of its own.
+pub async fn rate<F, Fut>(tasks: usize, cycles: usize, f: F) -> f64
+where
+    F: Fn(String, usize) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let each = cycles / tasks;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| tokio::spawn(f(fresh_prefix(&format!("bench-{t}")), each)))
+        .collect();
+    for h in handles {
+        h.await.expect("a bench task");
+    }
+    (each * tasks) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The median of a few rounds.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "no rounds");
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Measurements taken in turns: each round runs every measurement once, so that all of them
+/// see the same machine; the median per measurement.
+pub async fn interleaved<const N: usize>(
+    rounds: usize,
+    mut round: impl AsyncFnMut() -> [f64; N],
+) -> [f64; N] {
+    let mut all: [Vec<f64>; N] = std::array::from_fn(|_| Vec::new());
+    for _ in 0..rounds {
+        for (i, v) in round().await.into_iter().enumerate() {
+            all[i].push(v);
+        }
+    }
+    all.map(median)
+}
+
+/// Sorted latencies.
+#[derive(Debug, Clone)]
+pub struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    /// The `p` quantile (0 to 1), in milliseconds.
+    pub fn ms(&self, p: f64) -> f64 {
+        let i = ((self.0.len() as f64 - 1.0) * p).round() as usize;
+        self.0[i].as_secs_f64() * 1000.0
+    }
+
+    /// How many were measured.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none were.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Display for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "p50 {:.2} ms p99 {:.2} ms ({} handoffs)",
+            self.ms(0.5),
+            self.ms(0.99),
+            self.len()
+        )
+    }
+}
+
+/// Handoff between `waiters` tasks on one key, until `handoffs` were measured: the time
+/// from the holder's release call to the next holder's `Acquired` (each holds 1 ms).
+pub async fn handoff(
+    backend: Arc<dyn LockBackend>,
+    retry: Retry,
+    waiters: usize,
+    handoffs: usize,
+) -> Latencies {
+    let key = fresh_prefix("handoff");
+    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let latencies: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let tasks: Vec<_> = (0..waiters)
+        .map(|_| {
+            let locker = Locker::new(backend.clone());
+            let (key, released_at, latencies) =
+                (key.clone(), released_at.clone(), latencies.clone());
+            let retry = retry.clone();
+            tokio::spawn(async move {
+                while latencies.lock().unwrap().len() < handoffs {
+                    let attempt = locker
+                        .lock(&key)
+                        .wait(Duration::from_secs(30))
+                        .retry(retry.clone())
+                        .obtain()
+                        .await
+                        .expect("obtain");
+                    let Attempt::Obtained(guard) = attempt else {
+                        continue;
+                    };
+                    let now = Instant::now();
+                    if let Some(r) = released_at.lock().unwrap().take() {
+                        latencies.lock().unwrap().push(now - r);
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    *released_at.lock().unwrap() = Some(Instant::now());
+                    let _ = guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("a waiter");
+    }
+    let mut v = latencies.lock().unwrap().clone();
+    v.sort();
+    Latencies(v)
+}
