@@ -3,9 +3,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use test_servers::locks::{held, state};
 
 use lock_core::{
-    async_trait, Attempt, Capabilities, ErrorKind, Key, LockBackend, LockGuard, LockState, Locker,
+    async_trait, Attempt, Capabilities, ErrorKind, Key, LockBackend, LockState, Locker,
     MemoryBackend, ObtainOutcome, ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome,
     ReleaseRequest, ReleaseSubscription, Result, Retry,
 };
@@ -79,30 +80,12 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-async fn held(locker: &Locker, key: &str) -> LockGuard {
-    locker
-        .lock(key)
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .expect("lock should be free")
-}
-
-async fn state(locker: &Locker, key: &str) -> LockState {
-    locker
-        .backend()
-        .inspect(&Key::new(key).unwrap())
-        .await
-        .unwrap()
-}
-
 #[tokio::test(start_paused = true)]
 async fn second_owner_is_busy_with_holder_and_remaining() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()))
         .with_metadata("job 7")
         .unwrap();
-    let guard = held(&locker, "k").await;
+    let guard = held(locker.lock("k")).await;
     let busy = locker
         .lock("k")
         .try_obtain()
@@ -121,7 +104,7 @@ async fn waiting_obtain_is_woken_by_release_notification() {
         notify: true,
         ..Spy::default()
     });
-    let guard = held(&locker, "k").await;
+    let guard = held(locker.lock("k")).await;
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move {
@@ -182,7 +165,7 @@ async fn a_release_between_the_first_attempt_and_the_subscription_is_not_missed(
         release_on_subscribe: true,
         ..Spy::default()
     });
-    let _held = held(&locker, "k").await;
+    let _held = held(locker.lock("k")).await;
     let started = Instant::now();
     let got = locker
         .lock("k")
@@ -199,7 +182,7 @@ async fn a_release_between_the_first_attempt_and_the_subscription_is_not_missed(
 #[tokio::test(start_paused = true)]
 async fn waiting_obtain_polls_without_notification() {
     let (_, locker) = spy(Spy::default());
-    let guard = held(&locker, "k").await;
+    let guard = held(locker.lock("k")).await;
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move {
@@ -223,7 +206,7 @@ async fn waiting_obtain_polls_without_notification() {
 #[tokio::test(start_paused = true)]
 async fn wait_deadline_is_honoured() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let _guard = held(&locker, "k").await;
+    let _guard = held(locker.lock("k")).await;
     let start = Instant::now();
     let got = locker.lock("k").wait(secs(2)).obtain().await.unwrap();
     let waited = start.elapsed();
@@ -237,7 +220,7 @@ async fn wait_deadline_is_honoured() {
 #[tokio::test(start_paused = true)]
 async fn retry_none_and_limit_bound_the_attempts() {
     let (spy, locker) = spy(Spy::default());
-    let _guard = held(&locker, "k").await;
+    let _guard = held(locker.lock("k")).await;
     let got = locker
         .lock("k")
         .retry(Retry::none())
@@ -264,14 +247,7 @@ async fn retry_none_and_limit_bound_the_attempts() {
 #[tokio::test(start_paused = true)]
 async fn dont_queue_gives_up_when_the_holder_outlasts_the_wait() {
     let (spy, locker) = spy(Spy::default());
-    let _guard = locker
-        .lock("k")
-        .ttl(secs(60))
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let _guard = held(locker.lock("k").ttl(secs(60))).await;
     let start = Instant::now();
     let got = locker
         .lock("k")
@@ -284,14 +260,7 @@ async fn dont_queue_gives_up_when_the_holder_outlasts_the_wait() {
     assert_eq!(start.elapsed(), Duration::ZERO, "gave up at once");
     assert_eq!(spy.obtains.load(Ordering::SeqCst), 2);
     // A holder that will expire within the wait is worth queueing for.
-    let _short = locker
-        .lock("j")
-        .ttl(secs(1))
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let _short = held(locker.lock("j").ttl(secs(1))).await;
     let got = locker
         .lock("j")
         .wait(secs(5))
@@ -308,15 +277,7 @@ async fn dont_queue_gives_up_when_the_holder_outlasts_the_wait() {
 #[tokio::test(start_paused = true)]
 async fn watchdog_prolongs_on_time_and_stops_on_release() {
     let (spy, locker) = spy(Spy::default());
-    let guard = locker
-        .lock("k")
-        .ttl(ms(300))
-        .watchdog()
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("k").ttl(ms(300)).watchdog()).await;
     tokio::time::sleep(ms(1050)).await;
     assert!(
         matches!(state(&locker, "k").await, LockState::Held { .. }),
@@ -338,21 +299,13 @@ async fn watchdog_prolongs_on_time_and_stops_on_release() {
 #[tokio::test(start_paused = true)]
 async fn watchdog_fires_lost_when_a_prolong_answers_lost() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let guard = locker
-        .lock("k")
-        .ttl(ms(300))
-        .watchdog()
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("k").ttl(ms(300)).watchdog()).await;
     let _ = locker
         .backend()
         .force_release(&Key::new("k").unwrap())
         .await
         .unwrap();
-    let thief = held(&locker, "k").await;
+    let thief = held(locker.lock("k")).await;
     let start = Instant::now();
     guard.lost().await;
     assert!(
@@ -369,14 +322,7 @@ async fn watchdog_fires_lost_when_a_prolong_answers_lost() {
 #[tokio::test(start_paused = true)]
 async fn lost_does_not_fire_on_release() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let guard = locker
-        .lock("k")
-        .watchdog()
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("k").watchdog()).await;
     let lost = guard.lost_token();
     let _ = guard.release().await.unwrap();
     tokio::time::sleep(secs(120)).await;
@@ -404,9 +350,9 @@ async fn dropped_guard_is_released_in_the_background() {
 #[tokio::test(start_paused = true)]
 async fn release_all_gives_back_every_lock() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let a = held(&locker, "a").await;
-    let b = held(&locker, "b").await;
-    let done = held(&locker, "c").await;
+    let a = held(locker.lock("a")).await;
+    let b = held(locker.lock("b")).await;
+    let done = held(locker.lock("c")).await;
     let _ = done.release().await.unwrap();
     assert_eq!(locker.held_count(), 2);
     let mut results = locker.release_all().await;
@@ -466,7 +412,7 @@ async fn cancelled_obtain_leaves_nothing_behind() {
 #[tokio::test(start_paused = true)]
 async fn reentry_counts_holds_and_keeps_fencing() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let outer = held(&locker, "k").await;
+    let outer = held(locker.lock("k")).await;
     let inner = outer.reenter().await.unwrap().obtained().unwrap();
     assert_eq!(inner.fencing(), outer.fencing());
     assert!(matches!(
@@ -493,7 +439,7 @@ async fn with_lock_runs_the_closure_and_releases() {
         .unwrap();
     assert_eq!(key.obtained().as_deref(), Some("k"));
     assert_eq!(state(&locker, "k").await, LockState::Free);
-    let _guard = held(&locker, "k").await;
+    let _guard = held(locker.lock("k")).await;
     let busy = locker
         .clone()
         .with_wait(ms(50))
@@ -536,7 +482,7 @@ async fn bad_input_is_refused_before_any_io() {
 #[tokio::test(start_paused = true)]
 async fn guard_debug_does_not_leak_the_token() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    let guard = held(&locker, "k").await;
+    let guard = held(locker.lock("k")).await;
     let shown = format!("{guard:?}");
     assert!(shown.contains("Token(") && shown.contains('…'), "{shown}");
     assert!(!shown.contains(&"0".repeat(32)));

@@ -6,6 +6,7 @@ use std::future::{pending, Future};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use test_servers::locks::{held, state};
 
 use lock_core::{
     async_trait, Capabilities, Error, ErrorKind, Key, LockBackend, LockState, Locker,
@@ -95,14 +96,6 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-async fn state(locker: &Locker) -> LockState {
-    locker
-        .backend()
-        .inspect(&Key::new("k").unwrap())
-        .await
-        .unwrap()
-}
-
 #[tokio::test(start_paused = true)]
 async fn waits_that_overflow_an_instant_do_not_panic() {
     let (_, locker) = locker(Faulty::default());
@@ -134,13 +127,13 @@ async fn obtain_retried_after_a_lost_reply_holds_exactly_once() {
         .expect("the retry must turn the server's grant into ours")
         .obtained()
         .expect("obtained");
-    let LockState::Held { holds, fencing, .. } = state(&locker).await else {
+    let LockState::Held { holds, fencing, .. } = state(&locker, "k").await else {
         panic!("held")
     };
     assert_eq!(holds, 1, "the retry asked for one hold");
     assert_eq!(fencing, guard.fencing());
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
-    assert_eq!(state(&locker).await, LockState::Free);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
 }
 
 #[tokio::test(start_paused = true)]
@@ -160,7 +153,11 @@ async fn obtain_dropped_while_in_flight_leaves_nothing_held() {
         // Long enough for the server to apply the obtain and the client to clean up, far
         // shorter than the ttl.
         tokio::time::sleep(ms(100)).await;
-        assert_eq!(state(&locker).await, LockState::Free, "cut at {cut_at} ms");
+        assert_eq!(
+            state(&locker, "k").await,
+            LockState::Free,
+            "cut at {cut_at} ms"
+        );
     }
     assert_eq!(locker.held_count(), 0);
 }
@@ -171,30 +168,17 @@ async fn release_dropped_while_in_flight_still_releases() {
         release_in_flight: ms(20),
         ..Faulty::default()
     });
-    let guard = locker
-        .lock("k")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("k")).await;
     let cut = tokio::time::timeout(ms(5), guard.release()).await;
     assert!(cut.is_err(), "the release was cut off mid-flight");
     tokio::time::sleep(ms(100)).await;
-    assert_eq!(state(&locker).await, LockState::Free);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
 }
 
 #[tokio::test(start_paused = true)]
 async fn reenter_after_expiry_detaches_the_parent() {
     let (faulty, locker) = locker(Faulty::default());
-    let parent = locker
-        .lock("k")
-        .ttl(ms(100))
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let parent = held(locker.lock("k").ttl(ms(100))).await;
     tokio::time::sleep(ms(150)).await;
     let child = parent.reenter().await.unwrap().obtained().unwrap();
     assert!(child.fencing() > parent.fencing(), "a fresh acquisition");
@@ -210,7 +194,7 @@ async fn reenter_after_expiry_detaches_the_parent() {
         "the parent's release must not reach the backend: it would free the child's lock"
     );
     assert!(matches!(
-        state(&locker).await,
+        state(&locker, "k").await,
         LockState::Held { holds: 1, .. }
     ));
     assert_eq!(child.release().await.unwrap(), ReleaseOutcome::Released);
@@ -223,15 +207,7 @@ async fn lost_fires_at_the_validity_end_while_a_prolong_hangs() {
         ..Faulty::default()
     });
     let sent = Instant::now();
-    let guard = locker
-        .lock("k")
-        .ttl(ms(3000))
-        .watchdog()
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("k").ttl(ms(3000)).watchdog()).await;
     tokio::time::timeout(ms(3001), guard.lost())
         .await
         .expect("lost() must fire by the end of the validity, not wait for the prolong");
@@ -242,14 +218,7 @@ async fn lost_fires_at_the_validity_end_while_a_prolong_hangs() {
 #[tokio::test(start_paused = true)]
 async fn lost_fires_at_the_validity_end_without_a_watchdog() {
     let (_, locker) = locker(Faulty::default());
-    let guard = locker
-        .lock("k")
-        .ttl(ms(2000))
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("k").ttl(ms(2000))).await;
     let token = guard.lost_token();
     let started = Instant::now();
     tokio::time::timeout(ms(2001), token.cancelled())
@@ -261,14 +230,7 @@ async fn lost_fires_at_the_validity_end_without_a_watchdog() {
 #[tokio::test(start_paused = true)]
 async fn prolonging_in_time_keeps_the_lost_signal_quiet() {
     let (_, locker) = locker(Faulty::default());
-    let guard = locker
-        .lock("k")
-        .ttl(ms(1000))
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("k").ttl(ms(1000))).await;
     let token = guard.lost_token();
     for _ in 0..5 {
         tokio::time::sleep(ms(600)).await;
@@ -297,7 +259,7 @@ async fn obtain_dropped_after_its_answer_arrived_but_before_it_was_read_leaves_n
         }
     }
     tokio::time::sleep(ms(100)).await;
-    assert_eq!(state(&locker).await, LockState::Free);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
 }
 
 #[tokio::test(start_paused = true)]

@@ -5,39 +5,17 @@
 
 mod support;
 
+use test_servers::locks::{queue_behind, take, until_ok};
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    Attempt, ErrorKind, Key, LockBackend, LockGuard, Locker, ProlongOutcome, ReleaseOutcome, Retry,
+    Attempt, ErrorKind, Key, LockBackend, Locker, ProlongOutcome, ReleaseOutcome, Retry,
 };
 use lock_postgres::PostgresBackend;
 use support::{exec, PgBouncer, PrivatePostgres, PASSWORD};
-
-async fn take(locker: &Locker, key: &str) -> LockGuard {
-    match locker
-        .lock(key)
-        .ttl(Duration::from_secs(30))
-        .try_obtain()
-        .await
-        .unwrap()
-    {
-        Attempt::Obtained(g) => g,
-        Attempt::Busy(b) => panic!("{key} busy: {b}"),
-    }
-}
-
-async fn until_ok<T>(mut f: impl AsyncFnMut() -> lock_core::Result<T>) -> T {
-    for _ in 0..150 {
-        match f().await {
-            Ok(v) => return v,
-            Err(e) if e.is_retry_safe() => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    panic!("still failing after 30 s")
-}
 
 fn locker(url: &str) -> (PostgresBackend, Locker) {
     let backend = PostgresBackend::connect(url).unwrap();
@@ -114,9 +92,19 @@ async fn a_restart_keeps_the_locks() {
     let (_, locker) = locker(&server.url);
     let guard = take(&locker, "job").await;
     server.restart();
-    let p = until_ok(async || guard.prolongate(Duration::from_secs(30)).await).await;
+    let p = until_ok(
+        "the call after the fault",
+        Duration::from_secs(30),
+        async || guard.prolongate(Duration::from_secs(30)).await,
+    )
+    .await;
     assert_eq!(p, ProlongOutcome::Prolonged, "rows are durable");
-    let other = until_ok(async || locker.lock("job").try_obtain().await).await;
+    let other = until_ok(
+        "the call after the fault",
+        Duration::from_secs(30),
+        async || locker.lock("job").try_obtain().await,
+    )
+    .await;
     assert!(other.is_busy());
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
 }
@@ -341,33 +329,12 @@ async fn each_release_wakes_the_next_waiter_of_the_process() {
     let backend = Arc::new(PostgresBackend::connect(&server.url).unwrap());
     let holder = Locker::new(backend.clone());
     let guard = take(&holder, "queue").await;
-    let started = std::time::Instant::now();
-    let mut waiters = Vec::new();
-    for _ in 0..2 {
-        let locker = Locker::new(backend.clone());
-        waiters.push(tokio::spawn(async move {
-            let got = locker
-                .lock("queue")
-                .wait(Duration::from_secs(60))
-                .retry(Retry::linear(Duration::from_secs(20)).notified())
-                .obtain()
-                .await
-                .unwrap();
-            let Attempt::Obtained(g) = got else {
-                panic!("still busy after 60 s")
-            };
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
-    for w in waiters {
-        w.await.unwrap();
-    }
+    let took = queue_behind(guard, 2, Duration::from_millis(100), || {
+        Locker::new(backend.clone())
+    })
+    .await;
     assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "took {:?}: a waiter slept until its fallback poll",
-        started.elapsed()
+        took < Duration::from_secs(15),
+        "took {took:?}: a waiter slept until its fallback poll"
     );
 }

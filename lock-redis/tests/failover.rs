@@ -12,11 +12,13 @@
 
 mod support;
 
+use test_servers::locks::until_ok;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{ErrorKind, Locker, ProlongOutcome, Result};
+use lock_core::{ErrorKind, Locker, ProlongOutcome};
 use lock_redis::{RedisBackend, Variant};
 use test_servers::cluster::RedisCluster;
 use test_servers::sentinel::RedisSentinel;
@@ -30,21 +32,6 @@ async fn backend(url: &str, variant: Variant, prefix: &str) -> RedisBackend {
         .connect()
         .await
         .unwrap_or_else(|e| panic!("{url}: {e}"))
-}
-
-/// Retries a retry-safe failure for up to 30 s (a failover takes a few seconds here);
-/// anything else fails the test.
-async fn until_ok<T>(what: &str, mut call: impl AsyncFnMut() -> Result<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match call().await {
-            Ok(v) => return v,
-            Err(e) if e.kind() == ErrorKind::Unavailable && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("{what}: not a retry-safe failure, or for over 30 s: {e}"),
-        }
-    }
 }
 
 /// Holds a lock, runs `fail_over` (which kills the primary and waits for a new one), and
@@ -82,9 +69,11 @@ async fn through_a_failover(
         }
     });
     kill_primary(&a).await;
-    let kept = until_ok("prolong after the failover", async || {
-        before.prolongate(Duration::from_secs(30)).await
-    })
+    let kept = until_ok(
+        "prolong after the failover",
+        Duration::from_secs(30),
+        async || before.prolongate(Duration::from_secs(30)).await,
+    )
     .await;
     eprintln!("{variant:?}: the holder's prolong after the failover answered {kept:?}");
     match kept {
@@ -113,10 +102,12 @@ async fn through_a_failover(
     );
     let _ = after.release().await.unwrap();
     // A fresh obtain on the new primary, again above.
-    let again = until_ok("obtain after", async || la.lock("other").try_obtain().await)
-        .await
-        .obtained()
-        .expect("a free lock");
+    let again = until_ok("obtain after", Duration::from_secs(30), async || {
+        la.lock("other").try_obtain().await
+    })
+    .await
+    .obtained()
+    .expect("a free lock");
     assert!(again.fencing() > fencing_before);
     let _ = again.release().await.unwrap();
     drop(b);

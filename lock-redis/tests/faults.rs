@@ -5,13 +5,14 @@
 
 mod support;
 
+use test_servers::locks::{queue_behind, take, until_ok};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::Retry;
 use lock_core::{
-    Attempt, ErrorKind, Fencing, Key, LockBackend, LockGuard, Locker, ProlongOutcome,
-    ReleaseOutcome,
+    Attempt, ErrorKind, Fencing, Key, LockBackend, Locker, ProlongOutcome, ReleaseOutcome,
 };
 use lock_redis::{RedisBackend, Variant};
 use support::PrivateRedis;
@@ -26,30 +27,6 @@ async fn locker(url: &str) -> Locker {
     Locker::new(Arc::new(backend(url, Variant::Lua).await))
 }
 
-async fn take(locker: &Locker, key: &str) -> LockGuard {
-    match locker
-        .lock(key)
-        .ttl(Duration::from_secs(30))
-        .try_obtain()
-        .await
-        .unwrap()
-    {
-        Attempt::Obtained(g) => g,
-        Attempt::Busy(b) => panic!("{key} busy: {b}"),
-    }
-}
-
-async fn until_ok<T>(mut f: impl AsyncFnMut() -> lock_core::Result<T>) -> T {
-    for _ in 0..100 {
-        match f().await {
-            Ok(v) => return v,
-            Err(e) if e.is_retry_safe() => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    panic!("still failing after 10 s")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_with_data_loss_answers_lost_and_fencing_still_grows() {
     let mut server = PrivateRedis::start();
@@ -59,17 +36,26 @@ async fn restart_with_data_loss_answers_lost_and_fencing_still_grows() {
     let before = guard.fencing();
     server.kill();
     let restarted = KillOnDrop(restart_on(port));
-    let p = until_ok(async || guard.prolongate(Duration::from_secs(30)).await).await;
+    let p = until_ok(
+        "the call after the fault",
+        Duration::from_secs(30),
+        async || guard.prolongate(Duration::from_secs(30)).await,
+    )
+    .await;
     assert_eq!(
         p,
         ProlongOutcome::Lost,
         "a restart that lost the record must answer Lost"
     );
     assert!(guard.is_lost());
-    let after: Fencing = until_ok(async || match locker.lock("job").try_obtain().await? {
-        Attempt::Obtained(g) => Ok(g.fencing()),
-        Attempt::Busy(b) => panic!("busy after data loss: {b}"),
-    })
+    let after: Fencing = until_ok(
+        "the call after the fault",
+        Duration::from_secs(30),
+        async || match locker.lock("job").try_obtain().await? {
+            Attempt::Obtained(g) => Ok(g.fencing()),
+            Attempt::Busy(b) => panic!("busy after data loss: {b}"),
+        },
+    )
     .await;
     assert!(
         after > before,
@@ -132,7 +118,12 @@ async fn killed_connections_reconnect_and_keep_the_lock() {
         let ids = backend.client_ids().await.unwrap();
         assert!(!ids.is_empty(), "{variant:?} has a connection to kill");
         support::kill_clients(&server.url, &backend).await;
-        let p = until_ok(async || guard.prolongate(Duration::from_secs(30)).await).await;
+        let p = until_ok(
+            "the call after the fault",
+            Duration::from_secs(30),
+            async || guard.prolongate(Duration::from_secs(30)).await,
+        )
+        .await;
         assert_eq!(p, ProlongOutcome::Prolonged, "{variant:?}");
         assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     }
@@ -282,12 +273,22 @@ async fn a_paused_server_longer_than_the_ttl_hands_the_lock_over_after_resume() 
         // Longer than the ttl: when the server wakes, its clock says the lock expired.
         tokio::time::sleep(Duration::from_millis(2500)).await;
         server.signal("CONT");
-        let next = until_ok(async || other.lock("job").try_obtain().await).await;
+        let next = until_ok(
+            "the call after the fault",
+            Duration::from_secs(30),
+            async || other.lock("job").try_obtain().await,
+        )
+        .await;
         let Attempt::Obtained(next) = next else {
             panic!("{variant:?}: the lock outlived its ttl across the pause")
         };
         assert!(next.fencing() > guard.fencing());
-        let p = until_ok(async || guard.prolongate(Duration::from_secs(30)).await).await;
+        let p = until_ok(
+            "the call after the fault",
+            Duration::from_secs(30),
+            async || guard.prolongate(Duration::from_secs(30)).await,
+        )
+        .await;
         assert_eq!(
             p,
             ProlongOutcome::Lost,
@@ -548,35 +549,14 @@ async fn a_handoff_wakes_one_waiter_per_release() {
         });
         let holder = Locker::new(Arc::new(backend(&server.url, variant).await));
         let guard = take(&holder, "herd").await;
-        let started = std::time::Instant::now();
-        let mut waiters = Vec::new();
-        for _ in 0..8 {
-            let locker = Locker::new(counting.clone());
-            waiters.push(tokio::spawn(async move {
-                let got = locker
-                    .lock("herd")
-                    .wait(Duration::from_secs(60))
-                    .retry(Retry::linear(Duration::from_secs(20)).notified())
-                    .obtain()
-                    .await
-                    .unwrap();
-                let Attempt::Obtained(g) = got else {
-                    panic!("still busy after 60 s")
-                };
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
-            }));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
-        for w in waiters {
-            w.await.unwrap();
-        }
+        let took = queue_behind(guard, 8, Duration::from_millis(20), || {
+            Locker::new(counting.clone())
+        })
+        .await;
         let attempts = counting.obtains.load(std::sync::atomic::Ordering::SeqCst);
         assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{variant:?}: the handoffs took {:?}: a release reached no waiter",
-            started.elapsed()
+            took < Duration::from_secs(10),
+            "{variant:?}: the handoffs took {took:?}: a release reached no waiter"
         );
         assert!(
             attempts <= 28,

@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod locks;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;

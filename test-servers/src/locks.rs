@@ -1,0 +1,105 @@
+//! What the workspace's tests do to locks again and again: take one that must be free, wait
+//! for a backend to come back, queue waiters behind a holder.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use lock_core::{Attempt, Key, LockBuilder, LockGuard, LockState, Locker, ReleaseOutcome, Retry};
+
+/// The lock `lock` describes, which must be free: one attempt, and a panic naming the
+/// holder if it is busy.
+pub async fn held(lock: LockBuilder<'_>) -> LockGuard {
+    match lock.try_obtain().await.expect("obtain") {
+        Attempt::Obtained(g) => g,
+        Attempt::Busy(b) => panic!("the lock should be free: {b}"),
+    }
+}
+
+/// `key`, which must be free, for 30 s.
+pub async fn take(locker: &Locker, key: &str) -> LockGuard {
+    held(locker.lock(key).ttl(Duration::from_secs(30))).await
+}
+
+/// What the backend says of `key` now.
+pub async fn state(locker: &Locker, key: &str) -> LockState {
+    let key = Key::new(key).expect("a key");
+    locker.backend().inspect(&key).await.expect("inspect")
+}
+
+/// Calls `call` until it succeeds, for up to `within`, pausing 100 ms after each retry-safe
+/// error (a server restarting, a failover); any other error, or one that lasts, fails the
+/// test naming `what`.
+pub async fn until_ok<T>(
+    what: &str,
+    within: Duration,
+    mut call: impl AsyncFnMut() -> lock_core::Result<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match call().await {
+            Ok(v) => return v,
+            Err(e) if e.is_retry_safe() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{what}: not a retry-safe failure, or for over {within:?}: {e}"),
+        }
+    }
+}
+
+/// Polls `check` every 20 ms for up to `within`; panics naming `what` if it never holds.
+pub async fn eventually<F: Future<Output = bool>>(
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Queues `waiters` tasks behind `guard` on its key, each with a 20 s fallback poll (so only
+/// a release notification wakes one in time), releases `guard` after 500 ms, and returns
+/// once each waiter has held the lock for `hold` and released it: the time from the queue's
+/// start. `locker` makes each waiter's `Locker`.
+pub async fn queue_behind(
+    guard: LockGuard,
+    waiters: usize,
+    hold: Duration,
+    locker: impl Fn() -> Locker,
+) -> Duration {
+    let key = guard.key().as_str().to_owned();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..waiters)
+        .map(|_| {
+            let (locker, key) = (locker(), key.clone());
+            tokio::spawn(async move {
+                let got = locker
+                    .lock(&key)
+                    .wait(Duration::from_secs(60))
+                    .retry(Retry::linear(Duration::from_secs(20)).notified())
+                    .obtain()
+                    .await
+                    .expect("obtain");
+                let Attempt::Obtained(g) = got else {
+                    panic!("still busy after 60 s")
+                };
+                tokio::time::sleep(hold).await;
+                assert_eq!(
+                    g.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        guard.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    for t in tasks {
+        t.await.expect("a waiter");
+    }
+    started.elapsed()
+}
