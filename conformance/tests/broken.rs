@@ -162,16 +162,14 @@ fn run(f: impl std::future::Future<Output = CaseResult>) -> CaseResult {
         .block_on(f)
 }
 
-/// Both the named case and the model-based property must fail on `bug`.
-fn caught(
-    bug: Bug,
-    named: &str,
-    case: for<'a> fn(
+/// A case of the suite, as `cases::*` functions coerce to.
+type Case =
+    for<'a> fn(
         &'a Suite,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>,
-    >,
-) {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>>;
+
+/// Both the named case and the model-based property must fail on `bug`.
+fn caught(bug: Bug, named: &str, case: Case) {
     caught_by_name(bug, named, case);
     let suite = Suite::new("broken", BrokenHarness(bug));
     let result = run(cases::model_sequences_with(&suite, case_count() * 4, 16));
@@ -185,15 +183,7 @@ fn caught(
 
 /// Only the named case must fail on `bug`: rules the model-based property checks loosely on
 /// purpose (it must accept any timing a real server shows), which `precise.rs` pins down.
-fn caught_by_name(
-    bug: Bug,
-    named: &str,
-    case: for<'a> fn(
-        &'a Suite,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>,
-    >,
-) {
+fn caught_by_name(bug: Bug, named: &str, case: Case) {
     let suite = Suite::new("broken", BrokenHarness(bug));
     let result = run(case(&suite));
     assert!(result.is_err(), "{named} did not catch {bug:?}");

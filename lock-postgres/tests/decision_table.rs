@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lock_core::rules::cases::{Before, Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_core::rules::cases::{Seen, Who, CASES, FENCING, GRACE_MS};
 use lock_core::{Key, Token};
 use lock_postgres::PostgresBackend;
 use sqlx::{PgPool, Row};
@@ -49,47 +49,27 @@ async fn the_sql_function_keeps_the_decision_table() {
                 .fetch_one(&admin)
                 .await
                 .unwrap();
-        // (state, token, holder, holds, expires, forget), times in server ms.
-        let row = match case.before {
-            Before::Nothing => None,
-            Before::Free => Some(("free", None, None, None, now, now + 86_400_000)),
-            Before::Cooling { left_ms } => {
-                Some(("cooling", None, None, None, now + left_ms, now + left_ms))
-            }
-            Before::Held {
-                by,
-                holds,
-                expires_in_ms,
-                forget_in_ms,
-            } => {
-                let token = match by {
-                    Who::A => da.clone(),
-                    Who::B => db.clone(),
-                };
-                Some((
-                    "held",
-                    Some(token),
-                    Some(r#"{"host":"table","pid":1}"#),
-                    Some(i32::try_from(holds).unwrap()),
-                    now + expires_in_ms,
-                    now + forget_in_ms,
-                ))
-            }
-        };
-        if let Some((state, token, holder, holds, expires, forget)) = row {
+        if let Some(r) = case.before.row(now) {
+            let token = match r.by {
+                Some(Who::A) => Some(da.clone()),
+                Some(Who::B) => Some(db.clone()),
+                None => None,
+            };
+            let holder = r.by.map(|_| r#"{"host":"table","pid":1}"#);
+            let holds = r.by.map(|_| i32::try_from(r.holds).unwrap());
             sqlx::query(&format!(
                 "INSERT INTO {table} (key, state, token, holder, fencing, holds, expires_at, \
                  forget_at) VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7 / 1000.0), \
                  to_timestamp($8 / 1000.0))"
             ))
             .bind(key.as_str())
-            .bind(state)
+            .bind(r.state)
             .bind(token)
             .bind(holder)
             .bind(i64::try_from(FENCING).unwrap())
             .bind(holds)
-            .bind(expires as f64)
-            .bind(forget as f64)
+            .bind(r.expires as f64)
+            .bind(r.forget as f64)
             .execute(&admin)
             .await
             .unwrap();

@@ -5,7 +5,7 @@
 
 mod support;
 
-use test_servers::locks::{queue_behind, take, until_ok};
+use test_servers::locks::{prolong_when_back, queue_behind, take, until_ok};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -92,12 +92,7 @@ async fn a_restart_keeps_the_locks() {
     let (_, locker) = locker(&server.url);
     let guard = take(&locker, "job").await;
     server.restart();
-    let p = until_ok(
-        "the call after the fault",
-        Duration::from_secs(30),
-        async || guard.prolongate(Duration::from_secs(30)).await,
-    )
-    .await;
+    let p = prolong_when_back(&guard).await;
     assert_eq!(p, ProlongOutcome::Prolonged, "rows are durable");
     let other = until_ok(
         "the call after the fault",
@@ -300,21 +295,7 @@ async fn a_release_wakes_a_waiter_long_before_its_fallback_poll() {
     let (_, holder) = locker(&server.url);
     let (_, waiter) = locker(&server.url);
     let guard = take(&holder, "handoff").await;
-    let wait = tokio::spawn(async move {
-        let started = std::time::Instant::now();
-        let got = waiter
-            .lock("handoff")
-            .wait(Duration::from_secs(60))
-            .retry(Retry::linear(Duration::from_secs(20)).notified())
-            .obtain()
-            .await
-            .unwrap();
-        (got.is_busy(), started.elapsed())
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
-    let (busy, waited) = wait.await.unwrap();
-    assert!(!busy);
+    let waited = queue_behind(guard, 1, Duration::ZERO, move || waiter.clone()).await;
     assert!(
         waited < Duration::from_secs(10),
         "the waiter slept {waited:?}: the notification did not wake it"

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lock_core::rules::cases::{Before, Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_core::rules::cases::{Seen, Who, CASES, FENCING, GRACE_MS};
 use lock_core::{Key, Token};
 use lock_redis::{RedisBackend, Variant};
 
@@ -36,31 +36,16 @@ async fn run_table(variant: Variant) {
         let key = Key::new(format!("case-{i}")).unwrap();
         let name = backend.record_name(&key);
         let now = server_ms(&mut admin).await;
-        let at = |offset: i64| now + offset;
-        let raw = match case.before {
-            Before::Nothing => None,
-            Before::Free => Some(format!("v1|free||{FENCING}|0|{now}|{now}|")),
-            Before::Cooling { left_ms } => {
-                let until = at(left_ms);
-                Some(format!("v1|cooling||{FENCING}|0|{until}|{until}|"))
-            }
-            Before::Held {
-                by,
-                holds,
-                expires_in_ms,
-                forget_in_ms,
-            } => {
-                let token = match by {
-                    Who::A => a.to_hex(),
-                    Who::B => b.to_hex(),
-                };
-                Some(format!(
-                    "v1|held|{token}|{FENCING}|{holds}|{}|{}|{holder}",
-                    at(expires_in_ms),
-                    at(forget_in_ms)
-                ))
-            }
-        };
+        let raw = case.before.row(now).map(|r| {
+            let token = match r.by {
+                Some(Who::A) => a.to_hex(),
+                Some(Who::B) => b.to_hex(),
+                None => String::new(),
+            };
+            let holder = if r.by.is_some() { holder } else { "" };
+            let (state, holds, expires, forget) = (r.state, r.holds, r.expires, r.forget);
+            format!("v1|{state}|{token}|{FENCING}|{holds}|{expires}|{forget}|{holder}")
+        });
         if let Some(raw) = raw {
             let _: () = redis::cmd("SET")
                 .arg(&name)

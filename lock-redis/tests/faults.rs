@@ -5,7 +5,7 @@
 
 mod support;
 
-use test_servers::locks::{queue_behind, take, until_ok};
+use test_servers::locks::{prolong_when_back, queue_behind, take, until_ok};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,12 +36,7 @@ async fn restart_with_data_loss_answers_lost_and_fencing_still_grows() {
     let before = guard.fencing();
     server.kill();
     let restarted = KillOnDrop(restart_on(port));
-    let p = until_ok(
-        "the call after the fault",
-        Duration::from_secs(30),
-        async || guard.prolongate(Duration::from_secs(30)).await,
-    )
-    .await;
+    let p = prolong_when_back(&guard).await;
     assert_eq!(
         p,
         ProlongOutcome::Lost,
@@ -118,12 +113,7 @@ async fn killed_connections_reconnect_and_keep_the_lock() {
         let ids = backend.client_ids().await.unwrap();
         assert!(!ids.is_empty(), "{variant:?} has a connection to kill");
         support::kill_clients(&server.url, &backend).await;
-        let p = until_ok(
-            "the call after the fault",
-            Duration::from_secs(30),
-            async || guard.prolongate(Duration::from_secs(30)).await,
-        )
-        .await;
+        let p = prolong_when_back(&guard).await;
         assert_eq!(p, ProlongOutcome::Prolonged, "{variant:?}");
         assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     }
@@ -283,12 +273,7 @@ async fn a_paused_server_longer_than_the_ttl_hands_the_lock_over_after_resume() 
             panic!("{variant:?}: the lock outlived its ttl across the pause")
         };
         assert!(next.fencing() > guard.fencing());
-        let p = until_ok(
-            "the call after the fault",
-            Duration::from_secs(30),
-            async || guard.prolongate(Duration::from_secs(30)).await,
-        )
-        .await;
+        let p = prolong_when_back(&guard).await;
         assert_eq!(
             p,
             ProlongOutcome::Lost,
@@ -384,22 +369,8 @@ async fn a_release_wakes_a_waiter_long_before_its_fallback_poll() {
         let holder = Locker::new(Arc::new(backend(&server.url, variant).await));
         let waiter = Locker::new(Arc::new(backend(&server.url, variant).await));
         let guard = take(&holder, "handoff").await;
-        let wait = tokio::spawn(async move {
-            let started = std::time::Instant::now();
-            let got = waiter
-                .lock("handoff")
-                .wait(Duration::from_secs(60))
-                // Without a notification the first retry would come after 20 s.
-                .retry(Retry::linear(Duration::from_secs(20)).notified())
-                .obtain()
-                .await
-                .unwrap();
-            (got.is_busy(), started.elapsed())
-        });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
-        let (busy, waited) = wait.await.unwrap();
-        assert!(!busy, "{variant:?}");
+        // Without a notification the first retry would come after 20 s.
+        let waited = queue_behind(guard, 1, Duration::ZERO, move || waiter.clone()).await;
         assert!(
             waited < Duration::from_secs(10),
             "{variant:?}: the waiter slept {waited:?}, the notification did not wake it"

@@ -4,7 +4,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use lock_core::{Attempt, Key, LockBuilder, LockGuard, LockState, Locker, ReleaseOutcome, Retry};
+use lock_core::{
+    Attempt, Key, LockBuilder, LockGuard, LockState, Locker, ProlongOutcome, ReleaseOutcome, Retry,
+};
 
 /// The lock `lock` describes, which must be free: one attempt, and a panic naming the
 /// holder if it is busy.
@@ -102,4 +104,15 @@ pub async fn queue_behind(
         t.await.expect("a waiter");
     }
     started.elapsed()
+}
+
+/// `guard`'s prolong for 30 s, retried (for up to 30 s) while the backend comes back from a
+/// fault: the answer once it is reachable again.
+pub async fn prolong_when_back(guard: &LockGuard) -> ProlongOutcome {
+    until_ok(
+        "prolong after the fault",
+        Duration::from_secs(30),
+        async || guard.prolongate(Duration::from_secs(30)).await,
+    )
+    .await
 }
