@@ -5,7 +5,7 @@
 
 mod support;
 
-use test_servers::locks::{prolong_when_back, queue_behind, take, until_ok};
+use test_servers::locks::{eventually, prolong_when_back, queue_behind, take, until_ok};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,14 +35,12 @@ async fn terminated_connections_are_replaced_and_the_lock_stays() {
     );
     // sqlx hands a connection back to the pool in a task of its own (after a round trip):
     // on a loaded machine that can come after the join above.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while backend.pool().num_idle() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no idle connection to kill in 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        "an idle connection to kill",
+        Duration::from_secs(10),
+        || async { backend.pool().num_idle() > 0 },
+    )
+    .await;
     exec(
         &server.url,
         &format!(
@@ -53,23 +51,21 @@ async fn terminated_connections_are_replaced_and_the_lock_stays() {
     .await;
     // pg_terminate_backend only signals: wait until those sessions are really gone.
     let admin = sqlx::PgPool::connect(&server.url).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let alive: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
-                .bind(backend.application_name())
-                .fetch_one(&admin)
-                .await
-                .unwrap();
-        if alive == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "sessions outlived pg_terminate_backend"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the sessions gone after pg_terminate_backend",
+        Duration::from_secs(10),
+        || async {
+            let alive: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            )
+            .bind(backend.application_name())
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            alive == 0
+        },
+    )
+    .await;
     // The first call may find its connection dead and fail, retry-safe; it drops every
     // dead idle connection, so no other call fails.
     let mut failed = 0;
