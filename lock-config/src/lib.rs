@@ -32,19 +32,26 @@
 //! `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
 //! it), `timeout=5s` (the deadline of one call). Other query parameters go to the backend's own client (`sslmode=…`).
 //!
+//! Each backend crate reads its own URLs and options (`MemoryBackend::from_url`,
+//! `lock_file::FileBackend::from_url`, `lock_redis::RedisBuilder::from_url`,
+//! `lock_postgres::PostgresBuilder::from_url`, all through `lock_core::UrlOptions`, which
+//! percent-decodes values: `prefix=a%3Ab` is `a:b`); this crate only picks the crate by
+//! scheme. (The `url` crate is not used: it refuses the comma-separated hosts of
+//! `redis+cluster://` and `redis+sentinel://`, and turns `file:locks` into an absolute path.)
+//!
 //! A URL with an unknown scheme, a malformed option, or a scheme whose backend this build
 //! left out (cargo features `file`, `redis`, `postgres`, all on by default) is an
 //! [`ErrorKind::Config`] error that names the problem.
 
-mod duration;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Error, ErrorKind, LockBackend, Locker, MemoryBackend, Operation, Result, Retry};
+use lock_core::{
+    Error, ErrorKind, LockBackend, Locker, MemoryBackend, Operation, Result, Retry, UrlOptions,
+};
 use serde::Deserialize;
 
-pub use duration::parse_duration;
+pub use lock_core::parse_duration;
 
 const NAME: &str = "lock-config";
 
@@ -210,226 +217,119 @@ pub fn parse_retry(text: &str) -> Result<Retry> {
     Ok(if notified { retry.notified() } else { retry })
 }
 
-/// The backend a URL names; see the crate docs for the forms.
+/// The backend a URL names; see the crate docs for the forms. Each backend crate parses its
+/// own URLs and options (`MemoryBackend::from_url`, `FileBackend::from_url`,
+/// `RedisBuilder::from_url`, `PostgresBuilder::from_url`); this only picks the crate.
 ///
 /// # Errors
 /// [`ErrorKind::Config`] for an unknown scheme, a malformed option or a backend this
 /// build left out; the backend's own errors when it cannot be reached.
 pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>> {
-    let (scheme, _) = url.split_once(':').ok_or_else(|| {
-        config_error(format!(
+    let Some((scheme, _)) = url.split_once(':') else {
+        return Err(config_error(format!(
             "{:?} is not a lock URL: expected memory:, file://DIR, redis://…, postgres://…",
             redact(url)
-        ))
-    })?;
-    let (base, mut params) = split_query(url);
-    let grace = take(&mut params, "grace")?
-        .map(|g| duration("grace", &g))
-        .transpose()?;
-    let backend: Arc<dyn LockBackend> = match scheme {
-        "memory" => {
-            let mut b = MemoryBackend::new();
-            if let Some(g) = grace {
-                b = b.with_grace(g)?;
-            }
-            no_leftovers(scheme, &params)?;
-            Arc::new(b)
-        }
-        "file" => file(&base, grace, &params)?,
-        "redis" | "rediss" | "redis+watch" | "rediss+watch" | "redis+cluster"
-        | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel" => {
-            redis(scheme, &base, grace, params).await?
-        }
-        "postgres" | "postgresql" => postgres(&base, grace, params)?,
-        other => {
-            return Err(config_error(format!(
-                "unknown lock URL scheme {other:?}: expected memory, file, redis, rediss, \
-                 redis+watch, redis+cluster, redis+sentinel or postgres"
-            )))
-        }
+        )));
     };
-    Ok(backend)
-}
-
-fn no_leftovers(scheme: &str, params: &[(String, String)]) -> Result<()> {
-    match params.first() {
-        None => Ok(()),
-        Some((k, _)) => Err(config_error(format!(
-            "unknown option {k:?} for a {scheme}: URL"
-        ))),
-    }
-}
-
-#[cfg(feature = "file")]
-fn file(
-    base: &str,
-    grace: Option<Duration>,
-    params: &[(String, String)],
-) -> Result<Arc<dyn LockBackend>> {
-    no_leftovers("file", params)?;
-    let path = base
-        .strip_prefix("file://")
-        .or_else(|| base.strip_prefix("file:"))
-        .unwrap_or(base);
-    if path.is_empty() {
-        return Err(config_error(
-            "file: URL without a directory: write file:///var/lock/myapp or file://locks",
-        ));
-    }
-    let mut b = lock_file::FileBackend::new(path)?;
-    if let Some(g) = grace {
-        b = b.with_grace(g)?;
-    }
-    Ok(Arc::new(b))
-}
-
-#[cfg(not(feature = "file"))]
-fn file(_: &str, _: Option<Duration>, _: &[(String, String)]) -> Result<Arc<dyn LockBackend>> {
-    Err(left_out("file"))
-}
-
-#[cfg(feature = "redis")]
-async fn redis(
-    scheme: &str,
-    base: &str,
-    grace: Option<Duration>,
-    mut params: Vec<(String, String)>,
-) -> Result<Arc<dyn LockBackend>> {
-    use lock_redis::{RedisBackend, Variant};
-    let mut variant = if scheme.ends_with("+watch") {
-        Variant::Watch
-    } else {
-        Variant::Lua
-    };
-    match take(&mut params, "variant")?.as_deref() {
-        None => {}
-        Some("lua") => variant = Variant::Lua,
-        Some("watch") => variant = Variant::Watch,
-        Some(other) => {
-            return Err(config_error(format!(
-                "variant={other:?}: expected lua or watch"
-            )))
-        }
-    }
-    let prefix = take(&mut params, "prefix")?;
-    let pool = take(&mut params, "pool")?
-        .map(|p| {
-            p.parse::<usize>()
-                .map_err(|_| config_error(format!("pool={p:?} is not a number")))
-        })
-        .transpose()?;
-    let timeout = take(&mut params, "timeout")?
-        .map(|t| duration("timeout", &t))
-        .transpose()?;
-    let wait_timeout = take(&mut params, "wait_timeout")?
-        .map(|t| duration("wait_timeout", &t))
-        .transpose()?;
-    let wait = take(&mut params, "wait")?
-        .map(|n| {
-            n.parse::<u32>()
-                .map_err(|_| config_error(format!("wait={n:?} is not a number of replicas")))
-        })
-        .transpose()?;
-    // What is left goes to the server's own URL (`protocol=resp3`, …).
-    let url = rebuild(&base.replacen("+watch", "", 1), &params);
-    let mut b = RedisBackend::builder(url).variant(variant);
-    if let Some(p) = prefix {
-        b = b.prefix(p);
-    }
-    if let Some(g) = grace {
-        b = b.grace(g);
-    }
-    if let Some(n) = pool {
-        b = b.pool_size(n);
-    }
-    if let Some(t) = timeout {
-        b = b.timeout(t);
-    }
-    match (wait, wait_timeout) {
-        (Some(n), t) => b = b.replica_acks(n, t.unwrap_or(Duration::from_millis(500))),
-        (None, Some(_)) => {
-            return Err(config_error(
-                "wait_timeout= without wait=N (the number of replicas to wait for)",
+    let backend = BACKENDS
+        .iter()
+        .find(|b| b.schemes.contains(&scheme))
+        .ok_or_else(|| {
+            config_error(format!(
+                "unknown lock URL scheme {scheme:?}: expected {}",
+                BACKENDS
+                    .iter()
+                    .flat_map(|b| b.schemes.iter().copied())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
-        }
-        (None, None) => {}
-    }
-    Ok(Arc::new(b.connect().await?))
+        })?;
+    (backend.connect)(url.to_owned()).await
 }
 
-#[cfg(not(feature = "redis"))]
-async fn redis(
-    _: &str,
-    _: &str,
-    _: Option<Duration>,
-    _: Vec<(String, String)>,
-) -> Result<Arc<dyn LockBackend>> {
-    Err(left_out("redis"))
+type Connect = fn(String) -> futures_core::future::BoxFuture<'static, Result<Arc<dyn LockBackend>>>;
+
+/// A backend crate: the URL schemes it takes and how it connects (or, left out of this
+/// build, the error naming its cargo feature).
+struct Backend {
+    schemes: &'static [&'static str],
+    connect: Connect,
 }
 
-#[cfg(feature = "postgres")]
-fn postgres(
-    base: &str,
-    grace: Option<Duration>,
-    mut params: Vec<(String, String)>,
-) -> Result<Arc<dyn LockBackend>> {
-    use lock_postgres::PostgresBackend;
-    let flag = |v: Option<String>, name: &str| -> Result<Option<bool>> {
-        v.map(|v| match v.as_str() {
-            "true" | "on" | "1" => Ok(true),
-            "false" | "off" | "0" => Ok(false),
-            _ => Err(config_error(format!(
-                "{name}={v:?}: expected true or false"
-            ))),
-        })
-        .transpose()
-    };
-    let table = take(&mut params, "table")?;
-    let schema = take(&mut params, "schema")?;
-    let notify = flag(take(&mut params, "notify")?, "notify")?;
-    let durable = flag(take(&mut params, "durable")?, "durable")?;
-    let migrate = flag(take(&mut params, "migrate")?, "migrate")?;
-    let timeout = take(&mut params, "timeout")?
-        .map(|t| duration("timeout", &t))
-        .transpose()?;
-    let mut b = PostgresBackend::connect(&rebuild(base, &params))?;
-    if table.is_some() || schema.is_some() {
-        let table = table.unwrap_or_else(|| PostgresBackend::DEFAULT_TABLE.to_owned());
-        let (s, t) = match table.split_once('.') {
-            Some((s, t)) => (s.to_owned(), t.to_owned()),
-            None => (
-                schema.unwrap_or_else(|| PostgresBackend::DEFAULT_SCHEMA.to_owned()),
-                table,
-            ),
-        };
-        b = b.with_table(&s, &t)?;
-    }
-    if let Some(g) = grace {
-        b = b.with_grace(g)?;
-    }
-    if let Some(n) = notify {
-        b = b.with_notifications(n);
-    }
-    if let Some(d) = durable {
-        b = b.with_durable_commits(d);
-    }
-    if let Some(m) = migrate {
-        b = b.with_auto_migrate(m);
-    }
-    if let Some(t) = timeout {
-        b = b.with_timeout(t)?;
-    }
-    Ok(Arc::new(b))
-}
-
-#[cfg(not(feature = "postgres"))]
-fn postgres(
-    _: &str,
-    _: Option<Duration>,
-    _: Vec<(String, String)>,
-) -> Result<Arc<dyn LockBackend>> {
-    Err(left_out("postgres"))
-}
+const BACKENDS: &[Backend] = &[
+    Backend {
+        schemes: &["memory"],
+        connect: |url| {
+            Box::pin(async move {
+                let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::from_url(&url)?);
+                Ok(backend)
+            })
+        },
+    },
+    Backend {
+        schemes: &["file"],
+        connect: |url| {
+            Box::pin(async move {
+                #[cfg(feature = "file")]
+                {
+                    let backend: Arc<dyn LockBackend> =
+                        Arc::new(lock_file::FileBackend::from_url(&url)?);
+                    Ok(backend)
+                }
+                #[cfg(not(feature = "file"))]
+                {
+                    let _ = url;
+                    Err(left_out("file"))
+                }
+            })
+        },
+    },
+    Backend {
+        schemes: &[
+            "redis",
+            "rediss",
+            "redis+watch",
+            "rediss+watch",
+            "redis+cluster",
+            "rediss+cluster",
+            "redis+sentinel",
+            "rediss+sentinel",
+        ],
+        connect: |url| {
+            Box::pin(async move {
+                #[cfg(feature = "redis")]
+                {
+                    let builder = lock_redis::RedisBuilder::from_url(&url)?;
+                    let backend: Arc<dyn LockBackend> = Arc::new(builder.connect().await?);
+                    Ok(backend)
+                }
+                #[cfg(not(feature = "redis"))]
+                {
+                    let _ = url;
+                    Err(left_out("redis"))
+                }
+            })
+        },
+    },
+    Backend {
+        schemes: &["postgres", "postgresql"],
+        connect: |url| {
+            Box::pin(async move {
+                #[cfg(feature = "postgres")]
+                {
+                    let builder = lock_postgres::PostgresBuilder::from_url(&url)?;
+                    let backend: Arc<dyn LockBackend> = Arc::new(builder.build()?);
+                    Ok(backend)
+                }
+                #[cfg(not(feature = "postgres"))]
+                {
+                    let _ = url;
+                    Err(left_out("postgres"))
+                }
+            })
+        },
+    },
+];
 
 #[cfg(not(all(feature = "file", feature = "redis", feature = "postgres")))]
 fn left_out(feature: &str) -> Error {
@@ -439,62 +339,16 @@ fn left_out(feature: &str) -> Error {
     ))
 }
 
-/// The URL without its query, and the query's pairs.
-fn split_query(url: &str) -> (String, Vec<(String, String)>) {
-    // A fragment (`#insecure` for rediss) stays with the base.
-    let (url, fragment) = match url.split_once('#') {
-        Some((u, f)) => (u, format!("#{f}")),
-        None => (url, String::new()),
-    };
-    match url.split_once('?') {
-        None => (format!("{url}{fragment}"), Vec::new()),
-        Some((base, query)) => (
-            format!("{base}{fragment}"),
-            query
-                .split('&')
-                .filter(|p| !p.is_empty())
-                .map(|p| match p.split_once('=') {
-                    Some((k, v)) => (k.to_owned(), v.to_owned()),
-                    None => (p.to_owned(), String::new()),
-                })
-                .collect(),
-        ),
-    }
-}
-
-/// Removes option `key` and returns its value, percent-decoded (`%3A` is `:`; `+` stays a
-/// plus). Options lock-config does not know stay encoded for the backend's own client.
-///
-/// # Errors
-/// [`ErrorKind::Config`] when the decoded value is not UTF-8.
-fn take(params: &mut Vec<(String, String)>, key: &str) -> Result<Option<String>> {
-    let Some(i) = params.iter().position(|(k, _)| k == key) else {
-        return Ok(None);
-    };
-    let raw = params.remove(i).1;
-    percent_encoding::percent_decode_str(&raw)
-        .decode_utf8()
-        .map(|v| Some(v.into_owned()))
-        .map_err(|_| config_error(format!("{key}=…: the percent-decoded value is not UTF-8")))
-}
-
-fn rebuild(base: &str, params: &[(String, String)]) -> String {
-    if params.is_empty() {
-        return base.to_owned();
-    }
-    let (base, fragment) = match base.split_once('#') {
-        Some((b, f)) => (b, format!("#{f}")),
-        None => (base, String::new()),
-    };
-    let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{base}?{}{fragment}", query.join("&"))
-}
-
 fn with_param(url: &str, key: &str, value: &str) -> String {
-    let (base, mut params) = split_query(url);
-    params.retain(|(k, _)| k != key);
-    params.push((key.to_owned(), value.to_owned()));
-    rebuild(&base, &params)
+    let mut options = UrlOptions::parse(NAME, url);
+    // A value given in the URL too is replaced by the configuration's.
+    let _ = options.take(key);
+    let rest = options.into_client_url();
+    let sep = if rest.contains('?') { '&' } else { '?' };
+    match rest.split_once('#') {
+        Some((base, fragment)) => format!("{base}{sep}{key}={value}#{fragment}"),
+        None => format!("{rest}{sep}{key}={value}"),
+    }
 }
 
 /// The URL with its secrets masked, for messages: see [`lock_core::redact_url`].
@@ -503,21 +357,6 @@ pub use lock_core::redact_url as redact;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn options_are_percent_decoded_and_the_rest_passed_on_encoded() {
-        let (base, mut params) = split_query("redis://h:1/0?prefix=a%3Ab%2F+c&user=x%40y#frag");
-        assert_eq!(
-            take(&mut params, "prefix").unwrap().as_deref(),
-            Some("a:b/+c")
-        );
-        assert_eq!(rebuild(&base, &params), "redis://h:1/0?user=x%40y#frag");
-        let (_, mut bad) = split_query("memory:?prefix=%FF");
-        assert_eq!(
-            take(&mut bad, "prefix").unwrap_err().kind(),
-            ErrorKind::Config
-        );
-    }
 
     #[tokio::test]
     async fn a_percent_encoded_option_is_decoded() {
@@ -617,14 +456,16 @@ mod tests {
     }
 
     #[test]
-    fn query_options_are_split_off_and_passwords_redacted() {
-        let (base, params) = split_query("rediss://:pw@h:6379/0?prefix=a:&pool=4#insecure");
-        assert_eq!(base, "rediss://:pw@h:6379/0#insecure");
-        assert_eq!(params.len(), 2);
+    fn configured_options_replace_the_urls_and_passwords_are_redacted() {
         assert_eq!(
-            rebuild(&base, &params[1..]),
-            "rediss://:pw@h:6379/0?pool=4#insecure"
+            with_param(
+                "rediss://:pw@h:6379/0?grace=1s&pool=4#insecure",
+                "grace",
+                "1m"
+            ),
+            "rediss://:pw@h:6379/0?pool=4&grace=1m#insecure"
         );
+        assert_eq!(with_param("memory:", "grace", "1m"), "memory:?grace=1m");
         assert_eq!(redact("redis://u:secret@h/0"), "redis://u:***@h/0");
         assert_eq!(redact("postgres://u@h/d"), "postgres://u@h/d");
     }

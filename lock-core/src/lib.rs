@@ -49,6 +49,7 @@ pub mod contract {}
 
 mod backend;
 mod detached;
+mod duration;
 mod error;
 mod guard;
 mod holder;
@@ -61,11 +62,13 @@ mod retry;
 pub mod rules;
 mod token;
 mod ttl;
+mod url;
 mod waiters;
 
 pub use backend::{
     Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
 };
+pub use duration::parse_duration;
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::LockGuard;
 pub use holder::HolderInfo;
@@ -77,6 +80,7 @@ pub use redact::redact_url;
 pub use retry::Retry;
 pub use token::Token;
 pub use ttl::{Grace, Ttl};
+pub use url::UrlOptions;
 pub use waiters::Waiters;
 
 pub use async_trait::async_trait;

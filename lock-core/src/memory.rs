@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::rules::{self, Clock, Decision};
+use crate::UrlOptions;
 use crate::{
     Capabilities, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
     ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, ReleaseSubscription, Result,
@@ -81,6 +82,32 @@ impl MemoryBackend {
             store: Arc::default(),
             namespace: String::new(),
             grace: None,
+        }
+    }
+
+    /// A fresh store from a `memory:` URL; the one option is `grace=` (e.g.
+    /// `memory:?grace=1m`).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) for another scheme, an unknown option
+    /// or a malformed grace; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
+    /// a grace over 365 days.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let mut url = UrlOptions::parse(Self::NAME, url);
+        if url.scheme() != "memory" {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Config,
+                Self::NAME,
+                crate::Operation::Connect,
+                "not a memory URL: expected memory:",
+            ));
+        }
+        let grace = url.take_duration("grace")?;
+        url.finish()?;
+        let backend = Self::new();
+        match grace {
+            Some(g) => backend.with_grace(g),
+            None => Ok(backend),
         }
     }
 

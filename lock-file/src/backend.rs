@@ -12,7 +12,7 @@ use lock_core::rules::{self, Decision};
 use lock_core::{
     Capabilities, Error, ErrorKind, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome,
     ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    Result, Ttl,
+    Result, Ttl, UrlOptions,
 };
 
 use crate::names::file_name;
@@ -68,6 +68,47 @@ impl FileBackend {
         }
         check_owner(&dir)?;
         Ok(FileBackend { dir, grace: None })
+    }
+
+    /// The backend a `file:` URL names: `file:///var/lock/myapp` (absolute),
+    /// `file://locks` or `file:locks` (relative to the working directory); the one option is
+    /// `grace=` (`file:///var/lock/myapp?grace=10m`). Creates the directory as
+    /// [`FileBackend::new`] does.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for another scheme, no directory, an unknown option or a
+    /// malformed grace; then as [`FileBackend::new`].
+    pub fn from_url(url: &str) -> Result<Self> {
+        let mut url = UrlOptions::parse(Self::NAME, url);
+        let config = |why: &str| {
+            Error::new(
+                ErrorKind::Config,
+                Self::NAME,
+                Operation::Connect,
+                why.to_owned(),
+            )
+        };
+        if url.scheme() != "file" {
+            return Err(config(
+                "not a file URL: expected file:///DIR, file://DIR or file:DIR",
+            ));
+        }
+        let grace = url.take_duration("grace")?;
+        let base = url.finish()?;
+        let path = base
+            .strip_prefix("file://")
+            .or_else(|| base.strip_prefix("file:"))
+            .unwrap_or(&base);
+        if path.is_empty() {
+            return Err(config(
+                "file: URL without a directory: write file:///var/lock/myapp or file://locks",
+            ));
+        }
+        let backend = Self::new(path)?;
+        match grace {
+            Some(g) => backend.with_grace(g),
+            None => Ok(backend),
+        }
     }
 
     /// Keeps expired records readable as "late" for `grace` instead of each lock's own ttl.

@@ -43,13 +43,14 @@ fn main() {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     runtime().block_on(async {
-        let backend = PostgresBackend::connect(&url).unwrap().with_table("public", "distlock_bench").unwrap();
+        let builder = PostgresBackend::builder(url.as_str()).table("public", "distlock_bench");
+        let backend = builder.clone().build().unwrap();
         backend
             .migrate()
             .await
             .unwrap_or_else(|e| panic!("the bench needs Postgres at {url} (set DATABASE_URL): {e}"));
         let pool = backend.pool().clone();
-        let fast: Arc<dyn LockBackend> = Arc::new(backend.clone().with_durable_commits(false));
+        let fast: Arc<dyn LockBackend> = Arc::new(builder.durable_commits(false).build().unwrap());
         let backend: Arc<dyn LockBackend> = Arc::new(backend);
         println!("pg_cycle: {CYCLES} cycles per measurement, median of {ROUNDS} rounds, interleaved");
         for tasks in [1, 8] {

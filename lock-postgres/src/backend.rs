@@ -1,7 +1,6 @@
 //! `PostgresBackend`: the contract on Postgres.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,12 +12,13 @@ use async_trait::async_trait;
 use lock_core::{
     Busy, Capabilities, Error, ErrorKind, Fencing, Grace, Key, LockBackend, LockState,
     ObtainOutcome, ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome,
-    ReleaseRequest, ReleaseSubscription, Result, Token, Ttl,
+    ReleaseRequest, ReleaseSubscription, Result, Ttl,
 };
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
 use tracing::Instrument;
 
+use crate::builder::PostgresBuilder;
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
 use crate::notify::Notifier;
 use crate::sql::{token_digest, Args, Names};
@@ -46,11 +46,11 @@ pub struct PostgresBackend {
     shared: Arc<Shared>,
 }
 
-struct Shared {
-    migrated: AtomicBool,
-    migrating: tokio::sync::Mutex<()>,
-    notifier: Notifier,
-    application_name: String,
+pub(crate) struct Shared {
+    pub(crate) migrated: AtomicBool,
+    pub(crate) migrating: tokio::sync::Mutex<()>,
+    pub(crate) notifier: Notifier,
+    pub(crate) application_name: String,
 }
 
 impl PostgresBackend {
@@ -62,162 +62,73 @@ impl PostgresBackend {
     pub const DEFAULT_TABLE: &'static str = "distlock";
     /// The default number of pooled connections when built from a URL.
     pub const DEFAULT_POOL_SIZE: u32 = 16;
-    /// The default deadline of one call: see [`PostgresBackend::with_timeout`].
+    /// The default deadline of one call: see [`PostgresBuilder::timeout`].
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-    /// Connects a pool to `url` (`postgres://user[:password]@host[:port]/database`, with
-    /// sqlx's options such as `sslmode=require`). Nothing is sent until the first operation.
+    /// A builder for a backend on `url` (`postgres://user[:password]@host[:port]/database`,
+    /// with sqlx's options such as `sslmode=require`); see [`PostgresBuilder`] for the
+    /// settings, and [`PostgresBuilder::from_url`] for a URL that carries them too.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_postgres::PostgresBackend;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let backend = PostgresBackend::builder("postgres://app@db.internal/app")
+    ///     .table("locks", "app_locks")
+    ///     .timeout(Duration::from_secs(2))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: impl Into<String>) -> PostgresBuilder {
+        PostgresBuilder::on_url(url.into())
+    }
+
+    /// A builder for a backend on an existing pool (its `pool_size` setting is ignored).
+    pub fn builder_on(pool: PgPool) -> PostgresBuilder {
+        PostgresBuilder::on_pool(pool)
+    }
+
+    /// A backend on `url` with every setting at its default. Nothing is sent until the
+    /// first operation.
     ///
     /// # Errors
     /// [`ErrorKind::Config`] for a malformed URL. A wrong password, a missing database or an
     /// unreachable server shows on the first operation (or [`PostgresBackend::migrate`]).
     pub fn connect(url: &str) -> Result<Self> {
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(Error::new(
-                ErrorKind::Config,
-                NAME,
-                Operation::Connect,
-                "not a Postgres URL: expected postgres://user[:password]@host[:port]/database",
-            ));
-        }
-        let application_name = format!("lock-postgres-{}", &Token::generate()?.to_hex()[..12]);
-        let options = PgConnectOptions::from_str(url)
-            .map_err(|e| map_error(Operation::Connect, e))?
-            .application_name(&application_name);
-        let pool = PgPoolOptions::new()
-            .max_connections(Self::DEFAULT_POOL_SIZE)
-            // Each call bounds its own wait for a connection by its deadline; this is only
-            // the pool's outer limit.
-            .acquire_timeout(Duration::from_secs(60))
-            // No ping before each statement: that would be a second round trip per lock
-            // operation. Dead idle connections are dropped together instead (see `call`).
-            .test_before_acquire(false)
-            .connect_lazy_with(options);
-        Ok(Self::build(pool, application_name))
+        Self::builder(url).build()
     }
 
-    /// Uses an existing pool.
+    /// A backend on an existing pool with every setting at its default.
     pub fn from_pool(pool: PgPool) -> Self {
-        let name = pool
-            .connect_options()
-            .get_application_name()
-            .unwrap_or_default()
-            .to_owned();
-        Self::build(pool, name)
+        // Only the settings can fail to build, and the defaults are valid.
+        Self::builder_on(pool)
+            .build()
+            .expect("the default settings are valid")
     }
 
-    fn build(pool: PgPool, application_name: String) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn assemble(
+        pool: PgPool,
+        names: Names,
+        grace: Option<Grace>,
+        notifications: bool,
+        durable: bool,
+        timeout: Duration,
+        auto_migrate: bool,
+        shared: Shared,
+    ) -> Self {
         PostgresBackend {
             pool,
-            names: Arc::new(
-                Names::new(Self::DEFAULT_SCHEMA, Self::DEFAULT_TABLE)
-                    .expect("the default names are valid identifiers"),
-            ),
-            grace: None,
-            notifications: true,
-            durable: true,
-            timeout: Self::DEFAULT_TIMEOUT,
-            auto_migrate: true,
-            preamble: Names::preamble(Self::DEFAULT_TIMEOUT, true).into(),
-            shared: Arc::new(Shared {
-                migrated: AtomicBool::new(false),
-                migrating: tokio::sync::Mutex::default(),
-                notifier: Notifier::default(),
-                application_name,
-            }),
+            names: Arc::new(names),
+            grace,
+            notifications,
+            durable,
+            timeout,
+            auto_migrate,
+            preamble: Names::preamble(timeout, durable).into(),
+            shared: Arc::new(shared),
         }
-    }
-
-    /// Keeps the locks in `schema.table` (both matching `[a-z_][a-z0-9_]{0,47}`) instead of
-    /// `public.distlock`; different tables never meet.
-    ///
-    /// # Errors
-    /// [`ErrorKind::Config`] for any other name.
-    pub fn with_table(mut self, schema: &str, table: &str) -> Result<Self> {
-        let names = Names::new(schema, table).ok_or_else(|| {
-            Error::new(
-                ErrorKind::Config,
-                NAME,
-                Operation::Validate,
-                format!(
-                    "{schema:?}.{table:?}: schema and table names must match \
-                     [a-z_][a-z0-9_]{{0,47}}"
-                ),
-            )
-        })?;
-        self.names = Arc::new(names);
-        self.shared = Arc::new(Shared {
-            migrated: AtomicBool::new(false),
-            migrating: tokio::sync::Mutex::default(),
-            notifier: Notifier::default(),
-            application_name: self.shared.application_name.clone(),
-        });
-        Ok(self)
-    }
-
-    /// Keeps expired rows for `grace` instead of each lock's ttl, for late detection.
-    ///
-    /// # Errors
-    /// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) over 365 days, before any
-    /// I/O.
-    pub fn with_grace(mut self, grace: Duration) -> Result<Self> {
-        self.grace = Some(Grace::new(grace)?);
-        Ok(self)
-    }
-
-    /// Turns release notifications (`LISTEN`/`NOTIFY`) on (the default) or off. Turn them
-    /// off through PgBouncer in transaction mode, where `LISTEN` cannot work: waiters poll.
-    pub fn with_notifications(mut self, on: bool) -> Self {
-        self.notifications = on;
-        self
-    }
-
-    /// With `false`, each operation commits with `synchronous_commit = off`: it returns
-    /// without waiting for its WAL to reach the disk, several times faster on most disks.
-    /// The price: a server *crash* (not a clean restart) may forget the last few hundred
-    /// milliseconds of operations. A forgotten acquisition then makes its holder's next
-    /// prolong or release answer `Lost` (the contract's answer after data loss, as with a
-    /// Redis restart without persistence), and fencing still grows; but until that call the
-    /// holder believes it holds a lock another may take. Default `true`: durable.
-    pub fn with_durable_commits(mut self, durable: bool) -> Self {
-        self.durable = durable;
-        self.preamble = Names::preamble(self.timeout, self.durable).into();
-        self
-    }
-
-    /// The deadline of every call (default 5 s): waiting for a pooled connection, connecting,
-    /// and the statement itself, including any wait behind another session's statement on
-    /// the same key. The server enforces it too (`statement_timeout`), so a statement cannot
-    /// wait on past it. A call that hits it returns a retry-safe
-    /// [`ErrorKind::Unavailable`] naming the deadline; the connection it used is closed.
-    ///
-    /// Keep it well under your locks' ttl: a watchdog's prolong that is still waiting when
-    /// the validity ends counts the lock as lost.
-    ///
-    /// # Errors
-    /// [`ErrorKind::Config`] for a zero deadline.
-    pub fn with_timeout(mut self, timeout: Duration) -> Result<Self> {
-        if timeout.is_zero() {
-            return Err(Error::new(
-                ErrorKind::Config,
-                NAME,
-                Operation::Validate,
-                "the deadline of a call must be longer than zero",
-            ));
-        }
-        self.timeout = timeout;
-        self.preamble = Names::preamble(self.timeout, self.durable).into();
-        Ok(self)
-    }
-
-    /// With `false`, the backend never creates or changes the schema: on first use it only
-    /// checks that the table and its function are there and usable, and says what is
-    /// missing. For a least-privilege role that may use the table and execute the function
-    /// but may not create them; run [`PostgresBackend::migrate`] once as a role that may
-    /// (`migrate=false` in a `lock-config` URL). Default `true`: created on first use.
-    pub fn with_auto_migrate(mut self, on: bool) -> Self {
-        self.auto_migrate = on;
-        self
     }
 
     /// The pool the backend runs on.
@@ -239,7 +150,7 @@ impl PostgresBackend {
     /// Creates the schema, table and function if missing, and checks that an
     /// existing table has the expected shape. Idempotent; concurrent calls take turns.
     ///
-    /// Bounded by the backend's deadline ([`PostgresBackend::with_timeout`]), waiting for
+    /// Bounded by the backend's deadline ([`PostgresBuilder::timeout`]), waiting for
     /// another migration included.
     ///
     /// # Errors
@@ -313,7 +224,7 @@ impl PostgresBackend {
                         Operation::Connect,
                         format!(
                             "table {} exists but is not a lock table: {what}; choose another \
-                             table name with with_table(), or drop that table",
+                             table name (table=schema.name, PostgresBuilder::table), or drop that table",
                             self.table()
                         ),
                     ));
@@ -452,7 +363,7 @@ impl PostgresBackend {
                     Err(sqlx::Error::Io(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         format!(
-                            "no answer within the deadline of {:?} (with_timeout / timeout=)",
+                            "no answer within the deadline of {:?} (PostgresBuilder::timeout / timeout=)",
                             self.timeout
                         ),
                     )))
@@ -474,7 +385,7 @@ impl PostgresBackend {
                 NAME,
                 op,
                 format!(
-                    "no answer within the deadline of {:?} (with_timeout / timeout=); it is safe to retry",
+                    "no answer within the deadline of {:?} (PostgresBuilder::timeout / timeout=); it is safe to retry",
                     self.timeout
                 ),
             )

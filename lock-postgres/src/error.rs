@@ -56,7 +56,7 @@ pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
                 ),
                 "57014" => (
                     ErrorKind::Unavailable,
-                    "the statement ran into the backend's deadline (with_timeout / timeout=), \
+                    "the statement ran into the backend's deadline (PostgresBuilder::timeout / timeout=), \
                      most likely queued behind other statements on the same key; it is safe to \
                      retry",
                 ),

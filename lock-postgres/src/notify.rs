@@ -11,7 +11,7 @@
 //! notification may have been missed, and the waiters' fallback poll covers the gap.
 //!
 //! Through PgBouncer in transaction mode `LISTEN` cannot work (the session is not kept):
-//! turn notifications off there (`with_notifications(false)`), and waiters poll.
+//! turn notifications off there (`PostgresBuilder::notifications(false)`, `notify=false`), and waiters poll.
 
 use lock_core::{Operation, ReleaseSubscription, Result, Waiters};
 use sqlx::postgres::PgListener;
@@ -67,7 +67,7 @@ impl Notifier {
                             crate::backend::NAME,
                             Operation::Subscribe,
                             format!(
-                                "no answer within the deadline of {deadline:?} (with_timeout / \
+                                "no answer within the deadline of {deadline:?} (PostgresBuilder::timeout / \
                                  timeout=); waiters poll instead"
                             ),
                         )

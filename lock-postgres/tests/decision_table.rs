@@ -21,11 +21,10 @@ async fn the_sql_function_keeps_the_decision_table() {
     let url = shared_url();
     let schema = format!("t_{}", &Token::generate().unwrap().to_hex()[..12]);
     let admin = PgPool::connect(&url).await.expect("the shared Postgres");
-    let backend = PostgresBackend::connect(&url)
-        .unwrap()
-        .with_table(&schema, "locks")
-        .unwrap()
-        .with_grace(Duration::from_millis(GRACE_MS))
+    let backend = PostgresBackend::builder(&url)
+        .table(&schema, "locks")
+        .grace(Duration::from_millis(GRACE_MS))
+        .build()
         .unwrap();
     backend.migrate().await.unwrap();
     let table = backend.table();

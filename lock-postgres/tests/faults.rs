@@ -240,9 +240,10 @@ async fn through_pgbouncer_in_transaction_mode_exclusion_holds() {
     let bouncer = PgBouncer::start(server.port, PASSWORD);
     // 32 tasks on 2 server connections: every statement may land on another session.
     let backend: Arc<dyn LockBackend> = Arc::new(
-        PostgresBackend::connect(&bouncer.url)
-            .unwrap()
-            .with_notifications(false),
+        PostgresBackend::builder(&bouncer.url)
+            .notifications(false)
+            .build()
+            .unwrap(),
     );
     let inside = Arc::new(AtomicUsize::new(0));
     let grants = Arc::new(AtomicUsize::new(0));

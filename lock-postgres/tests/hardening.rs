@@ -13,7 +13,7 @@ use lock_core::{
     ErrorKind, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
     ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Token, Ttl,
 };
-use lock_postgres::PostgresBackend;
+use lock_postgres::{PostgresBackend, PostgresBuilder};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 use support::{exec, shared_url, PASSWORD};
@@ -35,10 +35,17 @@ impl Fresh {
 
     /// A migrated backend on `schema.locks` over `url`.
     async fn backend(&self) -> PostgresBackend {
-        let b = PostgresBackend::connect(&self.url)
-            .unwrap()
-            .with_table(&self.schema, "locks")
-            .unwrap();
+        self.migrated(self.builder()).await
+    }
+
+    /// The settings of a backend on `schema.locks` over `url`.
+    fn builder(&self) -> PostgresBuilder {
+        PostgresBackend::builder(&self.url).table(&self.schema, "locks")
+    }
+
+    /// The backend `builder` makes, migrated.
+    async fn migrated(&self, builder: PostgresBuilder) -> PostgresBackend {
+        let b = builder.build().unwrap();
         b.migrate().await.unwrap();
         b
     }
@@ -51,8 +58,9 @@ impl Fresh {
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .connect_lazy_with(options);
-        PostgresBackend::from_pool(pool)
-            .with_table(&self.schema, "locks")
+        PostgresBackend::builder_on(pool)
+            .table(&self.schema, "locks")
+            .build()
             .unwrap()
     }
 
@@ -107,11 +115,7 @@ async fn obtain(b: &PostgresBackend, key: &Key, token: &Token, ms: u64) -> Obtai
 async fn a_prolong_queued_past_the_expiry_is_late_not_on_time() {
     let f = Fresh::new().await;
     // A grace long enough that the late prolong can still prove the lock was its own.
-    let b = f
-        .backend()
-        .await
-        .with_grace(Duration::from_secs(60))
-        .unwrap();
+    let b = f.migrated(f.builder().grace(Duration::from_secs(60))).await;
     let (key, token) = (Key::new("k").unwrap(), Token::generate().unwrap());
     assert!(matches!(
         obtain(&b, &key, &token, 300).await,
@@ -183,7 +187,7 @@ async fn outcomes_do_not_depend_on_the_default_isolation_level() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_leaves_rows_another_statement_is_working_on() {
     let f = Fresh::new().await;
-    let b = f.backend().await.with_grace(Duration::ZERO).unwrap();
+    let b = f.migrated(f.builder().grace(Duration::ZERO)).await;
     let (key, token) = (Key::new("k").unwrap(), Token::generate().unwrap());
     assert!(matches!(
         obtain(&b, &key, &token, 5).await,
@@ -225,11 +229,11 @@ async fn a_least_privilege_role_uses_a_table_migrated_by_an_admin() {
     .await;
     let host = f.url.rsplit_once('@').unwrap().1;
     let url = format!("postgres://{role}:{PASSWORD}@{host}");
-    let weak = PostgresBackend::connect(&url)
-        .unwrap()
-        .with_table(s, "locks")
-        .unwrap()
-        .with_auto_migrate(false);
+    let weak = PostgresBackend::builder(&url)
+        .table(s, "locks")
+        .auto_migrate(false)
+        .build()
+        .unwrap();
     let (key, token) = (Key::new("k").unwrap(), Token::generate().unwrap());
     assert!(matches!(
         obtain(&weak, &key, &token, 30_000).await,
@@ -246,11 +250,11 @@ async fn a_least_privilege_role_uses_a_table_migrated_by_an_admin() {
     assert_eq!(release, ReleaseOutcome::Released);
 
     // A table nobody migrated: the error says what to run, and nothing was created.
-    let missing = PostgresBackend::connect(&url)
-        .unwrap()
-        .with_table(s, "never_migrated")
-        .unwrap()
-        .with_auto_migrate(false);
+    let missing = PostgresBackend::builder(&url)
+        .table(s, "never_migrated")
+        .auto_migrate(false)
+        .build()
+        .unwrap();
     let err = missing.inspect(&key).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     assert!(err.to_string().contains("migrate()"), "{err}");
@@ -286,10 +290,8 @@ async fn a_read_only_server_says_what_to_do() {
 async fn a_call_queued_past_its_deadline_gives_up_in_time() {
     let f = Fresh::new().await;
     let b = f
-        .backend()
-        .await
-        .with_timeout(Duration::from_millis(300))
-        .unwrap();
+        .migrated(f.builder().timeout(Duration::from_millis(300)))
+        .await;
     let tx = f.hold_key("k").await;
     let started = Instant::now();
     let err = b.inspect(&Key::new("k").unwrap()).await.unwrap_err();
@@ -319,11 +321,10 @@ async fn a_migration_queued_behind_another_gives_up_at_the_deadline() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let b = PostgresBackend::connect(&f.url)
-        .unwrap()
-        .with_table(&f.schema, "locks")
-        .unwrap()
-        .with_timeout(Duration::from_millis(300))
+    let b = f
+        .builder()
+        .timeout(Duration::from_millis(300))
+        .build()
         .unwrap();
     let started = Instant::now();
     let err = b.migrate().await.unwrap_err();
@@ -342,8 +343,10 @@ async fn a_migration_queued_behind_another_gives_up_at_the_deadline() {
 
 #[tokio::test]
 async fn grace_out_of_range_is_refused_before_any_io() {
-    let b = PostgresBackend::connect("postgres://nobody@127.0.0.1:1/none").unwrap();
-    let err = b.with_grace(Duration::MAX).unwrap_err();
+    let err = PostgresBackend::builder("postgres://nobody@127.0.0.1:1/none")
+        .grace(Duration::MAX)
+        .build()
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
 }
 

@@ -57,8 +57,13 @@ fn main() {
         let raw = ConnectionManager::new(client.clone())
             .await
             .unwrap_or_else(|e| panic!("the bench needs Redis at {url} (set REDIS_URL): {e}"));
-        let lua: Arc<dyn LockBackend> =
-            Arc::new(RedisBackend::connect(&url).await.unwrap().with_prefix("bench:"));
+        let lua: Arc<dyn LockBackend> = Arc::new(
+            RedisBackend::builder(url.as_str())
+                .prefix("bench:")
+                .connect()
+                .await
+                .unwrap(),
+        );
         let watch: Arc<dyn LockBackend> = Arc::new(
             RedisBackend::builder(url.as_str())
                 .variant(Variant::Watch)

@@ -75,7 +75,7 @@ impl RedisBackend {
     /// The default number of dedicated connections of the WATCH variant (per primary on a
     /// cluster).
     pub const DEFAULT_POOL_SIZE: usize = 16;
-    /// The default deadline of one call: see [`RedisBackend::with_timeout`].
+    /// The default deadline of one call: see [`RedisBuilder::timeout`].
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
     /// The deadline of [`RedisBuilder::connect`]: finding the servers (asking the sentinels,
     /// reading a cluster's slots), two connection attempts and the first command.
@@ -160,44 +160,6 @@ impl RedisBackend {
         }
     }
 
-    /// The deadline of every call (default 2 s): waiting for a pooled connection or a
-    /// reconnect, and the server's answer. A call that hits it returns a retry-safe
-    /// [`ErrorKind::Unavailable`] naming the deadline; the call may or may not have been
-    /// applied (the contract's uncertain failure, which a retry resolves). Keep it well
-    /// under your locks' ttl: a watchdog's prolong still waiting when the validity ends
-    /// counts the lock as lost.
-    ///
-    /// # Errors
-    /// [`ErrorKind::Config`] for a zero deadline.
-    pub fn with_timeout(mut self, timeout: Duration) -> Result<Self> {
-        if timeout.is_zero() {
-            return Err(Error::new(
-                ErrorKind::Config,
-                self.name(),
-                Operation::Validate,
-                "the deadline of a call must be longer than zero",
-            ));
-        }
-        self.timeout = timeout;
-        Ok(self)
-    }
-
-    /// Puts every key under `prefix` instead of `lock:`; different prefixes never meet.
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into().into();
-        self
-    }
-
-    /// Keeps expired records for `grace` instead of each lock's ttl, for late detection.
-    ///
-    /// # Errors
-    /// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) over 365 days, before any
-    /// I/O.
-    pub fn with_grace(mut self, grace: Duration) -> Result<Self> {
-        self.grace = Some(Grace::new(grace)?);
-        Ok(self)
-    }
-
     /// The Redis key that holds `key`'s record, for operators (`redis-cli GET` it; the
     /// format is in the crate docs).
     pub fn record_name(&self, key: &Key) -> String {
@@ -271,7 +233,7 @@ impl RedisBackend {
                     self.name(),
                     op,
                     format!(
-                        "no answer within the deadline of {:?} (with_timeout / timeout=); it is \
+                        "no answer within the deadline of {:?} (RedisBuilder::timeout / timeout=); it is \
                          safe to retry",
                         self.timeout
                     ),

@@ -41,7 +41,93 @@ pub struct RedisBuilder {
     pub(crate) address_map: Vec<(String, String)>,
 }
 
+/// The URL schemes a [`RedisBuilder::from_url`] takes.
+pub const SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis+watch",
+    "rediss+watch",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+];
+
 impl RedisBuilder {
+    /// A builder from a URL that carries its settings too, as `lock-config` takes them:
+    /// any form [`RedisBackend::builder`] takes, `redis+watch://` / `rediss+watch://` for
+    /// the WATCH variant, and the options `variant=lua|watch`, `prefix=`, `pool=`,
+    /// `timeout=` (a duration: `2s`), `grace=`, `wait=N` (replicas to wait for, see
+    /// [`RedisBuilder::replica_acks`]) with `wait_timeout=` (default 500ms). Other options
+    /// stay in the URL for the server connection (`protocol=resp3`).
+    ///
+    /// ```
+    /// use lock_redis::{RedisBuilder, Variant};
+    ///
+    /// let b = RedisBuilder::from_url("redis+watch://cache:6379/0?prefix=billing%3A&pool=32")?;
+    /// assert!(format!("{b:?}").contains("billing:"));
+    /// # Ok::<(), lock_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for another scheme or a malformed option (naming it, never
+    /// the password).
+    pub fn from_url(url: &str) -> Result<Self> {
+        let mut url = lock_core::UrlOptions::parse(lua::NAME, url);
+        let scheme = url.scheme().to_owned();
+        if !SCHEMES.contains(&scheme.as_str()) {
+            return Err(config(
+                lua::NAME,
+                "not a Redis URL: expected redis://, rediss://, redis+watch://, \
+                 redis+cluster:// or redis+sentinel://",
+            ));
+        }
+        let mut variant = if scheme.ends_with("+watch") {
+            Variant::Watch
+        } else {
+            Variant::Lua
+        };
+        match url.take("variant")?.as_deref() {
+            None => {}
+            Some("lua") => variant = Variant::Lua,
+            Some("watch") => variant = Variant::Watch,
+            Some(other) => {
+                return Err(config(
+                    lua::NAME,
+                    format!("variant={other:?}: expected lua or watch"),
+                ))
+            }
+        }
+        let prefix = url.take("prefix")?;
+        let pool = url.take_parsed::<usize>("pool", "a number")?;
+        let timeout = url.take_duration("timeout")?;
+        let grace = url.take_duration("grace")?;
+        let wait = url.take_parsed::<u32>("wait", "a number of replicas")?;
+        let wait_timeout = url.take_duration("wait_timeout")?;
+        let mut b =
+            RedisBackend::builder(url.into_client_url().replacen("+watch", "", 1)).variant(variant);
+        if let Some(p) = prefix {
+            b = b.prefix(p);
+        }
+        if let Some(n) = pool {
+            b = b.pool_size(n);
+        }
+        if let Some(t) = timeout {
+            b = b.timeout(t);
+        }
+        if let Some(g) = grace {
+            b = b.grace(g);
+        }
+        match (wait, wait_timeout) {
+            (Some(n), t) => Ok(b.replica_acks(n, t.unwrap_or(Duration::from_millis(500)))),
+            (None, Some(_)) => Err(config(
+                lua::NAME,
+                "wait_timeout= without wait=N (the number of replicas to wait for)",
+            )),
+            (None, None) => Ok(b),
+        }
+    }
+
     /// Which implementation of the contract to run (default [`Variant::Lua`]).
     pub fn variant(mut self, variant: Variant) -> Self {
         self.variant = variant;
@@ -61,9 +147,13 @@ impl RedisBuilder {
         self
     }
 
-    /// The deadline of every call (default 2 s); see [`RedisBackend::with_timeout`]. On a
-    /// cluster it is also each node's response timeout, after which the cluster connection
-    /// counts the node as gone and reads the slot map again.
+    /// The deadline of every call (default 2 s, longer than zero): waiting for a pooled
+    /// connection or a reconnect, and the server's answer. A call that hits it returns a
+    /// retry-safe [`ErrorKind::Unavailable`] naming the deadline; the call may or may not
+    /// have been applied (the contract's uncertain failure, which a retry resolves). Keep it
+    /// well under your locks' ttl: a watchdog's prolong still waiting when the validity ends
+    /// counts the lock as lost. On a cluster it is also each node's response timeout, after
+    /// which the cluster connection counts the node as gone and reads the slot map again.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

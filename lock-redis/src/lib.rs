@@ -16,5 +16,6 @@ mod topology;
 mod watch;
 
 pub use backend::{RedisBackend, RedisBuilder, Variant};
+pub use builder::SCHEMES;
 pub use lock_core;
 pub use redis;

@@ -163,7 +163,7 @@ impl Notifier {
                     self.backend,
                     Operation::Subscribe,
                     format!(
-                        "no answer within the deadline of {deadline:?} (with_timeout / timeout=); \
+                        "no answer within the deadline of {deadline:?} (RedisBuilder::timeout / timeout=); \
                          waiters poll instead"
                     ),
                 ))

@@ -243,9 +243,11 @@ async fn a_paused_server_longer_than_the_ttl_hands_the_lock_over_after_resume() 
     let server = PrivateRedis::start();
     for variant in BOTH {
         let holder = Locker::new(Arc::new(
-            backend(&server.url, variant)
+            RedisBackend::builder(&server.url)
+                .variant(variant)
+                .grace(Duration::from_secs(60))
+                .connect()
                 .await
-                .with_grace(Duration::from_secs(60))
                 .unwrap(),
         ));
         let other = Locker::new(Arc::new(backend(&server.url, variant).await));

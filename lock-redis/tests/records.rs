@@ -18,14 +18,18 @@ async fn both_variants_agree_on_every_record() {
     let mut admin = support::admin(&url).await;
     let key = Key::new("k").unwrap();
     // The record's name, as the Lua variant would write it (found by writing one).
-    let lua = RedisBackend::connect_with(&url, Variant::Lua)
+    let lua = RedisBackend::builder(&url)
+        .variant(Variant::Lua)
+        .prefix(prefix.clone())
+        .connect()
         .await
-        .unwrap()
-        .with_prefix(prefix.clone());
-    let watch = RedisBackend::connect_with(&url, Variant::Watch)
+        .unwrap();
+    let watch = RedisBackend::builder(&url)
+        .variant(Variant::Watch)
+        .prefix(prefix.clone())
+        .connect()
         .await
-        .unwrap()
-        .with_prefix(prefix.clone());
+        .unwrap();
     let token = lock_core::Token::generate().unwrap();
     let holder = lock_core::HolderInfo::current();
     let req = lock_core::ObtainRequest {

@@ -30,14 +30,20 @@ pub fn fresh_prefix(what: &str) -> String {
 }
 
 /// `n` obtain+release cycles straight on the backend trait, over 64 keys under `prefix`;
-/// every obtain must be `Acquired` and every release `Released`.
-pub async fn backend_cycles(backend: Arc<dyn LockBackend>, prefix: String, n: usize) {
+/// every obtain must be `Acquired` and every release `Released`. Returns each cycle's time.
+pub async fn backend_cycles(
+    backend: Arc<dyn LockBackend>,
+    prefix: String,
+    n: usize,
+) -> Vec<Duration> {
     let ttl = Ttl::new(Duration::from_secs(30)).expect("a ttl");
     let holder = HolderInfo::current();
     let keys: Vec<Key> = (0..64)
         .map(|i| Key::new(format!("{prefix}{i}")).expect("a key"))
         .collect();
+    let mut times = Vec::with_capacity(n);
     for i in 0..n {
+        let started = Instant::now();
         let key = &keys[i % keys.len()];
         let token = Token::generate().expect("a token");
         let req = ObtainRequest {
@@ -55,15 +61,24 @@ pub async fn backend_cycles(backend: Arc<dyn LockBackend>, prefix: String, n: us
         };
         let r = backend.release(req).await.expect("release");
         assert_eq!(r, ReleaseOutcome::Released);
+        times.push(started.elapsed());
     }
+    times
 }
 
 /// `n` obtain+release cycles through the client layer over 64 keys under `prefix`:
 /// `try_obtain()` (one attempt), or with `waiting`, `obtain()` with a notified retry (which
-/// must cost the same on a free lock).
-pub async fn locker_cycles(locker: Locker, prefix: String, n: usize, waiting: bool) {
+/// must cost the same on a free lock). Returns each cycle's time.
+pub async fn locker_cycles(
+    locker: Locker,
+    prefix: String,
+    n: usize,
+    waiting: bool,
+) -> Vec<Duration> {
     let keys: Vec<String> = (0..64).map(|i| format!("{prefix}{i}")).collect();
+    let mut times = Vec::with_capacity(n);
     for i in 0..n {
+        let started = Instant::now();
         let lock = locker.lock(&keys[i % keys.len()]);
         let got = if waiting {
             lock.retry(Retry::default().notified()).obtain().await
@@ -75,7 +90,55 @@ pub async fn locker_cycles(locker: Locker, prefix: String, n: usize, waiting: bo
             guard.release().await.expect("release"),
             ReleaseOutcome::Released
         );
+        times.push(started.elapsed());
     }
+    times
+}
+
+/// What one measurement of cycles found: the rate and the per-cycle latencies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Run {
+    /// Cycles per second, all tasks together.
+    pub rate: f64,
+    /// The median cycle, in microseconds.
+    pub p50_us: f64,
+    /// The 99th percentile cycle, in microseconds.
+    pub p99_us: f64,
+}
+
+/// [`rate`], with the per-cycle latencies the tasks return.
+pub async fn run<F, Fut>(tasks: usize, cycles: usize, f: F) -> Run
+where
+    F: Fn(String, usize) -> Fut,
+    Fut: Future<Output = Vec<Duration>> + Send + 'static,
+{
+    let each = cycles / tasks;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| tokio::spawn(f(fresh_prefix(&format!("bench-{t}")), each)))
+        .collect();
+    let mut all = Vec::with_capacity(each * tasks);
+    for h in handles {
+        all.extend(h.await.expect("a bench task"));
+    }
+    let rate = all.len() as f64 / start.elapsed().as_secs_f64();
+    all.sort();
+    let us = |p: f64| {
+        let i = ((all.len() as f64 - 1.0) * p).round() as usize;
+        all[i].as_secs_f64() * 1e6
+    };
+    Run {
+        rate,
+        p50_us: us(0.5),
+        p99_us: us(0.99),
+    }
+}
+
+/// The run of median rate among rounds.
+pub fn median_run(mut runs: Vec<Run>) -> Run {
+    assert!(!runs.is_empty(), "no rounds");
+    runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+    runs[runs.len() / 2]
 }
 
 /// Cycles per second of `tasks` concurrent tasks, each running `f(prefix, cycles / tasks)`
@@ -83,7 +146,8 @@ pub async fn locker_cycles(locker: Locker, prefix: String, n: usize, waiting: bo
 pub async fn rate<F, Fut>(tasks: usize, cycles: usize, f: F) -> f64
 where
     F: Fn(String, usize) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send,
 {
     let each = cycles / tasks;
     let start = Instant::now();

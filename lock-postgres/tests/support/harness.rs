@@ -41,11 +41,11 @@ impl Postgres {
     }
 
     fn make(&self, table: &str) -> PostgresBackend {
-        let backend = PostgresBackend::connect(&self.url)
-            .unwrap()
-            .with_table(&self.schema, table)
-            .unwrap()
-            .with_notifications(self.notifications);
+        let backend = PostgresBackend::builder(&self.url)
+            .table(&self.schema, table)
+            .notifications(self.notifications)
+            .build()
+            .unwrap();
         self.made.lock().unwrap().push(backend.clone());
         backend
     }
@@ -91,12 +91,11 @@ impl Harness for Postgres {
         let (proxy, url) = test_servers::proxy::in_front_of(&self.url);
         let table = Self::fresh_table();
         let deadline = std::time::Duration::from_secs(1);
-        let backend = PostgresBackend::connect(&url)
-            .unwrap()
-            .with_table(&self.schema, &table)
-            .unwrap()
-            .with_notifications(self.notifications)
-            .with_timeout(deadline)
+        let backend = PostgresBackend::builder(&url)
+            .table(&self.schema, &table)
+            .notifications(self.notifications)
+            .timeout(deadline)
+            .build()
             .unwrap();
         Some(Faulty {
             backend: Arc::new(backend),
@@ -179,11 +178,11 @@ impl Harness for Postgres {
         let mut parts = config.split(' ');
         let (url, schema, table) = (parts.next(), parts.next(), parts.next());
         Arc::new(
-            PostgresBackend::connect(url.expect("url"))
-                .unwrap()
-                .with_table(schema.expect("schema"), table.expect("table"))
-                .unwrap()
-                .with_notifications(self.notifications),
+            PostgresBackend::builder(url.expect("url"))
+                .table(schema.expect("schema"), table.expect("table"))
+                .notifications(self.notifications)
+                .build()
+                .unwrap(),
         )
     }
 }

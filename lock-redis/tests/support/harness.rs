@@ -55,10 +55,12 @@ impl Redis {
     }
 
     async fn make(&self, prefix: String) -> RedisBackend {
-        let backend = RedisBackend::connect_with(self.url(), self.variant)
+        let backend = RedisBackend::builder(self.url())
+            .variant(self.variant)
+            .prefix(prefix.clone())
+            .connect()
             .await
-            .unwrap_or_else(|e| panic!("Redis at {} is needed: {e}", self.url()))
-            .with_prefix(prefix.clone());
+            .unwrap_or_else(|e| panic!("Redis at {} is needed: {e}", self.url()));
         self.made.lock().unwrap().push((prefix, backend.clone()));
         backend
     }
@@ -177,10 +179,12 @@ impl Harness for Redis {
             _ => Variant::Lua,
         };
         Arc::new(
-            RedisBackend::connect_with(url.expect("url"), variant)
+            RedisBackend::builder(url.expect("url"))
+                .variant(variant)
+                .prefix(prefix.expect("prefix"))
+                .connect()
                 .await
-                .expect("Redis")
-                .with_prefix(prefix.expect("prefix")),
+                .expect("Redis"),
         )
     }
 }

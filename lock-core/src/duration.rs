@@ -6,7 +6,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_config::parse_duration;
+/// use lock_core::parse_duration;
 /// assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
 /// assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
 /// assert_eq!(parse_duration("soon"), None);

@@ -1,0 +1,210 @@
+//! The options of a lock URL: each backend crate parses its own URLs with [`UrlOptions`],
+//! so that every option is read, decoded and refused the same way.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_core::UrlOptions;
+//!
+//! let mut url = UrlOptions::parse("my-backend", "mine://host/db?grace=1m&prefix=a%3Ab&sslmode=require");
+//! assert_eq!(url.scheme(), "mine");
+//! assert_eq!(url.take_duration("grace")?, Some(Duration::from_secs(60)));
+//! assert_eq!(url.take("prefix")?.as_deref(), Some("a:b"));
+//! // What the backend does not read goes to its own client, still encoded.
+//! assert_eq!(url.into_client_url(), "mine://host/db?sslmode=require");
+//! # Ok::<(), lock_core::Error>(())
+//! ```
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::{parse_duration, Error, ErrorKind, Operation, Result};
+
+/// A lock URL split into its base (scheme, authority, path, fragment) and the options of its
+/// query string. Errors name the option, never the URL (which may hold a password).
+#[derive(Clone)]
+pub struct UrlOptions {
+    backend: &'static str,
+    base: String,
+    params: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for UrlOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlOptions")
+            .field("backend", &self.backend)
+            .field("base", &crate::redact_url(&self.base))
+            .field(
+                "options",
+                &self.params.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl UrlOptions {
+    /// Splits `url`; `backend` names the backend in errors. A fragment (`#insecure`) stays
+    /// with the base.
+    pub fn parse(backend: &'static str, url: &str) -> Self {
+        let (url, fragment) = match url.split_once('#') {
+            Some((u, f)) => (u, format!("#{f}")),
+            None => (url, String::new()),
+        };
+        let (base, params) = match url.split_once('?') {
+            None => (url, Vec::new()),
+            Some((base, query)) => (
+                base,
+                query
+                    .split('&')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| match p.split_once('=') {
+                        Some((k, v)) => (k.to_owned(), v.to_owned()),
+                        None => (p.to_owned(), String::new()),
+                    })
+                    .collect(),
+            ),
+        };
+        UrlOptions {
+            backend,
+            base: format!("{base}{fragment}"),
+            params,
+        }
+    }
+
+    /// The scheme: what comes before the first `:` (empty when there is none).
+    pub fn scheme(&self) -> &str {
+        self.base.split_once(':').map_or("", |(s, _)| s)
+    }
+
+    /// The URL without its query string.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn error(&self, message: String) -> Error {
+        Error::new(ErrorKind::Config, self.backend, Operation::Connect, message)
+    }
+
+    /// Removes option `key` and returns its value, percent-decoded (`%3A` is `:`; `+` stays
+    /// a plus).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] when the decoded value is not UTF-8.
+    pub fn take(&mut self, key: &str) -> Result<Option<String>> {
+        let Some(i) = self.params.iter().position(|(k, _)| k == key) else {
+            return Ok(None);
+        };
+        let raw = self.params.remove(i).1;
+        percent_encoding::percent_decode_str(&raw)
+            .decode_utf8()
+            .map(|v| Some(v.into_owned()))
+            .map_err(|_| self.error(format!("{key}=…: the percent-decoded value is not UTF-8")))
+    }
+
+    /// Option `key` as a duration (`250ms`, `30s`, `5m`, `1h`, `2d`; see
+    /// [`parse_duration`](crate::parse_duration)).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the option when it is not one.
+    pub fn take_duration(&mut self, key: &str) -> Result<Option<Duration>> {
+        self.take(key)?
+            .map(|v| {
+                parse_duration(&v).ok_or_else(|| {
+                    self.error(format!(
+                        "{key}={v:?} is not a duration: write e.g. 250ms, 30s, 5m, 1h"
+                    ))
+                })
+            })
+            .transpose()
+    }
+
+    /// Option `key` as a flag: `true`/`on`/`1` or `false`/`off`/`0`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the option for anything else.
+    pub fn take_flag(&mut self, key: &str) -> Result<Option<bool>> {
+        self.take(key)?
+            .map(|v| match v.as_str() {
+                "true" | "on" | "1" => Ok(true),
+                "false" | "off" | "0" => Ok(false),
+                _ => Err(self.error(format!("{key}={v:?}: expected true or false"))),
+            })
+            .transpose()
+    }
+
+    /// Option `key` parsed as a `T`; `what` says what it must be in the error.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the option when it does not parse.
+    pub fn take_parsed<T: FromStr>(&mut self, key: &str, what: &str) -> Result<Option<T>> {
+        self.take(key)?
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| self.error(format!("{key}={v:?} is not {what}")))
+            })
+            .transpose()
+    }
+
+    /// The base, when every option was read.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the first option nobody read.
+    pub fn finish(self) -> Result<String> {
+        match self.params.first() {
+            None => Ok(self.base),
+            Some((k, _)) => {
+                Err(self.error(format!("unknown option {k:?} for a {}: URL", self.scheme())))
+            }
+        }
+    }
+
+    /// The base with the options nobody read, still encoded: for the backend's own client
+    /// (`sslmode=require` for Postgres, `protocol=resp3` for Redis).
+    pub fn into_client_url(self) -> String {
+        if self.params.is_empty() {
+            return self.base;
+        }
+        let (base, fragment) = match self.base.split_once('#') {
+            Some((b, f)) => (b, format!("#{f}")),
+            None => (self.base.as_str(), String::new()),
+        };
+        let query: Vec<String> = self
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!("{base}?{}{fragment}", query.join("&"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_decoded_and_the_rest_passed_on_encoded() {
+        let mut url = UrlOptions::parse("t", "redis://h:1/0?prefix=a%3Ab%2F+c&user=x%40y#frag");
+        assert_eq!(url.take("prefix").unwrap().as_deref(), Some("a:b/+c"));
+        assert_eq!(
+            url.clone().into_client_url(),
+            "redis://h:1/0?user=x%40y#frag"
+        );
+        assert!(url.finish().unwrap_err().to_string().contains("\"user\""));
+        let mut bad = UrlOptions::parse("t", "memory:?prefix=%FF");
+        assert_eq!(bad.take("prefix").unwrap_err().kind(), ErrorKind::Config);
+    }
+
+    #[test]
+    fn errors_name_the_option_and_never_the_password() {
+        let mut url =
+            UrlOptions::parse("t", "redis://:secret@h/0?grace=soon&pool=many&notify=maybe");
+        for e in [
+            url.take_duration("grace").unwrap_err(),
+            url.take_parsed::<usize>("pool", "a number").unwrap_err(),
+            url.take_flag("notify").unwrap_err(),
+        ] {
+            assert_eq!(e.kind(), ErrorKind::Config);
+            assert!(!e.to_string().contains("secret"), "{e}");
+        }
+        assert!(!format!("{url:?}").contains("secret"));
+    }
+}

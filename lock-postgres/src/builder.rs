@@ -1,0 +1,330 @@
+//! [`PostgresBuilder`]: every setting of a [`PostgresBackend`] before it is made, from code
+//! or from a URL's options.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use lock_core::{Error, ErrorKind, Grace, Operation, Result, Token, UrlOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use crate::backend::{PostgresBackend, Shared, NAME};
+use crate::error::map_error;
+use crate::notify::Notifier;
+use crate::sql::Names;
+
+/// The URL schemes a [`PostgresBuilder`] takes.
+pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
+
+/// Where the connections come from.
+#[derive(Clone)]
+enum Source {
+    Url(String),
+    Pool(PgPool),
+}
+
+/// The settings of a [`PostgresBackend`], all known before it is made: from
+/// [`PostgresBackend::builder`], [`PostgresBackend::builder_on`] or
+/// [`PostgresBuilder::from_url`], consumed by [`PostgresBuilder::build`]. Its `Debug` never
+/// shows the URL's password.
+#[derive(Clone)]
+#[must_use = "a builder does nothing until build()"]
+pub struct PostgresBuilder {
+    source: Source,
+    schema: String,
+    table: String,
+    grace: Option<Duration>,
+    notifications: bool,
+    durable: bool,
+    timeout: Duration,
+    auto_migrate: bool,
+    pool_size: u32,
+}
+
+impl fmt::Debug for PostgresBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.source {
+            Source::Url(url) => lock_core::redact_url(url),
+            Source::Pool(_) => "an existing pool".to_owned(),
+        };
+        f.debug_struct("PostgresBuilder")
+            .field("source", &source)
+            .field("table", &format_args!("{}.{}", self.schema, self.table))
+            .field("grace", &self.grace)
+            .field("notifications", &self.notifications)
+            .field("durable", &self.durable)
+            .field("timeout", &self.timeout)
+            .field("auto_migrate", &self.auto_migrate)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
+}
+
+impl PostgresBuilder {
+    fn new(source: Source) -> Self {
+        PostgresBuilder {
+            source,
+            schema: PostgresBackend::DEFAULT_SCHEMA.to_owned(),
+            table: PostgresBackend::DEFAULT_TABLE.to_owned(),
+            grace: None,
+            notifications: true,
+            durable: true,
+            timeout: PostgresBackend::DEFAULT_TIMEOUT,
+            auto_migrate: true,
+            pool_size: PostgresBackend::DEFAULT_POOL_SIZE,
+        }
+    }
+
+    pub(crate) fn on_url(url: String) -> Self {
+        Self::new(Source::Url(url))
+    }
+
+    pub(crate) fn on_pool(pool: PgPool) -> Self {
+        Self::new(Source::Pool(pool))
+    }
+
+    /// A builder from a URL that carries its settings too, as `lock-config` takes them:
+    /// `postgres://user[:password]@host[:port]/database` (or `postgresql://`) with the
+    /// options `table=[schema.]table`, `schema=`, `notify=false` (behind PgBouncer),
+    /// `durable=false`, `migrate=false`, `timeout=` (a duration: `5s`), `grace=`, `pool=`.
+    /// Other options stay in the URL for sqlx (`sslmode=require`).
+    ///
+    /// ```
+    /// use lock_postgres::PostgresBuilder;
+    ///
+    /// let b = PostgresBuilder::from_url("postgres://app:secret@db/app?table=locks.app&notify=false")?;
+    /// assert!(format!("{b:?}").contains("locks.app"));
+    /// assert!(!format!("{b:?}").contains("secret"));
+    /// # Ok::<(), lock_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for another scheme or a malformed option (naming it, never the
+    /// password).
+    pub fn from_url(url: &str) -> Result<Self> {
+        let mut url = UrlOptions::parse(NAME, url);
+        if !SCHEMES.contains(&url.scheme()) {
+            return Err(config(
+                "not a Postgres URL: expected postgres://user[:password]@host[:port]/database",
+            ));
+        }
+        let table = url.take("table")?;
+        let schema = url.take("schema")?;
+        let notify = url.take_flag("notify")?;
+        let durable = url.take_flag("durable")?;
+        let migrate = url.take_flag("migrate")?;
+        let timeout = url.take_duration("timeout")?;
+        let grace = url.take_duration("grace")?;
+        let pool = url.take_parsed::<u32>("pool", "a number of connections")?;
+        let mut b = Self::on_url(url.into_client_url());
+        if table.is_some() || schema.is_some() {
+            let table = table.unwrap_or_else(|| PostgresBackend::DEFAULT_TABLE.to_owned());
+            b = match table.split_once('.') {
+                Some((s, t)) => b.table(s, t),
+                None => {
+                    let s = schema.unwrap_or_else(|| PostgresBackend::DEFAULT_SCHEMA.to_owned());
+                    b.table(&s, &table)
+                }
+            };
+        }
+        b.grace = grace;
+        b.notifications = notify.unwrap_or(b.notifications);
+        b.durable = durable.unwrap_or(b.durable);
+        b.auto_migrate = migrate.unwrap_or(b.auto_migrate);
+        b.timeout = timeout.unwrap_or(b.timeout);
+        b.pool_size = pool.unwrap_or(b.pool_size);
+        Ok(b)
+    }
+
+    /// Keeps the locks in `schema.table` (both matching `[a-z_][a-z0-9_]{0,47}`, checked by
+    /// [`PostgresBuilder::build`]) instead of `public.distlock`; different tables never meet.
+    pub fn table(mut self, schema: &str, table: &str) -> Self {
+        self.schema = schema.to_owned();
+        self.table = table.to_owned();
+        self
+    }
+
+    /// Keeps expired rows for `grace` instead of each lock's ttl, for late detection (at
+    /// most 365 days, checked by [`PostgresBuilder::build`]).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// Turns release notifications (`LISTEN`/`NOTIFY`) on (the default) or off. Turn them
+    /// off through PgBouncer in transaction mode, where `LISTEN` cannot work: waiters poll.
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// With `false`, each operation commits with `synchronous_commit = off`: it returns
+    /// without waiting for its WAL to reach the disk, several times faster on most disks.
+    /// The price: a server *crash* (not a clean restart) may forget the last few hundred
+    /// milliseconds of operations. A forgotten acquisition then makes its holder's next
+    /// prolong or release answer `Lost` (the contract's answer after data loss, as with a
+    /// Redis restart without persistence), and fencing still grows; but until that call the
+    /// holder believes it holds a lock another may take. Default `true`: durable.
+    pub fn durable_commits(mut self, durable: bool) -> Self {
+        self.durable = durable;
+        self
+    }
+
+    /// The deadline of every call (default 5 s, longer than zero): waiting for a pooled
+    /// connection, connecting, and the statement itself, including any wait behind another
+    /// session's statement on the same key. The server enforces it too
+    /// (`statement_timeout`), so a statement cannot wait on past it. A call that hits it
+    /// returns a retry-safe [`ErrorKind::Unavailable`] naming the deadline; the connection
+    /// it used is closed.
+    ///
+    /// Keep it well under your locks' ttl: a watchdog's prolong that is still waiting when
+    /// the validity ends counts the lock as lost.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// With `false`, the backend never creates or changes the schema: on first use it only
+    /// checks that the table and its function are there and usable, and says what is
+    /// missing. For a least-privilege role that may use the table and execute the function
+    /// but may not create them; run [`PostgresBackend::migrate`] once as a role that may
+    /// (`migrate=false` in a `lock-config` URL). Default `true`: created on first use.
+    pub fn auto_migrate(mut self, on: bool) -> Self {
+        self.auto_migrate = on;
+        self
+    }
+
+    /// How many connections the pool opens at most (default 16, at least 1) when the
+    /// builder made it from a URL; no effect on an existing pool.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// Makes the backend. No I/O: the pool connects on the first operation (or
+    /// [`PostgresBackend::migrate`]). Call it inside a Tokio runtime, which the pool runs
+    /// on.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for a malformed URL, a table name that is not a plain
+    /// identifier, a zero deadline, or no Tokio runtime to run on;
+    /// [`ErrorKind::InvalidInput`] for a grace over 365 days.
+    pub fn build(self) -> Result<PostgresBackend> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            // sqlx's pool would panic without one.
+            return Err(config(
+                "PostgresBuilder::build needs a Tokio runtime: call it from async code (or \
+                 inside Runtime::enter)",
+            ));
+        }
+        let names = Names::new(&self.schema, &self.table).ok_or_else(|| {
+            config(format!(
+                "{:?}.{:?}: schema and table names must match [a-z_][a-z0-9_]{{0,47}}",
+                self.schema, self.table
+            ))
+        })?;
+        let grace = self.grace.map(Grace::new).transpose()?;
+        if self.timeout.is_zero() {
+            return Err(config("the deadline of a call must be longer than zero"));
+        }
+        let (pool, application_name) = match self.source {
+            Source::Pool(pool) => {
+                let name = pool
+                    .connect_options()
+                    .get_application_name()
+                    .unwrap_or_default()
+                    .to_owned();
+                (pool, name)
+            }
+            Source::Url(url) => {
+                if !SCHEMES.iter().any(|s| url.starts_with(&format!("{s}://"))) {
+                    return Err(config(
+                        "not a Postgres URL: expected \
+                         postgres://user[:password]@host[:port]/database",
+                    ));
+                }
+                let name = format!("lock-postgres-{}", &Token::generate()?.to_hex()[..12]);
+                let options = PgConnectOptions::from_str(&url)
+                    .map_err(|e| map_error(Operation::Connect, e))?
+                    .application_name(&name);
+                let pool = PgPoolOptions::new()
+                    .max_connections(self.pool_size)
+                    // Each call bounds its own wait for a connection by its deadline; this
+                    // is only the pool's outer limit.
+                    .acquire_timeout(Duration::from_secs(60))
+                    // No ping before each statement: that would be a second round trip per
+                    // lock operation. Dead idle connections are dropped together instead
+                    // (see `PostgresBackend::call`).
+                    .test_before_acquire(false)
+                    .connect_lazy_with(options);
+                (pool, name)
+            }
+        };
+        Ok(PostgresBackend::assemble(
+            pool,
+            names,
+            grace,
+            self.notifications,
+            self.durable,
+            self.timeout,
+            self.auto_migrate,
+            Shared {
+                migrated: AtomicBool::new(false),
+                migrating: tokio::sync::Mutex::default(),
+                notifier: Notifier::default(),
+                application_name,
+            },
+        ))
+    }
+}
+
+fn config(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Config, NAME, Operation::Validate, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn building_outside_a_runtime_is_an_error_not_a_panic() {
+        let err = PostgresBackend::builder("postgres://u@127.0.0.1:1/d")
+            .build()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(err.to_string().contains("Tokio runtime"), "{err}");
+    }
+
+    #[test]
+    fn settings_are_checked_before_any_io() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _in = rt.enter();
+        let url = "postgres://u:secret@127.0.0.1:1/d";
+        for (builder, says) in [
+            (
+                PostgresBackend::builder(url).table("Bad", "x"),
+                "must match",
+            ),
+            (
+                PostgresBackend::builder(url).timeout(Duration::ZERO),
+                "longer than zero",
+            ),
+            (
+                PostgresBackend::builder("mysql://x/y"),
+                "not a Postgres URL",
+            ),
+        ] {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+            assert!(err.to_string().contains(says), "{err}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
+        let grace = PostgresBackend::builder(url).grace(Duration::MAX).build();
+        assert_eq!(grace.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert!(PostgresBackend::builder(url).build().is_ok());
+    }
+}
