@@ -256,6 +256,24 @@ struct Backend {
     connect: Connect,
 }
 
+/// The Postgres schemes: lock-postgres's own list when it is built in.
+#[cfg(feature = "postgres")]
+const POSTGRES_SCHEMES: &[&str] = lock_postgres::SCHEMES;
+#[cfg(not(feature = "postgres"))]
+const POSTGRES_SCHEMES: &[&str] = &["postgres", "postgresql"];
+
+/// The Redis schemes: lock-redis's own list when it is built in.
+#[cfg(feature = "redis")]
+const REDIS_SCHEMES: &[&str] = lock_redis::SCHEMES;
+#[cfg(not(feature = "redis"))]
+const REDIS_SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis+watch",
+    "redis+cluster",
+    "redis+sentinel",
+];
+
 const BACKENDS: &[Backend] = &[
     Backend {
         schemes: &["memory"],
@@ -285,16 +303,7 @@ const BACKENDS: &[Backend] = &[
         },
     },
     Backend {
-        schemes: &[
-            "redis",
-            "rediss",
-            "redis+watch",
-            "rediss+watch",
-            "redis+cluster",
-            "rediss+cluster",
-            "redis+sentinel",
-            "rediss+sentinel",
-        ],
+        schemes: REDIS_SCHEMES,
         connect: |url| {
             Box::pin(async move {
                 #[cfg(feature = "redis")]
@@ -312,7 +321,7 @@ const BACKENDS: &[Backend] = &[
         },
     },
     Backend {
-        schemes: &["postgres", "postgresql"],
+        schemes: POSTGRES_SCHEMES,
         connect: |url| {
             Box::pin(async move {
                 #[cfg(feature = "postgres")]

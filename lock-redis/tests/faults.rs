@@ -5,7 +5,7 @@
 
 mod support;
 
-use test_servers::locks::{prolong_when_back, queue_behind, take, until_ok};
+use test_servers::locks::{prolong_when_back, queue_behind, take, until_ok, Counting};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -459,55 +459,6 @@ async fn a_watch_pool_full_of_killed_connections_costs_no_failed_call() {
     }
 }
 
-/// Counts obtains on their way to the backend.
-#[derive(Debug)]
-struct CountingObtains {
-    inner: RedisBackend,
-    obtains: std::sync::atomic::AtomicUsize,
-}
-
-#[lock_core::async_trait]
-impl lock_core::LockBackend for CountingObtains {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn capabilities(&self) -> lock_core::Capabilities {
-        self.inner.capabilities()
-    }
-    async fn obtain(
-        &self,
-        req: lock_core::ObtainRequest<'_>,
-    ) -> lock_core::Result<lock_core::ObtainOutcome> {
-        self.obtains
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.obtain(req).await
-    }
-    async fn prolongate(
-        &self,
-        req: lock_core::ProlongRequest<'_>,
-    ) -> lock_core::Result<ProlongOutcome> {
-        self.inner.prolongate(req).await
-    }
-    async fn release(
-        &self,
-        req: lock_core::ReleaseRequest<'_>,
-    ) -> lock_core::Result<ReleaseOutcome> {
-        self.inner.release(req).await
-    }
-    async fn inspect(&self, key: &Key) -> lock_core::Result<lock_core::LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> lock_core::Result<lock_core::LockState> {
-        self.inner.force_release(key).await
-    }
-    async fn subscribe(
-        &self,
-        key: &Key,
-    ) -> lock_core::Result<Option<lock_core::ReleaseSubscription>> {
-        self.inner.subscribe(key).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_wakes_one_waiter_per_release() {
     // Eight waiters of one process on one key, a 20 s fallback poll: each release wakes one
@@ -516,17 +467,14 @@ async fn a_handoff_wakes_one_waiter_per_release() {
     // Waking every waiter on every release would cost 16 + 8 + 7 + ... + 1 = 52.
     let server = PrivateRedis::start();
     for variant in BOTH {
-        let counting = Arc::new(CountingObtains {
-            inner: backend(&server.url, variant).await,
-            obtains: Default::default(),
-        });
+        let counting = Arc::new(Counting::new(Arc::new(backend(&server.url, variant).await)));
         let holder = Locker::new(Arc::new(backend(&server.url, variant).await));
         let guard = take(&holder, "herd").await;
         let took = queue_behind(guard, 8, Duration::from_millis(20), || {
             Locker::new(counting.clone())
         })
         .await;
-        let attempts = counting.obtains.load(std::sync::atomic::Ordering::SeqCst);
+        let attempts = counting.obtains();
         assert!(
             took < Duration::from_secs(10),
             "{variant:?}: the handoffs took {took:?}: a release reached no waiter"

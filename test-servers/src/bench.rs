@@ -106,7 +106,8 @@ pub struct Run {
     pub p99_us: f64,
 }
 
-/// [`rate`], with the per-cycle latencies the tasks return.
+/// [`rate`], with the per-cycle latencies the tasks return; task `t` gets the prefix
+/// `bench-{t}-` on every call, so that rounds reuse their keys.
 pub async fn run<F, Fut>(tasks: usize, cycles: usize, f: F) -> Run
 where
     F: Fn(String, usize) -> Fut,
@@ -114,8 +115,9 @@ where
 {
     let each = cycles / tasks;
     let start = Instant::now();
+    // The same keys for task `t` in every call: a measurement's rounds reuse them.
     let handles: Vec<_> = (0..tasks)
-        .map(|t| tokio::spawn(f(fresh_prefix(&format!("bench-{t}")), each)))
+        .map(|t| tokio::spawn(f(format!("bench-{t}-"), each)))
         .collect();
     let mut all = Vec::with_capacity(each * tasks);
     for h in handles {

@@ -2,10 +2,14 @@
 //! for a backend to come back, queue waiters behind a holder.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{
-    Attempt, Key, LockBuilder, LockGuard, LockState, Locker, ProlongOutcome, ReleaseOutcome, Retry,
+    async_trait, Attempt, Capabilities, Key, LockBackend, LockBuilder, LockGuard, LockState,
+    Locker, ObtainOutcome, ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome,
+    ReleaseRequest, ReleaseSubscription, Retry,
 };
 
 /// The lock `lock` describes, which must be free: one attempt, and a panic naming the
@@ -115,4 +119,64 @@ pub async fn prolong_when_back(guard: &LockGuard) -> ProlongOutcome {
         async || guard.prolongate(Duration::from_secs(30)).await,
     )
     .await
+}
+
+/// A backend that counts the obtain and prolong calls made through it (each a round trip
+/// on a real backend) and passes every call on to `inner`.
+#[derive(Debug)]
+pub struct Counting {
+    inner: Arc<dyn LockBackend>,
+    obtains: AtomicU64,
+    prolongs: AtomicU64,
+}
+
+impl Counting {
+    /// Counts the calls to `inner`.
+    pub fn new(inner: Arc<dyn LockBackend>) -> Self {
+        Counting {
+            inner,
+            obtains: AtomicU64::new(0),
+            prolongs: AtomicU64::new(0),
+        }
+    }
+
+    /// Obtain calls so far.
+    pub fn obtains(&self) -> u64 {
+        self.obtains.load(Ordering::Relaxed)
+    }
+
+    /// Prolong calls so far.
+    pub fn prolongs(&self) -> u64 {
+        self.prolongs.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl LockBackend for Counting {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn obtain(&self, req: ObtainRequest<'_>) -> lock_core::Result<ObtainOutcome> {
+        self.obtains.fetch_add(1, Ordering::Relaxed);
+        self.inner.obtain(req).await
+    }
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> lock_core::Result<ProlongOutcome> {
+        self.prolongs.fetch_add(1, Ordering::Relaxed);
+        self.inner.prolongate(req).await
+    }
+    async fn release(&self, req: ReleaseRequest<'_>) -> lock_core::Result<ReleaseOutcome> {
+        self.inner.release(req).await
+    }
+    async fn inspect(&self, key: &Key) -> lock_core::Result<LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> lock_core::Result<LockState> {
+        self.inner.force_release(key).await
+    }
+    async fn subscribe(&self, key: &Key) -> lock_core::Result<Option<ReleaseSubscription>> {
+        self.inner.subscribe(key).await
+    }
 }

@@ -217,42 +217,21 @@ pub struct Case {
     pub after: After,
 }
 
-const LIVE: Before = Before::Held {
-    by: Who::A,
-    holds: 1,
-    expires_in_ms: 10_000,
-    forget_in_ms: 70_000,
-};
-const LIVE_TWICE: Before = Before::Held {
-    by: Who::A,
-    holds: 2,
-    expires_in_ms: 10_000,
-    forget_in_ms: 70_000,
-};
-const EXPIRED: Before = Before::Held {
-    by: Who::A,
-    holds: 2,
-    expires_in_ms: -10_000,
-    forget_in_ms: 50_000,
-};
-const FORGOTTEN: Before = Before::Held {
-    by: Who::A,
-    holds: 1,
-    expires_in_ms: -70_000,
-    forget_in_ms: -10_000,
-};
-const OTHERS_LIVE: Before = Before::Held {
-    by: Who::B,
-    holds: 2,
-    expires_in_ms: 10_000,
-    forget_in_ms: 70_000,
-};
-const OTHERS_EXPIRED: Before = Before::Held {
-    by: Who::B,
-    holds: 1,
-    expires_in_ms: -10_000,
-    forget_in_ms: 50_000,
-};
+const fn held(by: Who, holds: u32, expires_in_ms: i64, forget_in_ms: i64) -> Before {
+    Before::Held {
+        by,
+        holds,
+        expires_in_ms,
+        forget_in_ms,
+    }
+}
+
+const LIVE: Before = held(Who::A, 1, 10_000, 70_000);
+const LIVE_TWICE: Before = held(Who::A, 2, 10_000, 70_000);
+const EXPIRED: Before = held(Who::A, 2, -10_000, 50_000);
+const FORGOTTEN: Before = held(Who::A, 1, -70_000, -10_000);
+const OTHERS_LIVE: Before = held(Who::B, 2, 10_000, 70_000);
+const OTHERS_EXPIRED: Before = held(Who::B, 1, -10_000, 50_000);
 const COOLING: Before = Before::Cooling { left_ms: 20_000 };
 const COOLED: Before = Before::Cooling { left_ms: -10_000 };
 
@@ -266,6 +245,17 @@ const fn held_by_a(holds: u32, fencing: Fence) -> After {
         fencing,
         expires_in_ms: TTL,
         forget_in_ms: TTL + GRACE,
+    }
+}
+
+/// Still held by A with `holds`, the expiry as it was (a decrement keeps it).
+const fn decremented(holds: u32) -> After {
+    After::Held {
+        by: Who::A,
+        holds,
+        fencing: Fence::Kept,
+        expires_in_ms: 10_000,
+        forget_in_ms: 70_000,
     }
 }
 
@@ -462,31 +452,14 @@ pub const CASES: &[Case] = &[
         LIVE_TWICE,
         RELEASE,
         Outcome::Decremented(1),
-        After::Held {
-            by: Who::A,
-            holds: 1,
-            fencing: Fence::Kept,
-            expires_in_ms: 10_000,
-            forget_in_ms: 70_000,
-        },
+        decremented(1),
     ),
     case(
         "release with a delay, reentrant",
-        Before::Held {
-            by: Who::A,
-            holds: 3,
-            expires_in_ms: 10_000,
-            forget_in_ms: 70_000,
-        },
+        held(Who::A, 3, 10_000, 70_000),
         RELEASE_DELAYED,
         Outcome::Decremented(2),
-        After::Held {
-            by: Who::A,
-            holds: 2,
-            fencing: Fence::Kept,
-            expires_in_ms: 10_000,
-            forget_in_ms: 70_000,
-        },
+        decremented(2),
     ),
     case(
         "release, expired reentrant hold",

@@ -1,0 +1,129 @@
+//! The raw cycles each backend is compared with: the least a correct lock of that kind does.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use lock_core::Token;
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+
+const UNLOCK: &str =
+    r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+/// `SET key token NX PX 30000`, then compare-and-delete: 2 round trips a cycle.
+pub(crate) async fn redis_cycles(
+    mut conn: ConnectionManager,
+    prefix: String,
+    n: usize,
+) -> Vec<Duration> {
+    let unlock = redis::Script::new(UNLOCK);
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let key = format!("{prefix}{}", i % 64);
+        let token = Token::generate().expect("a token").to_hex();
+        let ok: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await
+            .expect("SET NX");
+        assert!(ok.is_some(), "{key} should be free");
+        let deleted: i64 = unlock
+            .key(&key)
+            .arg(&token)
+            .invoke_async(&mut conn)
+            .await
+            .expect("compare-and-delete");
+        assert_eq!(deleted, 1);
+        times.push(started.elapsed());
+    }
+    times
+}
+
+/// rslock's lock + unlock on the same server (one instance: no quorum to wait for).
+pub(crate) async fn rslock_cycles(
+    manager: rslock::LockManager,
+    prefix: String,
+    n: usize,
+) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let key = format!("{prefix}{}", i % 64);
+        let lock = manager
+            .lock(key.as_str(), Duration::from_secs(30))
+            .await
+            .expect("rslock lock of a free key");
+        manager.unlock(&lock).await;
+        times.push(started.elapsed());
+    }
+    times
+}
+
+/// `pg_try_advisory_lock` + `pg_advisory_unlock` on one pooled connection: 2 round trips.
+pub(crate) async fn pg_cycles(pool: PgPool, base: i64, n: usize) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let id = base + (i % 64) as i64;
+        let mut conn = pool.acquire().await.expect("a connection");
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await
+            .expect("pg_try_advisory_lock");
+        assert!(got);
+        let freed: bool = sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await
+            .expect("pg_advisory_unlock");
+        assert!(freed);
+        times.push(started.elapsed());
+    }
+    times
+}
+
+/// open + flock + pread + pwrite + unlock + close of one small file per key: the cheapest
+/// correct read-modify-write a lock file can do (a lock cycle needs two).
+pub(crate) async fn file_cycles(dir: PathBuf, prefix: String, n: usize) -> Vec<Duration> {
+    let mut buf = [0u8; 256];
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(format!("{prefix}{}", i % 64)))
+            .expect("a file");
+        f.lock().expect("flock");
+        let _ = f.read_at(&mut buf, 0).expect("pread");
+        let line = format!("{{\"v\":1,\"fencing\":{i}}}\n");
+        f.write_all_at(line.as_bytes(), 0).expect("pwrite");
+        f.unlock().expect("unlock");
+        times.push(started.elapsed());
+    }
+    times
+}
+
+/// How many `EVALSHA` calls the server has run: `INFO commandstats`.
+pub(crate) async fn redis_evalsha_calls(conn: &mut ConnectionManager) -> Option<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .ok()?;
+    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:"))?;
+    line.split([':', ','])
+        .find_map(|f| f.strip_prefix("calls="))?
+        .parse()
+        .ok()
+}

@@ -1,0 +1,396 @@
+//! Every backend next to its baseline, measured in one run on one machine.
+//!
+//! ```text
+//! cargo run --release -p lock-bench            # the whole table (a few minutes)
+//! cargo run --release -p lock-bench -- --quick # fewer cycles, for a smoke run
+//! ```
+//!
+//! Redis is `REDIS_URL` (default `redis://127.0.0.1:6379/0`), Postgres `DATABASE_URL`
+//! (default `postgres://postgres@127.0.0.1:5432/postgres`); a backend whose server does not
+//! answer is reported as skipped. Every figure is the median of three interleaved rounds
+//! (the baseline and the project take turns, so both see the same machine), printed as a
+//! Markdown table: `BENCHMARKS.md` keeps the latest one.
+//!
+//! What is measured:
+//! - **cycles**: obtain + release of a free lock by `tasks` concurrent tasks on distinct
+//!   keys, through the client layer (`Locker::lock(..).obtain()`, the README's call, with
+//!   the default notified retry), next to the raw commands a correct lock of that kind
+//!   needs at the least: `SET NX PX` + compare-and-delete for Redis, and the same cycle
+//!   through rslock; `pg_try_advisory_lock` + `pg_advisory_unlock` for Postgres; one
+//!   `flock`ed read-modify-write of one file for the file backend; the trait called
+//!   directly for the memory backend. Rate, and each cycle's p50 / p99.
+//! - **handoff**: 2, 8 and 32 waiters on one key; from the holder's release call to the next
+//!   holder's `Acquired`, woken by the backend's notification or by polling alone, with
+//!   the obtain attempts per acquisition.
+//! - **watched locks**: 10,000 locks held with the watchdog (ttl 9 s, so a prolong every
+//!   3 s): prolong calls per renewal period, and client memory per held lock (bytes
+//!   allocated and not freed, counted by the bench's allocator).
+//!
+//! Each measurement runs one uncounted round first, which creates the keys (files, records,
+//! rows) the counted rounds reuse: a running service locks the same keys again and again.
+
+mod alloc;
+mod baselines;
+mod report;
+
+#[global_allocator]
+static ALLOCATOR: alloc::Counting = alloc::Counting;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::{LockBackend, Locker, MemoryBackend, Retry};
+use lock_file::FileBackend;
+use lock_postgres::PostgresBackend;
+use lock_redis::{RedisBackend, Variant};
+use test_servers::bench::{backend_cycles, handoff, locker_cycles, median_run, run, runtime, Run};
+
+use report::Table;
+use test_servers::locks::Counting;
+
+/// How much work each measurement does.
+#[derive(Clone, Copy)]
+struct Size {
+    rounds: usize,
+    /// Cycles per measurement for a fast backend (memory, file, Redis).
+    cycles: usize,
+    /// Cycles per measurement for Postgres.
+    pg_cycles: usize,
+    handoffs: usize,
+    watched: usize,
+}
+
+const CONCURRENCY: [usize; 3] = [1, 16, 64];
+const WAITERS: [usize; 3] = [2, 8, 32];
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let size = if quick {
+        Size {
+            rounds: 1,
+            cycles: 1_024,
+            pg_cycles: 256,
+            handoffs: 40,
+            watched: 1_000,
+        }
+    } else {
+        Size {
+            rounds: 3,
+            cycles: 4_096,
+            pg_cycles: 1_024,
+            handoffs: 200,
+            watched: 10_000,
+        }
+    };
+    let redis_url =
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
+    let pg_url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let started = Instant::now();
+    let mut table = Table::default();
+    runtime().block_on(async {
+        memory(&mut table, size).await;
+        file(&mut table, size).await;
+        match redis(&mut table, size, &redis_url).await {
+            Ok(()) => {}
+            Err(why) => table.skipped("redis", &why),
+        }
+        match postgres(&mut table, size, &pg_url).await {
+            Ok(()) => {}
+            Err(why) => table.skipped("postgres", &why),
+        }
+    });
+    table.print();
+    println!(
+        "\n{} in {:.0} s (`cargo run --release -p lock-bench{}`)",
+        if quick { "quick run" } else { "full run" },
+        started.elapsed().as_secs_f64(),
+        if quick { " -- --quick" } else { "" }
+    );
+}
+
+/// The median run of each measurement over interleaved rounds.
+async fn rounds<const N: usize>(
+    rounds: usize,
+    mut round: impl AsyncFnMut() -> [Run; N],
+) -> [Run; N] {
+    // One round first that is not counted: it creates the keys (files, records, rows) the
+    // measured rounds reuse, as a running service would.
+    let _ = round().await;
+    let mut all: [Vec<Run>; N] = std::array::from_fn(|_| Vec::new());
+    for _ in 0..rounds {
+        for (i, r) in round().await.into_iter().enumerate() {
+            all[i].push(r);
+        }
+    }
+    all.map(median_run)
+}
+
+async fn memory(table: &mut Table, size: Size) {
+    let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+    let locker = Locker::new(backend.clone());
+    for tasks in CONCURRENCY {
+        let [raw, project] = rounds(size.rounds, async || {
+            let (b, l) = (backend.clone(), locker.clone());
+            [
+                run(tasks, size.cycles, move |p, n| {
+                    backend_cycles(b.clone(), p, n)
+                })
+                .await,
+                run(tasks, size.cycles, move |p, n| {
+                    locker_cycles(l.clone(), p, n, true)
+                })
+                .await,
+            ]
+        })
+        .await;
+        table.cycles(
+            "memory",
+            "obtain()+release",
+            tasks,
+            "the trait, called directly",
+            raw,
+            project,
+        );
+    }
+    handoffs(table, "memory", backend, size).await;
+    watched(
+        table,
+        "memory",
+        Arc::new(MemoryBackend::new()),
+        size,
+        || async { None },
+    )
+    .await;
+}
+
+async fn file(table: &mut Table, size: Size) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let backend: Arc<dyn LockBackend> =
+        Arc::new(FileBackend::new(dir.path().join("locks")).expect("a lock directory"));
+    let locker = Locker::new(backend.clone());
+    let raw_dir = dir.path().join("raw");
+    std::fs::create_dir_all(&raw_dir).expect("a directory");
+    for tasks in CONCURRENCY {
+        let [raw, project] = rounds(size.rounds, async || {
+            let (d, l) = (raw_dir.clone(), locker.clone());
+            [
+                run(tasks, size.cycles, move |p, n| {
+                    baselines::file_cycles(d.clone(), p, n)
+                })
+                .await,
+                run(tasks, size.cycles, move |p, n| {
+                    locker_cycles(l.clone(), p, n, true)
+                })
+                .await,
+            ]
+        })
+        .await;
+        table.cycles(
+            "file",
+            "obtain()+release",
+            tasks,
+            "one flocked read-modify-write of a file",
+            raw,
+            project,
+        );
+    }
+    handoffs(table, "file", backend.clone(), size).await;
+    watched(table, "file", backend, size, || async { None }).await;
+}
+
+async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let raw = redis::aio::ConnectionManager::new(client)
+        .await
+        .map_err(|e| format!("no Redis at {url} (set REDIS_URL): {e}"))?;
+    let rslock = rslock::LockManager::new(vec![url.to_owned()]);
+    let connect = |variant: Variant| {
+        RedisBackend::builder(url)
+            .variant(variant)
+            .prefix("bench:")
+            .pool_size(64)
+            .connect()
+    };
+    let lua: Arc<dyn LockBackend> =
+        Arc::new(connect(Variant::Lua).await.map_err(|e| e.to_string())?);
+    let watch: Arc<dyn LockBackend> =
+        Arc::new(connect(Variant::Watch).await.map_err(|e| e.to_string())?);
+    let (lua_locker, watch_locker) = (Locker::new(lua.clone()), Locker::new(watch.clone()));
+    for tasks in CONCURRENCY {
+        let [base, peer, obtain, try_obtain, watched_variant] = rounds(size.rounds, async || {
+            let (c, m) = (raw.clone(), rslock.clone());
+            let (a, b, w) = (lua_locker.clone(), lua_locker.clone(), watch_locker.clone());
+            [
+                run(tasks, size.cycles, move |p, n| {
+                    baselines::redis_cycles(c.clone(), p, n)
+                })
+                .await,
+                run(tasks, size.cycles, move |p, n| {
+                    baselines::rslock_cycles(m.clone(), p, n)
+                })
+                .await,
+                run(tasks, size.cycles, move |p, n| {
+                    locker_cycles(a.clone(), p, n, true)
+                })
+                .await,
+                run(tasks, size.cycles, move |p, n| {
+                    locker_cycles(b.clone(), p, n, false)
+                })
+                .await,
+                run(tasks, size.cycles, move |p, n| {
+                    locker_cycles(w.clone(), p, n, true)
+                })
+                .await,
+            ]
+        })
+        .await;
+        let what = "raw SET NX PX + compare-and-delete";
+        table.cycles("rslock 0.10", "lock+unlock", tasks, what, base, peer);
+        table.cycles("redis-lua", "obtain()+release", tasks, what, base, obtain);
+        table.cycles(
+            "redis-lua",
+            "try_obtain()+release",
+            tasks,
+            what,
+            base,
+            try_obtain,
+        );
+        table.cycles(
+            "redis-watch",
+            "obtain()+release",
+            tasks,
+            what,
+            base,
+            watched_variant,
+        );
+    }
+    handoffs(table, "redis-lua", lua.clone(), size).await;
+    handoffs(table, "redis-watch", watch, size).await;
+    let info = raw.clone();
+    watched(table, "redis-lua", lua, size, move || {
+        let mut c = info.clone();
+        async move { baselines::redis_evalsha_calls(&mut c).await }
+    })
+    .await;
+    Ok(())
+}
+
+async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
+    // Two pools of 24 (durable, async commit) stay inside the server's default 100
+    // connections; 64 tasks queue for them, as they would in a service.
+    let builder = PostgresBackend::builder(url)
+        .table("public", "distlock_bench")
+        .pool_size(24);
+    let durable = builder.clone().build().map_err(|e| e.to_string())?;
+    durable
+        .migrate()
+        .await
+        .map_err(|e| format!("no Postgres at {url} (set DATABASE_URL): {e}"))?;
+    let fast = builder
+        .durable_commits(false)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let pool = durable.pool().clone();
+    let durable: Arc<dyn LockBackend> = Arc::new(durable);
+    let (d, f) = (Locker::new(durable.clone()), Locker::new(Arc::new(fast)));
+    let mut base_id = 1_000_000_000i64;
+    for tasks in CONCURRENCY {
+        let [raw, project, unsynced] = rounds(size.rounds, async || {
+            base_id += 1_000_000;
+            let next = Arc::new(std::sync::atomic::AtomicI64::new(base_id));
+            let (p, d, f) = (pool.clone(), d.clone(), f.clone());
+            [
+                run(tasks, size.pg_cycles, move |_, n| {
+                    let base = next.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed);
+                    baselines::pg_cycles(p.clone(), base, n)
+                })
+                .await,
+                run(tasks, size.pg_cycles, move |p, n| {
+                    locker_cycles(d.clone(), p, n, true)
+                })
+                .await,
+                run(tasks, size.pg_cycles, move |p, n| {
+                    locker_cycles(f.clone(), p, n, true)
+                })
+                .await,
+            ]
+        })
+        .await;
+        let what = "pg_try_advisory_lock + pg_advisory_unlock";
+        table.cycles("postgres", "obtain()+release", tasks, what, raw, project);
+        table.cycles(
+            "postgres, async commit",
+            "obtain()+release",
+            tasks,
+            what,
+            raw,
+            unsynced,
+        );
+    }
+    handoffs(table, "postgres", durable.clone(), size).await;
+    watched(table, "postgres", durable, size, || async { None }).await;
+    let _ = sqlx::raw_sql("DROP TABLE IF EXISTS public.distlock_bench CASCADE")
+        .execute(&pool)
+        .await;
+    Ok(())
+}
+
+/// Handoff with 2, 8 and 32 waiters, notified and polling.
+async fn handoffs(table: &mut Table, name: &str, backend: Arc<dyn LockBackend>, size: Size) {
+    for waiters in WAITERS {
+        for (how, retry) in [
+            ("notified", Retry::default()),
+            (
+                "polling 5-250 ms",
+                Retry::exponential(Duration::from_millis(5), Duration::from_millis(250)),
+            ),
+        ] {
+            let counting = Arc::new(Counting::new(backend.clone()));
+            let latencies = handoff(counting.clone(), retry, waiters, size.handoffs).await;
+            let attempts = counting.obtains() as f64 / latencies.len().max(1) as f64;
+            table.handoff(name, waiters, how, &latencies, attempts);
+        }
+    }
+}
+
+/// `size.watched` locks held with the watchdog (ttl 9 s: a prolong every 3 s) for two
+/// renewal periods: prolong calls per period, server calls per period where `server_calls`
+/// can count them, and client memory per held lock.
+async fn watched<F, Fut>(
+    table: &mut Table,
+    name: &str,
+    backend: Arc<dyn LockBackend>,
+    size: Size,
+    server_calls: F,
+) where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<u64>>,
+{
+    let counting = Arc::new(Counting::new(backend));
+    let locker = Locker::new(counting.clone());
+    let before = alloc::live_bytes();
+    let prefix = test_servers::bench::fresh_prefix("watched");
+    let mut guards = Vec::with_capacity(size.watched);
+    for i in 0..size.watched {
+        let lock = locker
+            .lock(format!("{prefix}{i}"))
+            .ttl(Duration::from_secs(9))
+            .watchdog();
+        guards.push(test_servers::locks::held(lock).await);
+    }
+    let memory = alloc::live_bytes().saturating_sub(before) as f64 / size.watched as f64;
+    let (prolongs, calls) = (counting.prolongs(), server_calls().await);
+    let period = Duration::from_secs(3);
+    tokio::time::sleep(period * 2).await;
+    let per_period = (counting.prolongs() - prolongs) as f64 / 2.0;
+    let server = match (calls, server_calls().await) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 2.0),
+        _ => None,
+    };
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    table.watched(name, size.watched, per_period, server, memory, lost);
+    for g in guards {
+        let _ = g.release().await;
+    }
+}

@@ -1,0 +1,119 @@
+//! The table the run prints (Markdown, as `BENCHMARKS.md` keeps it).
+
+use test_servers::bench::{Latencies, Run};
+
+#[derive(Default)]
+pub(crate) struct Table {
+    cycles: Vec<String>,
+    handoffs: Vec<String>,
+    watched: Vec<String>,
+    skipped: Vec<String>,
+}
+
+fn rate(r: f64) -> String {
+    if r >= 10_000.0 {
+        format!("{:.1}k/s", r / 1000.0)
+    } else {
+        format!("{r:.0}/s")
+    }
+}
+
+impl Table {
+    // Each row goes to stderr as soon as it is measured (progress), and into the table.
+    fn push_cycles(&mut self, row: String) {
+        eprintln!("{row}");
+        self.cycles.push(row);
+    }
+
+    fn push_handoffs(&mut self, row: String) {
+        eprintln!("{row}");
+        self.handoffs.push(row);
+    }
+
+    fn push_watched(&mut self, row: String) {
+        eprintln!("{row}");
+        self.watched.push(row);
+    }
+
+    pub(crate) fn cycles(
+        &mut self,
+        backend: &str,
+        what: &str,
+        tasks: usize,
+        baseline: &str,
+        base: Run,
+        project: Run,
+    ) {
+        self.push_cycles(format!(
+            "| {backend} | {what} | {tasks} | {} ({baseline}) | {} | **{:.2}x** | {:.0} / {:.0} µs | {:.0} / {:.0} µs |",
+            rate(base.rate),
+            rate(project.rate),
+            project.rate / base.rate,
+            project.p50_us,
+            project.p99_us,
+            base.p50_us,
+            base.p99_us,
+        ));
+    }
+
+    pub(crate) fn handoff(
+        &mut self,
+        backend: &str,
+        waiters: usize,
+        how: &str,
+        latencies: &Latencies,
+        attempts: f64,
+    ) {
+        self.push_handoffs(format!(
+            "| {backend} | {waiters} | {how} | {:.2} ms | {:.2} ms | {attempts:.1} | {} |",
+            latencies.ms(0.5),
+            latencies.ms(0.99),
+            latencies.len()
+        ));
+    }
+
+    pub(crate) fn watched(
+        &mut self,
+        backend: &str,
+        locks: usize,
+        prolongs_per_period: f64,
+        server_calls_per_period: Option<f64>,
+        bytes_per_lock: f64,
+        lost: usize,
+    ) {
+        self.push_watched(format!(
+            "| {backend} | {locks} | {prolongs_per_period:.0} | {} | {bytes_per_lock:.0} B | {lost} |",
+            server_calls_per_period.map_or("–".to_owned(), |c| format!("{c:.0}"))
+        ));
+    }
+
+    pub(crate) fn skipped(&mut self, backend: &str, why: &str) {
+        let row = format!("- {backend}: skipped, {why}");
+        eprintln!("{row}");
+        self.skipped.push(row);
+    }
+
+    pub(crate) fn print(&self) {
+        println!("### Uncontended cycles (median of interleaved rounds)\n");
+        println!("| backend | cycle | tasks | baseline | project | ratio | project p50 / p99 | baseline p50 / p99 |");
+        println!("|---|---|---:|---|---:|---:|---:|---:|");
+        for row in &self.cycles {
+            println!("{row}");
+        }
+        println!("\n### Handoff: release call to the next holder's Acquired\n");
+        println!("| backend | waiters | woken by | p50 | p99 | obtain attempts per acquisition | handoffs |");
+        println!("|---|---:|---|---:|---:|---:|---:|");
+        for row in &self.handoffs {
+            println!("{row}");
+        }
+        println!("\n### Locks held with the watchdog (ttl 9 s, a prolong every 3 s)\n");
+        println!("| backend | locks | prolong calls per 3 s | server calls per 3 s | client memory per lock | lost |");
+        println!("|---|---:|---:|---:|---:|---:|");
+        for row in &self.watched {
+            println!("{row}");
+        }
+        for row in &self.skipped {
+            println!("{row}");
+        }
+    }
+}
