@@ -4,13 +4,17 @@
 //! statement keeps running and commits, a Redis command is applied. A cleanup sent *after*
 //! the drop can overtake the call it cleans up (another pooled connection, another queue),
 //! answer `Lost`, and leave the late grant held by nobody until its ttl ends. So every call
-//! of the client layer that can grant or free a lock runs in a task of its own: the caller
-//! awaits its answer, and a grant that finds the caller gone is given back by the same task,
-//! after the grant and on the same path, never racing it.
+//! of the client layer that can grant or free a lock is a [`Finish`]: the caller polls it
+//! in place while it waits (no task hop, which on a busy 2-core machine cost tens of
+//! microseconds per call), and if the caller is dropped first, the rest of the call moves to
+//! a task of its own, where a grant that finds the caller gone is given back after the
+//! grant and on the same path, never racing it.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
-use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::{
@@ -43,41 +47,27 @@ impl Obtain {
     /// Cancel safe: if this future is dropped, the obtain still completes in its task and a
     /// grant nobody read is given back per `orphan`, after the grant.
     pub(crate) async fn run(self, orphan: GiveBack) -> Result<ObtainOutcome> {
-        let name = self.backend.name();
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(
-            async move {
-                let req = ObtainRequest {
-                    key: &self.key,
-                    token: &self.token,
-                    ttl: self.ttl,
-                    holder: &self.holder,
-                };
-                let outcome = self.backend.obtain(req).await;
-                // If the caller is gone, the delivery comes back and is dropped here; if it
-                // is dropped while waiting in the channel, there: either way it gives back
-                // its grant.
-                let _ = tx.send(Delivery {
-                    outcome: Some(outcome),
-                    undo: Some(Undo {
-                        backend: self.backend,
-                        key: self.key,
-                        token: self.token,
-                        what: orphan,
-                    }),
-                });
+        let call = async move {
+            let req = ObtainRequest {
+                key: &self.key,
+                token: &self.token,
+                ttl: self.ttl,
+                holder: &self.holder,
+            };
+            let outcome = self.backend.obtain(req).await;
+            // If the caller is gone, the delivery is dropped where the call finishes: it gives
+            // back its grant, after the grant, on the same path.
+            Delivery {
+                outcome: Some(outcome),
+                undo: Some(Undo {
+                    backend: self.backend,
+                    key: self.key,
+                    token: self.token,
+                    what: orphan,
+                }),
             }
-            .in_current_span(),
-        );
-        match rx.await {
-            Ok(delivery) => delivery.take(),
-            Err(_) => Err(Error::new(
-                ErrorKind::Unavailable,
-                name,
-                Operation::Obtain,
-                "the obtain task ended without an answer (is the runtime shutting down?)",
-            )),
-        }
+        };
+        Finish::new(call.in_current_span()).await.take()
     }
 }
 
@@ -151,30 +141,68 @@ pub(crate) async fn give_back_detached(
     what: GiveBack,
 ) -> Result<()> {
     let (backend, key, token) = (Arc::clone(backend), key.clone(), *token);
-    let name = backend.name();
     let call = async move { give_back(&*backend, &key, &token, what).await };
-    detached(name, Operation::Release, call.in_current_span()).await
+    detached(call.in_current_span()).await
 }
 
-/// Runs `call` in a task of its own and waits for its result: dropping the caller does not
-/// stop it half way.
+/// Runs `call` to its end even if the caller stops waiting: see [`Finish`].
 ///
 /// # Errors
-/// `call`'s error, or [`ErrorKind::Unavailable`] when the task ended without finishing (the
-/// runtime shutting down).
+/// `call`'s error.
 pub(crate) async fn detached<T: Send + 'static>(
-    backend: &'static str,
-    op: Operation,
-    call: impl std::future::Future<Output = Result<T>> + Send + 'static,
+    call: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    tokio::spawn(call).await.map_err(|e| {
-        Error::new(
-            ErrorKind::Unavailable,
-            backend,
-            op,
-            format!("the {op} task did not finish: {e}"),
-        )
-    })?
+    Finish::new(call).await
+}
+
+/// A call its caller polls in place (no task, no hop to another thread while the caller
+/// waits), which finishes even if the caller stops waiting: dropped before its end, it
+/// hands the rest of the call to a task of its own, where its result is dropped when it
+/// arrives (a [`Delivery`] gives its grant back then).
+struct Finish<T: Send + 'static> {
+    call: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+}
+
+impl<T: Send + 'static> Finish<T> {
+    fn new(call: impl Future<Output = T> + Send + 'static) -> Self {
+        Finish {
+            call: Some(Box::pin(call)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Finish<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        let Some(call) = this.call.as_mut() else {
+            // Polled after it finished: a caller's bug, and it never resolves again.
+            return Poll::Pending;
+        };
+        let done = ready!(call.as_mut().poll(cx));
+        this.call = None;
+        Poll::Ready(done)
+    }
+}
+
+impl<T: Send + 'static> Drop for Finish<T> {
+    fn drop(&mut self) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    drop(call.await);
+                });
+            }
+            Err(_) => tracing::warn!(
+                "a lock call cut off outside a runtime cannot finish; a lock it granted \
+                 expires after its ttl"
+            ),
+        }
+    }
 }
 
 async fn give_back(

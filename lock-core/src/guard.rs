@@ -11,8 +11,8 @@ use tracing::Instrument;
 
 use crate::detached::{detached, GiveBack, Obtain};
 use crate::{
-    Attempt, Error, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, Operation,
-    ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
+    Attempt, Error, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, ProlongOutcome,
+    ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
 };
 
 /// The locks a [`Locker`](crate::Locker) still holds, for `release_all`.
@@ -475,9 +475,8 @@ impl LockGuard {
         }
         let span = tracing::debug_span!("lock.release", backend = self.shared.backend.name(), key = %self.shared.key);
         let shared = Arc::clone(&self.shared);
-        let name = shared.backend.name();
         let call = async move { shared.release(delay).await };
-        detached(name, Operation::Release, call.instrument(span)).await
+        detached(call.instrument(span)).await
     }
 }
 

@@ -242,7 +242,7 @@ impl Locker {
             }
             Ok(outcomes)
         };
-        match detached(self.backend.name(), Operation::Release, releases).await {
+        match detached(releases).await {
             Ok(outcomes) => keys.into_iter().zip(outcomes).collect(),
             Err(e) => keys
                 .into_iter()
