@@ -29,7 +29,8 @@ enum Source {
 /// [`PostgresBackend::builder`], [`PostgresBackend::builder_on`] or
 /// [`PostgresBuilder::from_url`], consumed by [`PostgresBuilder::build`]. Its `Debug` never
 /// shows the URL's password.
-#[derive(Clone)]
+#[derive(Clone, serde::Deserialize)]
+#[serde(try_from = "String")]
 #[must_use = "a builder does nothing until build()"]
 pub struct PostgresBuilder {
     source: Source,
@@ -282,6 +283,26 @@ impl PostgresBuilder {
 
 fn config(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Config, NAME, Operation::Validate, message)
+}
+
+/// A builder from a URL with its options ([`PostgresBuilder::from_url`]); with serde, a
+/// configuration file holds the URL as a string.
+///
+/// ```
+/// # use lock_postgres::PostgresBuilder;
+/// #[derive(serde::Deserialize)]
+/// struct Config {
+///     locks: PostgresBuilder,
+/// }
+/// let config: Config = serde_json::from_str(r#"{"locks": "postgres://app@db/app?table=locks.app"}"#).unwrap();
+/// # let _ = config.locks;
+/// ```
+impl TryFrom<String> for PostgresBuilder {
+    type Error = Error;
+
+    fn try_from(url: String) -> Result<Self> {
+        Self::from_url(&url)
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,8 @@ pub(crate) enum Engine {
 /// The settings of a [`RedisBackend`], all known before it connects: made by
 /// [`RedisBackend::builder`], consumed by [`RedisBuilder::connect`]. Its `Debug` never
 /// shows the URL's password.
-#[derive(Clone)]
+#[derive(Clone, serde::Deserialize)]
+#[serde(try_from = "String")]
 #[must_use = "a builder does nothing until connect()"]
 pub struct RedisBuilder {
     pub(crate) url: String,
@@ -365,6 +366,26 @@ impl fmt::Debug for RedisBuilder {
             .field("replica_acks", &self.acks)
             .field("address_map", &self.address_map)
             .finish()
+    }
+}
+
+/// A builder from a URL with its options ([`RedisBuilder::from_url`]); with serde, a
+/// configuration file holds the URL as a string.
+///
+/// ```
+/// # use lock_redis::RedisBuilder;
+/// #[derive(serde::Deserialize)]
+/// struct Config {
+///     locks: RedisBuilder,
+/// }
+/// let config: Config = serde_json::from_str(r#"{"locks": "redis://cache:6379/0?prefix=app%3A"}"#).unwrap();
+/// # let _ = config.locks;
+/// ```
+impl TryFrom<String> for RedisBuilder {
+    type Error = Error;
+
+    fn try_from(url: String) -> Result<Self> {
+        Self::from_url(&url)
     }
 }
 
