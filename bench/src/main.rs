@@ -144,16 +144,13 @@ async fn memory(table: &mut Table, size: Size) {
     let locker = Locker::new(backend.clone());
     for tasks in CONCURRENCY {
         let [raw, project] = rounds(size.rounds, async || {
-            let (b, l) = (backend.clone(), locker.clone());
+            let b = backend.clone();
             [
                 run(tasks, size.cycles, move |p, n| {
                     backend_cycles(b.clone(), p, n)
                 })
                 .await,
-                run(tasks, size.cycles, move |p, n| {
-                    locker_cycles(l.clone(), p, n, true)
-                })
-                .await,
+                through(&locker, tasks, size.cycles, true).await,
             ]
         })
         .await;
@@ -186,16 +183,13 @@ async fn file(table: &mut Table, size: Size) {
     std::fs::create_dir_all(&raw_dir).expect("a directory");
     for tasks in CONCURRENCY {
         let [raw, project] = rounds(size.rounds, async || {
-            let (d, l) = (raw_dir.clone(), locker.clone());
+            let d = raw_dir.clone();
             [
                 run(tasks, size.cycles, move |p, n| {
                     baselines::file_cycles(d.clone(), p, n)
                 })
                 .await,
-                run(tasks, size.cycles, move |p, n| {
-                    locker_cycles(l.clone(), p, n, true)
-                })
-                .await,
+                through(&locker, tasks, size.cycles, true).await,
             ]
         })
         .await;
@@ -233,7 +227,6 @@ async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     for tasks in CONCURRENCY {
         let [base, peer, obtain, try_obtain, watched_variant] = rounds(size.rounds, async || {
             let (c, m) = (raw.clone(), rslock.clone());
-            let (a, b, w) = (lua_locker.clone(), lua_locker.clone(), watch_locker.clone());
             [
                 run(tasks, size.cycles, move |p, n| {
                     baselines::redis_cycles(c.clone(), p, n)
@@ -243,18 +236,9 @@ async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
                     baselines::rslock_cycles(m.clone(), p, n)
                 })
                 .await,
-                run(tasks, size.cycles, move |p, n| {
-                    locker_cycles(a.clone(), p, n, true)
-                })
-                .await,
-                run(tasks, size.cycles, move |p, n| {
-                    locker_cycles(b.clone(), p, n, false)
-                })
-                .await,
-                run(tasks, size.cycles, move |p, n| {
-                    locker_cycles(w.clone(), p, n, true)
-                })
-                .await,
+                through(&lua_locker, tasks, size.cycles, true).await,
+                through(&lua_locker, tasks, size.cycles, false).await,
+                through(&watch_locker, tasks, size.cycles, true).await,
             ]
         })
         .await;
@@ -312,21 +296,15 @@ async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String
         let [raw, project, unsynced] = rounds(size.rounds, async || {
             base_id += 1_000_000;
             let next = Arc::new(std::sync::atomic::AtomicI64::new(base_id));
-            let (p, d, f) = (pool.clone(), d.clone(), f.clone());
+            let p = pool.clone();
             [
                 run(tasks, size.pg_cycles, move |_, n| {
                     let base = next.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed);
                     baselines::pg_cycles(p.clone(), base, n)
                 })
                 .await,
-                run(tasks, size.pg_cycles, move |p, n| {
-                    locker_cycles(d.clone(), p, n, true)
-                })
-                .await,
-                run(tasks, size.pg_cycles, move |p, n| {
-                    locker_cycles(f.clone(), p, n, true)
-                })
-                .await,
+                through(&d, tasks, size.pg_cycles, true).await,
+                through(&f, tasks, size.pg_cycles, true).await,
             ]
         })
         .await;
@@ -355,6 +333,16 @@ async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String
         .execute(&pool)
         .await;
     Ok(())
+}
+
+/// `cycles` obtain+release cycles through `locker` by `tasks` tasks: `obtain()` when
+/// `waiting`, else `try_obtain()`.
+async fn through(locker: &Locker, tasks: usize, cycles: usize, waiting: bool) -> Run {
+    let locker = locker.clone();
+    run(tasks, cycles, move |p, n| {
+        locker_cycles(locker.clone(), p, n, waiting)
+    })
+    .await
 }
 
 /// Handoff with 2, 8 and 32 waiters, notified and polling.

@@ -274,6 +274,27 @@ const REDIS_SCHEMES: &[&str] = &[
     "redis+sentinel",
 ];
 
+/// How a backend crate behind cargo feature `$feature` connects `$url`, or, left out of
+/// this build, the error that names the feature.
+macro_rules! built_in {
+    ($feature:literal, |$url:ident| $connect:expr) => {
+        |$url| {
+            Box::pin(async move {
+                #[cfg(feature = $feature)]
+                {
+                    let backend: Arc<dyn LockBackend> = Arc::new($connect);
+                    Ok(backend)
+                }
+                #[cfg(not(feature = $feature))]
+                {
+                    let _ = $url;
+                    Err(left_out($feature))
+                }
+            })
+        }
+    };
+}
+
 const BACKENDS: &[Backend] = &[
     Backend {
         schemes: &["memory"],
@@ -286,57 +307,19 @@ const BACKENDS: &[Backend] = &[
     },
     Backend {
         schemes: &["file"],
-        connect: |url| {
-            Box::pin(async move {
-                #[cfg(feature = "file")]
-                {
-                    let backend: Arc<dyn LockBackend> =
-                        Arc::new(lock_file::FileBackend::from_url(&url)?);
-                    Ok(backend)
-                }
-                #[cfg(not(feature = "file"))]
-                {
-                    let _ = url;
-                    Err(left_out("file"))
-                }
-            })
-        },
+        connect: built_in!("file", |url| lock_file::FileBackend::from_url(&url)?),
     },
     Backend {
         schemes: REDIS_SCHEMES,
-        connect: |url| {
-            Box::pin(async move {
-                #[cfg(feature = "redis")]
-                {
-                    let builder = lock_redis::RedisBuilder::from_url(&url)?;
-                    let backend: Arc<dyn LockBackend> = Arc::new(builder.connect().await?);
-                    Ok(backend)
-                }
-                #[cfg(not(feature = "redis"))]
-                {
-                    let _ = url;
-                    Err(left_out("redis"))
-                }
-            })
-        },
+        connect: built_in!("redis", |url| {
+            lock_redis::RedisBuilder::from_url(&url)?.connect().await?
+        }),
     },
     Backend {
         schemes: POSTGRES_SCHEMES,
-        connect: |url| {
-            Box::pin(async move {
-                #[cfg(feature = "postgres")]
-                {
-                    let builder = lock_postgres::PostgresBuilder::from_url(&url)?;
-                    let backend: Arc<dyn LockBackend> = Arc::new(builder.build()?);
-                    Ok(backend)
-                }
-                #[cfg(not(feature = "postgres"))]
-                {
-                    let _ = url;
-                    Err(left_out("postgres"))
-                }
-            })
-        },
+        connect: built_in!("postgres", |url| {
+            lock_postgres::PostgresBuilder::from_url(&url)?.build()?
+        }),
     },
 ];
 

@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::rules::{self, Clock, Decision};
@@ -13,7 +12,7 @@ use crate::UrlOptions;
 use crate::{
     Capabilities, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
     ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, ReleaseSubscription, Result,
-    Token, Ttl,
+    Token, Ttl, Waiters,
 };
 
 /// Locks in this process's memory: every rule of the contract, no I/O.
@@ -52,7 +51,8 @@ struct Store {
     records: HashMap<String, Stored>,
     // One counter for all keys: strictly increasing per key, and it survives record removal.
     fencing: u64,
-    watchers: HashMap<String, watch::Sender<u64>>,
+    /// Woken one per release, as the server backends' notifiers do.
+    waiters: Waiters,
     sweep_at: usize,
     /// The origin of the rules' nanosecond clock.
     epoch: Instant,
@@ -65,7 +65,7 @@ impl Default for Store {
         Store {
             records: HashMap::new(),
             fencing: 0,
-            watchers: HashMap::new(),
+            waiters: Waiters::default(),
             sweep_at: 0,
             epoch: Instant::now(),
         }
@@ -173,7 +173,7 @@ impl Store {
     }
 
     /// Stores what a decision wrote (a free record is dropped: the counter keeps fencing
-    /// growing) and wakes the key's waiters when it freed the lock.
+    /// growing) and wakes one of the key's waiters when it freed the lock.
     fn apply<O>(&mut self, key: &str, decision: Decision<O, Token, HolderInfo>) -> O {
         let frees = decision.frees();
         match decision.write {
@@ -187,9 +187,7 @@ impl Store {
             None => {}
         }
         if frees {
-            if let Some(tx) = self.watchers.get(key) {
-                tx.send_modify(|n| *n += 1);
-            }
+            self.waiters.wake_one(key);
         }
         decision.outcome
     }
@@ -202,7 +200,6 @@ impl Store {
         }
         self.records
             .retain(|_, record| !rules::forgotten(record, clock));
-        self.watchers.retain(|_, tx| tx.receiver_count() > 0);
         self.sweep_at = (self.records.len() * 2).max(1024);
     }
 }
@@ -274,13 +271,8 @@ impl LockBackend for MemoryBackend {
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         let key = self.full_key(key);
-        let mut store = self.lock_store();
-        let rx = store
-            .watchers
-            .entry(key)
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe();
-        Ok(Some(ReleaseSubscription::new(rx, None)))
+        let waiters = self.lock_store().waiters.clone();
+        Ok(Some(waiters.subscribe(&key)))
     }
 }
 
@@ -481,6 +473,21 @@ mod tests {
             other.obtain(req).await.unwrap(),
             ObtainOutcome::Acquired { .. }
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_wakes_one_waiter() {
+        let f = Fixture::new();
+        let (a, _) = tokens();
+        let mut first = f.backend.subscribe(&f.key).await.unwrap().unwrap();
+        let mut second = f.backend.subscribe(&f.key).await.unwrap().unwrap();
+        let _ = f.obtain(&a, 1000).await;
+        let _ = f.release(&a, None).await;
+        let woken = [
+            first.released_within(Duration::from_millis(10)).await,
+            second.released_within(Duration::from_millis(10)).await,
+        ];
+        assert_eq!(woken, [true, false], "one release, one waiter woken");
     }
 
     #[tokio::test(start_paused = true)]
