@@ -127,3 +127,67 @@ pub(crate) async fn redis_evalsha_calls(conn: &mut ConnectionManager) -> Option<
         .parse()
         .ok()
 }
+
+/// The same cycle with optimistic transactions, as the WATCH variant runs it: on a
+/// connection of the task's own, `WATCH` + `GET` (one round trip), then `MULTI`, `SET … PX`
+/// (or `DEL`), `EXEC` (one more) for the obtain and again for the release: 4 round trips a
+/// cycle.
+pub(crate) async fn redis_watch_cycles(
+    client: redis::Client,
+    prefix: String,
+    n: usize,
+) -> Vec<Duration> {
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection of the task's own");
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let key = format!("{prefix}watch-{}", i % 64);
+        let token = Token::generate().expect("a token").to_hex();
+        let (held,): (Option<String>,) = redis::pipe()
+            .cmd("WATCH")
+            .arg(&key)
+            .ignore()
+            .cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("WATCH + GET");
+        assert!(held.is_none(), "{key} should be free");
+        let set: Option<redis::Value> = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("PX")
+            .arg(30_000)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .expect("MULTI SET EXEC");
+        assert!(set.is_some(), "nobody else writes {key}");
+        let (held,): (Option<String>,) = redis::pipe()
+            .cmd("WATCH")
+            .arg(&key)
+            .ignore()
+            .cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("WATCH + GET");
+        assert_eq!(held.as_deref(), Some(token.as_str()));
+        let deleted: Option<redis::Value> = redis::pipe()
+            .atomic()
+            .cmd("DEL")
+            .arg(&key)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .expect("MULTI DEL EXEC");
+        assert!(deleted.is_some());
+        times.push(started.elapsed());
+    }
+    times
+}

@@ -16,7 +16,8 @@
 //! - **cycles**: obtain + release of a free lock by `tasks` concurrent tasks on distinct
 //!   keys, through the client layer (`Locker::lock(..).obtain()`, the README's call, with
 //!   the default notified retry), next to the raw commands a correct lock of that kind
-//!   needs at the least: `SET NX PX` + compare-and-delete for Redis, and the same cycle
+//!   needs at the least: `SET NX PX` + compare-and-delete for Redis (and, for the WATCH
+//!   variant, the same cycle in `WATCH`/`MULTI`/`EXEC` transactions), and the same cycle
 //!   through rslock; `pg_try_advisory_lock` + `pg_advisory_unlock` for Postgres; one
 //!   `flock`ed read-modify-write of one file for the file backend; the trait called
 //!   directly for the memory backend. Rate, and each cycle's p50 / p99.
@@ -208,7 +209,7 @@ async fn file(table: &mut Table, size: Size) {
 
 async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let raw = redis::aio::ConnectionManager::new(client)
+    let raw = redis::aio::ConnectionManager::new(client.clone())
         .await
         .map_err(|e| format!("no Redis at {url} (set REDIS_URL): {e}"))?;
     let rslock = rslock::LockManager::new(vec![url.to_owned()]);
@@ -225,23 +226,28 @@ async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
         Arc::new(connect(Variant::Watch).await.map_err(|e| e.to_string())?);
     let (lua_locker, watch_locker) = (Locker::new(lua.clone()), Locker::new(watch.clone()));
     for tasks in CONCURRENCY {
-        let [base, peer, obtain, try_obtain, watched_variant] = rounds(size.rounds, async || {
-            let (c, m) = (raw.clone(), rslock.clone());
-            [
-                run(tasks, size.cycles, move |p, n| {
-                    baselines::redis_cycles(c.clone(), p, n)
-                })
-                .await,
-                run(tasks, size.cycles, move |p, n| {
-                    baselines::rslock_cycles(m.clone(), p, n)
-                })
-                .await,
-                through(&lua_locker, tasks, size.cycles, true).await,
-                through(&lua_locker, tasks, size.cycles, false).await,
-                through(&watch_locker, tasks, size.cycles, true).await,
-            ]
-        })
-        .await;
+        let [base, peer, obtain, try_obtain, raw_watch, watched_variant] =
+            rounds(size.rounds, async || {
+                let (c, m, w) = (raw.clone(), rslock.clone(), client.clone());
+                [
+                    run(tasks, size.cycles, move |p, n| {
+                        baselines::redis_cycles(c.clone(), p, n)
+                    })
+                    .await,
+                    run(tasks, size.cycles, move |p, n| {
+                        baselines::rslock_cycles(m.clone(), p, n)
+                    })
+                    .await,
+                    through(&lua_locker, tasks, size.cycles, true).await,
+                    through(&lua_locker, tasks, size.cycles, false).await,
+                    run(tasks, size.cycles, move |p, n| {
+                        baselines::redis_watch_cycles(w.clone(), p, n)
+                    })
+                    .await,
+                    through(&watch_locker, tasks, size.cycles, true).await,
+                ]
+            })
+            .await;
         let what = "raw SET NX PX + compare-and-delete";
         table.cycles("rslock 0.10", "lock+unlock", tasks, what, base, peer);
         table.cycles("redis-lua", "obtain()+release", tasks, what, base, obtain);
@@ -257,8 +263,8 @@ async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
             "redis-watch",
             "obtain()+release",
             tasks,
-            what,
-            base,
+            "raw WATCH + GET, MULTI SET/DEL EXEC",
+            raw_watch,
             watched_variant,
         );
     }
