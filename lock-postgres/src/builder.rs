@@ -205,21 +205,14 @@ impl PostgresBuilder {
     }
 
     /// Makes the backend. No I/O: the pool connects on the first operation (or
-    /// [`PostgresBackend::migrate`]). Call it inside a Tokio runtime, which the pool runs
-    /// on.
+    /// [`PostgresBackend::migrate`]). A builder made from a URL makes its pool here, which
+    /// needs a current Tokio runtime; one on an existing pool does not.
     ///
     /// # Errors
     /// [`ErrorKind::Config`] for a malformed URL, a table name that is not a plain
-    /// identifier, a zero deadline, or no Tokio runtime to run on;
+    /// identifier, a zero deadline, or (from a URL) no current Tokio runtime;
     /// [`ErrorKind::InvalidInput`] for a grace over 365 days.
     pub fn build(self) -> Result<PostgresBackend> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            // sqlx's pool would panic without one.
-            return Err(config(
-                "PostgresBuilder::build needs a Tokio runtime: call it from async code (or \
-                 inside Runtime::enter)",
-            ));
-        }
         let names = Names::new(&self.schema, &self.table).ok_or_else(|| {
             config(format!(
                 "{:?}.{:?}: schema and table names must match [a-z_][a-z0-9_]{{0,47}}",
@@ -240,6 +233,13 @@ impl PostgresBuilder {
                 (pool, name)
             }
             Source::Url(url) => {
+                if tokio::runtime::Handle::try_current().is_err() {
+                    // sqlx's lazy pool would panic without one.
+                    return Err(config(
+                        "PostgresBuilder::build needs a Tokio runtime to make its pool: call \
+                         it from async code (or inside Runtime::enter)",
+                    ));
+                }
                 if !SCHEMES.iter().any(|s| url.starts_with(&format!("{s}://"))) {
                     return Err(config(
                         "not a Postgres URL: expected \
@@ -316,6 +316,23 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
         assert!(err.to_string().contains("Tokio runtime"), "{err}");
+    }
+
+    #[test]
+    fn an_existing_pool_needs_no_current_runtime() {
+        // The pool was made inside a runtime; the backend is made outside one (as in a
+        // synchronous constructor of the application's state).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let pool = rt.block_on(async {
+            sqlx::postgres::PgPoolOptions::new()
+                .connect_lazy("postgres://u@127.0.0.1:1/d")
+                .unwrap()
+        });
+        let backend = PostgresBackend::from_pool(pool.clone());
+        assert_eq!(backend.table(), "public.distlock");
+        assert!(PostgresBackend::builder_on(pool).build().is_ok());
     }
 
     #[test]
