@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use lock_core::Token;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use sqlx::PgPool;
 
 const UNLOCK: &str =
@@ -146,48 +146,44 @@ pub(crate) async fn redis_watch_cycles(
         let started = Instant::now();
         let key = format!("{prefix}watch-{}", i % 64);
         let token = Token::generate().expect("a token").to_hex();
-        let (held,): (Option<String>,) = redis::pipe()
-            .cmd("WATCH")
-            .arg(&key)
-            .ignore()
-            .cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("WATCH + GET");
-        assert!(held.is_none(), "{key} should be free");
-        let set: Option<redis::Value> = redis::pipe()
-            .atomic()
-            .cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("PX")
-            .arg(30_000)
-            .ignore()
-            .query_async(&mut conn)
-            .await
-            .expect("MULTI SET EXEC");
-        assert!(set.is_some(), "nobody else writes {key}");
-        let (held,): (Option<String>,) = redis::pipe()
-            .cmd("WATCH")
-            .arg(&key)
-            .ignore()
-            .cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("WATCH + GET");
-        assert_eq!(held.as_deref(), Some(token.as_str()));
-        let deleted: Option<redis::Value> = redis::pipe()
-            .atomic()
-            .cmd("DEL")
-            .arg(&key)
-            .ignore()
-            .query_async(&mut conn)
-            .await
-            .expect("MULTI DEL EXEC");
-        assert!(deleted.is_some());
+        assert!(
+            watch_get(&mut conn, &key).await.is_none(),
+            "{key} should be free"
+        );
+        let mut set = redis::cmd("SET");
+        set.arg(&key).arg(&token).arg("PX").arg(30_000);
+        exec(&mut conn, set).await;
+        assert_eq!(watch_get(&mut conn, &key).await, Some(token));
+        let mut del = redis::cmd("DEL");
+        del.arg(&key);
+        exec(&mut conn, del).await;
         times.push(started.elapsed());
     }
     times
+}
+
+/// `WATCH key` + `GET key`, in one round trip.
+async fn watch_get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    let (value,): (Option<String>,) = redis::pipe()
+        .cmd("WATCH")
+        .arg(key)
+        .ignore()
+        .cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("WATCH + GET");
+    value
+}
+
+/// `MULTI`, `cmd`, `EXEC`, in one round trip; nobody else writes the key, so it commits.
+async fn exec(conn: &mut MultiplexedConnection, cmd: redis::Cmd) {
+    let committed: Option<redis::Value> = redis::pipe()
+        .atomic()
+        .add_command(cmd)
+        .ignore()
+        .query_async(conn)
+        .await
+        .expect("MULTI … EXEC");
+    assert!(committed.is_some(), "the transaction was not applied");
 }

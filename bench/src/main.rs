@@ -41,11 +41,11 @@ static ALLOCATOR: alloc::Counting = alloc::Counting;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockBackend, Locker, MemoryBackend, Retry};
+use lock_core::{redact_url, LockBackend, Locker, MemoryBackend, Retry};
 use lock_file::FileBackend;
 use lock_postgres::PostgresBackend;
 use lock_redis::{RedisBackend, Variant};
-use test_servers::bench::{backend_cycles, handoff, locker_cycles, median_run, run, runtime, Run};
+use test_servers::bench::{backend_cycles, handoff, locker_cycles, rounds, run, runtime, Run};
 
 use report::Table;
 use test_servers::locks::Counting;
@@ -123,23 +123,6 @@ fn main() {
     );
 }
 
-/// The median run of each measurement over interleaved rounds.
-async fn rounds<const N: usize>(
-    rounds: usize,
-    mut round: impl AsyncFnMut() -> [Run; N],
-) -> [Run; N] {
-    // One round first that is not counted: it creates the keys (files, records, rows) the
-    // measured rounds reuse, as a running service would.
-    let _ = round().await;
-    let mut all: [Vec<Run>; N] = std::array::from_fn(|_| Vec::new());
-    for _ in 0..rounds {
-        for (i, r) in round().await.into_iter().enumerate() {
-            all[i].push(r);
-        }
-    }
-    all.map(median_run)
-}
-
 async fn memory(table: &mut Table, size: Size) {
     let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
     let locker = Locker::new(backend.clone());
@@ -209,9 +192,12 @@ async fn file(table: &mut Table, size: Size) {
 
 async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let raw = redis::aio::ConnectionManager::new(client.clone())
+    let no_redis = |why: String| format!("no Redis at {} (set REDIS_URL): {why}", redact_url(url));
+    let connecting = redis::aio::ConnectionManager::new(client.clone());
+    let raw = tokio::time::timeout(Duration::from_secs(10), connecting)
         .await
-        .map_err(|e| format!("no Redis at {url} (set REDIS_URL): {e}"))?;
+        .map_err(|_| no_redis("no answer in 10 s".into()))?
+        .map_err(|e| no_redis(e.to_string()))?;
     let rslock = rslock::LockManager::new(vec![url.to_owned()]);
     let connect = |variant: Variant| {
         RedisBackend::builder(url)
@@ -289,7 +275,7 @@ async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String
     durable
         .migrate()
         .await
-        .map_err(|e| format!("no Postgres at {url} (set DATABASE_URL): {e}"))?;
+        .map_err(|e| format!("no Postgres at {} (set DATABASE_URL): {e}", redact_url(url)))?;
     let fast = builder
         .durable_commits(false)
         .build()

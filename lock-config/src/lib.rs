@@ -333,14 +333,8 @@ fn left_out(feature: &str) -> Error {
 
 fn with_param(url: &str, key: &str, value: &str) -> String {
     let mut options = UrlOptions::parse(NAME, url);
-    // A value given in the URL too is replaced by the configuration's.
-    let _ = options.take(key);
-    let rest = options.into_client_url();
-    let sep = if rest.contains('?') { '&' } else { '?' };
-    match rest.split_once('#') {
-        Some((base, fragment)) => format!("{base}{sep}{key}={value}#{fragment}"),
-        None => format!("{rest}{sep}{key}={value}"),
-    }
+    options.set(key, value);
+    options.into_client_url()
 }
 
 /// The URL with its secrets masked, for messages: see [`lock_core::redact_url`].

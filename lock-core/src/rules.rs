@@ -316,6 +316,20 @@ pub fn forgotten<T, H>(record: &Record<T, H>, clock: Clock) -> bool {
     matches!(phase(Some(record), clock), Phase::Free)
 }
 
+/// The key's last fencing token (0 without a record).
+fn last_fencing<T, H>(record: Option<&Record<T, H>>) -> u64 {
+    record.map_or(0, |r| r.fencing)
+}
+
+/// The end of a hold taken or renewed now for `ttl`, and the end of its grace after it.
+fn hold_times(clock: Clock, ttl: Ttl, grace: Grace) -> (u64, u64) {
+    let expires = clock.after(ttl.as_millis());
+    (
+        expires,
+        expires.saturating_add(clock.ticks(grace.as_millis())),
+    )
+}
+
 /// `hold` renewed for `ttl` (and `grace` after it) from now.
 fn renewed<T: Clone, H: Clone>(
     hold: &Hold<T, H>,
@@ -323,10 +337,10 @@ fn renewed<T: Clone, H: Clone>(
     ttl: Ttl,
     grace: Grace,
 ) -> Hold<T, H> {
-    let expires = clock.after(ttl.as_millis());
+    let (expires, forget) = hold_times(clock, ttl, grace);
     Hold {
         expires,
-        forget: expires.saturating_add(clock.ticks(grace.as_millis())),
+        forget,
         ..hold.clone()
     }
 }
@@ -360,7 +374,7 @@ pub fn obtain<'r, T: Clone + PartialEq, H: Clone>(
             Decision {
                 outcome: Obtained::Reacquired { holds },
                 write: Some(Record {
-                    fencing: record.map_or(0, |r| r.fencing),
+                    fencing: last_fencing(record),
                     state: State::Held(next),
                 }),
             }
@@ -373,15 +387,16 @@ pub fn obtain<'r, T: Clone + PartialEq, H: Clone>(
             write: None,
         },
         Phase::Free | Phase::Expired(_) => {
-            let last = record.map_or(0, |r| r.fencing);
-            let fencing = last.saturating_add(1).max(ask.fencing_floor);
-            let expires = clock.after(ask.ttl.as_millis());
+            let fencing = last_fencing(record)
+                .saturating_add(1)
+                .max(ask.fencing_floor);
+            let (expires, forget) = hold_times(clock, ask.ttl, ask.grace);
             let hold = Hold {
                 token: ask.token.clone(),
                 holder: ask.holder.clone(),
                 holds: 1,
                 expires,
-                forget: expires.saturating_add(clock.ticks(ask.grace.as_millis())),
+                forget,
             };
             Decision {
                 outcome: Obtained::Acquired {
@@ -414,7 +429,7 @@ pub fn prolong<T: Clone + PartialEq, H: Clone>(
     Decision {
         outcome,
         write: Some(Record {
-            fencing: record.map_or(0, |r| r.fencing),
+            fencing: last_fencing(record),
             state: State::Held(renewed(hold, clock, ttl, grace)),
         }),
     }
@@ -436,7 +451,7 @@ pub fn release<T: Clone + PartialEq, H: Clone>(
             return Decision {
                 outcome: ReleaseOutcome::Decremented { holds },
                 write: Some(Record {
-                    fencing: record.map_or(0, |r| r.fencing),
+                    fencing: last_fencing(record),
                     state: State::Held(Hold { holds, ..h.clone() }),
                 }),
             };
@@ -460,7 +475,7 @@ pub fn view<'r, T, H>(record: Option<&'r Record<T, H>>, clock: Clock) -> View<'r
         },
         Phase::Live(h) => View::Held {
             holder: &h.holder,
-            fencing: Fencing(record.map_or(0, |r| r.fencing)),
+            fencing: Fencing(last_fencing(record)),
             remaining: clock.until(h.expires),
             holds: h.holds,
         },
@@ -482,7 +497,7 @@ pub fn force<'r, T: Clone, H: Clone>(
 /// The record of a released lock: free, or cooling for `delay`, with its fencing token.
 fn freed<T, H>(record: Option<&Record<T, H>>, clock: Clock, delay: Option<Ttl>) -> Record<T, H> {
     Record {
-        fencing: record.map_or(0, |r| r.fencing),
+        fencing: last_fencing(record),
         state: match delay {
             Some(d) => State::Cooling {
                 until: clock.after(d.as_millis()),

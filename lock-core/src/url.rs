@@ -24,7 +24,11 @@ use crate::{parse_duration, Error, ErrorKind, Operation, Result};
 #[derive(Clone)]
 pub struct UrlOptions {
     backend: &'static str,
+    /// Scheme, authority and path.
     base: String,
+    /// `#…` (`#insecure` for rediss), or empty.
+    fragment: String,
+    /// The query's pairs, still percent-encoded.
     params: Vec<(String, String)>,
 }
 
@@ -33,6 +37,7 @@ impl std::fmt::Debug for UrlOptions {
         f.debug_struct("UrlOptions")
             .field("backend", &self.backend)
             .field("base", &crate::redact_url(&self.base))
+            .field("fragment", &self.fragment)
             .field(
                 "options",
                 &self.params.iter().map(|(k, _)| k).collect::<Vec<_>>(),
@@ -49,23 +54,19 @@ impl UrlOptions {
             Some((u, f)) => (u, format!("#{f}")),
             None => (url, String::new()),
         };
-        let (base, params) = match url.split_once('?') {
-            None => (url, Vec::new()),
-            Some((base, query)) => (
-                base,
-                query
-                    .split('&')
-                    .filter(|p| !p.is_empty())
-                    .map(|p| match p.split_once('=') {
-                        Some((k, v)) => (k.to_owned(), v.to_owned()),
-                        None => (p.to_owned(), String::new()),
-                    })
-                    .collect(),
-            ),
-        };
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let params = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
         UrlOptions {
             backend,
-            base: format!("{base}{fragment}"),
+            base: base.to_owned(),
+            fragment,
             params,
         }
     }
@@ -75,9 +76,11 @@ impl UrlOptions {
         self.base.split_once(':').map_or("", |(s, _)| s)
     }
 
-    /// The URL without its query string.
-    pub fn base(&self) -> &str {
-        &self.base
+    /// Sets option `key` to `value` (percent-encoded as it stands in a URL), replacing any
+    /// value the URL gave it.
+    pub fn set(&mut self, key: &str, value: &str) {
+        self.params.retain(|(k, _)| k != key);
+        self.params.push((key.to_owned(), value.to_owned()));
     }
 
     fn error(&self, message: String) -> Error {
@@ -144,35 +147,29 @@ impl UrlOptions {
             .transpose()
     }
 
-    /// The base, when every option was read.
+    /// The URL without its query, when every option was read.
     ///
     /// # Errors
     /// [`ErrorKind::Config`] naming the first option nobody read.
     pub fn finish(self) -> Result<String> {
         match self.params.first() {
-            None => Ok(self.base),
+            None => Ok(format!("{}{}", self.base, self.fragment)),
             Some((k, _)) => {
                 Err(self.error(format!("unknown option {k:?} for a {}: URL", self.scheme())))
             }
         }
     }
 
-    /// The base with the options nobody read, still encoded: for the backend's own client
+    /// The URL with the options nobody read, still encoded: for the backend's own client
     /// (`sslmode=require` for Postgres, `protocol=resp3` for Redis).
     pub fn into_client_url(self) -> String {
-        if self.params.is_empty() {
-            return self.base;
-        }
-        let (base, fragment) = match self.base.split_once('#') {
-            Some((b, f)) => (b, format!("#{f}")),
-            None => (self.base.as_str(), String::new()),
-        };
         let query: Vec<String> = self
             .params
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        format!("{base}?{}{fragment}", query.join("&"))
+        let sep = if query.is_empty() { "" } else { "?" };
+        format!("{}{sep}{}{}", self.base, query.join("&"), self.fragment)
     }
 }
 
@@ -188,7 +185,17 @@ mod tests {
             url.clone().into_client_url(),
             "redis://h:1/0?user=x%40y#frag"
         );
-        assert!(url.finish().unwrap_err().to_string().contains("\"user\""));
+        assert!(url
+            .clone()
+            .finish()
+            .unwrap_err()
+            .to_string()
+            .contains("\"user\""));
+        url.set("grace", "1m");
+        assert_eq!(
+            url.into_client_url(),
+            "redis://h:1/0?user=x%40y&grace=1m#frag"
+        );
         let mut bad = UrlOptions::parse("t", "memory:?prefix=%FF");
         assert_eq!(bad.take("prefix").unwrap_err().kind(), ErrorKind::Config);
     }

@@ -111,31 +111,35 @@ impl PostgresBuilder {
                 "not a Postgres URL: expected postgres://user[:password]@host[:port]/database",
             ));
         }
-        let table = url.take("table")?;
-        let schema = url.take("schema")?;
-        let notify = url.take_flag("notify")?;
-        let durable = url.take_flag("durable")?;
-        let migrate = url.take_flag("migrate")?;
-        let timeout = url.take_duration("timeout")?;
-        let grace = url.take_duration("grace")?;
-        let pool = url.take_parsed::<u32>("pool", "a number of connections")?;
-        let mut b = Self::on_url(url.into_client_url());
+        let mut b = Self::on_url(String::new());
+        let (table, schema) = (url.take("table")?, url.take("schema")?);
         if table.is_some() || schema.is_some() {
             let table = table.unwrap_or_else(|| PostgresBackend::DEFAULT_TABLE.to_owned());
-            b = match table.split_once('.') {
-                Some((s, t)) => b.table(s, t),
-                None => {
-                    let s = schema.unwrap_or_else(|| PostgresBackend::DEFAULT_SCHEMA.to_owned());
-                    b.table(&s, &table)
-                }
+            let (s, t) = match table.split_once('.') {
+                Some((s, t)) => (s.to_owned(), t.to_owned()),
+                None => (schema.unwrap_or(b.schema.clone()), table),
             };
+            b = b.table(&s, &t);
         }
-        b.grace = grace;
-        b.notifications = notify.unwrap_or(b.notifications);
-        b.durable = durable.unwrap_or(b.durable);
-        b.auto_migrate = migrate.unwrap_or(b.auto_migrate);
-        b.timeout = timeout.unwrap_or(b.timeout);
-        b.pool_size = pool.unwrap_or(b.pool_size);
+        if let Some(on) = url.take_flag("notify")? {
+            b = b.notifications(on);
+        }
+        if let Some(on) = url.take_flag("durable")? {
+            b = b.durable_commits(on);
+        }
+        if let Some(on) = url.take_flag("migrate")? {
+            b = b.auto_migrate(on);
+        }
+        if let Some(t) = url.take_duration("timeout")? {
+            b = b.timeout(t);
+        }
+        if let Some(g) = url.take_duration("grace")? {
+            b = b.grace(g);
+        }
+        if let Some(n) = url.take_parsed("pool", "a number of connections")? {
+            b = b.pool_size(n);
+        }
+        b.source = Source::Url(url.into_client_url());
         Ok(b)
     }
 
@@ -316,6 +320,22 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
         assert!(err.to_string().contains("Tokio runtime"), "{err}");
+    }
+
+    #[test]
+    fn a_url_keeps_everything_but_the_options_it_read() {
+        let b = PostgresBuilder::from_url(
+            "postgres://u:p%40w@h/d?schema=s&table=t&sslmode=require&pool=4&notify=off",
+        )
+        .unwrap();
+        let Source::Url(url) = &b.source else {
+            panic!("a URL builder")
+        };
+        assert_eq!(url, "postgres://u:p%40w@h/d?sslmode=require");
+        assert_eq!((b.schema.as_str(), b.table.as_str()), ("s", "t"));
+        assert_eq!((b.pool_size, b.notifications), (4, false));
+        let b = PostgresBuilder::from_url("postgresql://h/d?table=x.y&schema=ignored").unwrap();
+        assert_eq!((b.schema.as_str(), b.table.as_str()), ("x", "y"));
     }
 
     #[test]

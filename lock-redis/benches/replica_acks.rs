@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_core::{LockBackend, Locker};
 use lock_redis::{RedisBackend, Variant};
-use test_servers::bench::{interleaved, locker_cycles, rate, runtime};
+use test_servers::bench::{locker_cycles, rounds, run, runtime};
 
 const CYCLES: usize = 2_000;
 const ROUNDS: usize = 5;
@@ -31,15 +31,15 @@ fn main() {
             let plain: Arc<dyn LockBackend> = Arc::new(make(false).await.unwrap());
             let acked: Arc<dyn LockBackend> = Arc::new(make(true).await.unwrap());
             let (plain, acked) = (Locker::new(plain), Locker::new(acked));
-            let [p, a] = interleaved(ROUNDS, async || {
+            let [p, a] = rounds(ROUNDS, async || {
                 let (p, a) = (plain.clone(), acked.clone());
                 [
-                    rate(1, CYCLES, move |k, n| locker_cycles(p.clone(), k, n, false)).await,
-                    rate(1, CYCLES, move |k, n| locker_cycles(a.clone(), k, n, false)).await,
+                    run(1, CYCLES, move |k, n| locker_cycles(p.clone(), k, n, false)).await,
+                    run(1, CYCLES, move |k, n| locker_cycles(a.clone(), k, n, false)).await,
                 ]
             })
             .await;
-            let (p, a) = (1e6 / p, 1e6 / a);
+            let (p, a) = (1e6 / p.rate, 1e6 / a.rate);
             println!(
                 "{variant:?}: without {p:.0} µs/cycle, with WAIT 1 {a:.0} µs/cycle: {:.2}x the time",
                 a / p

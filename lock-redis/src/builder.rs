@@ -83,15 +83,14 @@ impl RedisBuilder {
                  redis+cluster:// or redis+sentinel://",
             ));
         }
-        let mut variant = if scheme.ends_with("+watch") {
-            Variant::Watch
-        } else {
-            Variant::Lua
-        };
+        let mut b = RedisBackend::builder(String::new());
+        if scheme.ends_with("+watch") {
+            b = b.variant(Variant::Watch);
+        }
         match url.take("variant")?.as_deref() {
             None => {}
-            Some("lua") => variant = Variant::Lua,
-            Some("watch") => variant = Variant::Watch,
+            Some("lua") => b = b.variant(Variant::Lua),
+            Some("watch") => b = b.variant(Variant::Watch),
             Some(other) => {
                 return Err(config(
                     lua::NAME,
@@ -99,34 +98,39 @@ impl RedisBuilder {
                 ))
             }
         }
-        let prefix = url.take("prefix")?;
-        let pool = url.take_parsed::<usize>("pool", "a number")?;
-        let timeout = url.take_duration("timeout")?;
-        let grace = url.take_duration("grace")?;
-        let wait = url.take_parsed::<u32>("wait", "a number of replicas")?;
-        let wait_timeout = url.take_duration("wait_timeout")?;
-        let mut b =
-            RedisBackend::builder(url.into_client_url().replacen("+watch", "", 1)).variant(variant);
-        if let Some(p) = prefix {
+        if let Some(p) = url.take("prefix")? {
             b = b.prefix(p);
         }
-        if let Some(n) = pool {
+        if let Some(n) = url.take_parsed("pool", "a number")? {
             b = b.pool_size(n);
         }
-        if let Some(t) = timeout {
+        if let Some(t) = url.take_duration("timeout")? {
             b = b.timeout(t);
         }
-        if let Some(g) = grace {
+        if let Some(g) = url.take_duration("grace")? {
             b = b.grace(g);
         }
-        match (wait, wait_timeout) {
-            (Some(n), t) => Ok(b.replica_acks(n, t.unwrap_or(Duration::from_millis(500)))),
-            (None, Some(_)) => Err(config(
-                lua::NAME,
-                "wait_timeout= without wait=N (the number of replicas to wait for)",
-            )),
-            (None, None) => Ok(b),
+        let wait_timeout = url.take_duration("wait_timeout")?;
+        match (
+            url.take_parsed("wait", "a number of replicas")?,
+            wait_timeout,
+        ) {
+            (Some(n), t) => b = b.replica_acks(n, t.unwrap_or(Duration::from_millis(500))),
+            (None, Some(_)) => {
+                return Err(config(
+                    lua::NAME,
+                    "wait_timeout= without wait=N (the number of replicas to wait for)",
+                ))
+            }
+            (None, None) => {}
         }
+        // The server's URL: the same scheme without `+watch`, and the options nobody read.
+        let rest = url.into_client_url();
+        b.url = match scheme.strip_suffix("+watch") {
+            Some(plain) => format!("{plain}{}", &rest[scheme.len()..]),
+            None => rest,
+        };
+        Ok(b)
     }
 
     /// Which implementation of the contract to run (default [`Variant::Lua`]).
@@ -392,6 +396,23 @@ impl TryFrom<String> for RedisBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_keeps_everything_but_the_options_it_read() {
+        let b = RedisBuilder::from_url(
+            "rediss+watch://:pa+watch%3Ass@h:1/0?prefix=a%3A&protocol=resp3#insecure",
+        )
+        .unwrap();
+        assert_eq!(
+            b.url,
+            "rediss://:pa+watch%3Ass@h:1/0?protocol=resp3#insecure"
+        );
+        assert_eq!((b.variant, b.prefix.as_str()), (Variant::Watch, "a:"));
+        // `+watch` in a password is the password's, not the scheme's.
+        let b = RedisBuilder::from_url("redis://:pa+watchss@h:1/0").unwrap();
+        assert_eq!(b.url, "redis://:pa+watchss@h:1/0");
+        assert_eq!(b.variant, Variant::Lua);
+    }
 
     #[test]
     fn debug_never_shows_the_password() {

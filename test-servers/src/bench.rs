@@ -106,8 +106,9 @@ pub struct Run {
     pub p99_us: f64,
 }
 
-/// [`rate`], with the per-cycle latencies the tasks return; task `t` gets the prefix
-/// `bench-{t}-` on every call, so that rounds reuse their keys.
+/// Cycles per second of `tasks` concurrent tasks, each running `f(prefix, cycles / tasks)`
+/// and returning its cycles' times; task `t` gets the prefix `bench-{t}-` on every call, so
+/// that rounds reuse their keys.
 pub async fn run<F, Fut>(tasks: usize, cycles: usize, f: F) -> Run
 where
     F: Fn(String, usize) -> Fut,
@@ -136,52 +137,25 @@ where
     }
 }
 
-/// The run of median rate among rounds.
-pub fn median_run(mut runs: Vec<Run>) -> Run {
-    assert!(!runs.is_empty(), "no rounds");
-    runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
-    runs[runs.len() / 2]
-}
-
-/// Cycles per second of `tasks` concurrent tasks, each running `f(prefix, cycles / tasks)`
-/// with a prefix of its own.
-pub async fn rate<F, Fut>(tasks: usize, cycles: usize, f: F) -> f64
-where
-    F: Fn(String, usize) -> Fut,
-    Fut: Future + Send + 'static,
-    Fut::Output: Send,
-{
-    let each = cycles / tasks;
-    let start = Instant::now();
-    let handles: Vec<_> = (0..tasks)
-        .map(|t| tokio::spawn(f(fresh_prefix(&format!("bench-{t}")), each)))
-        .collect();
-    for h in handles {
-        h.await.expect("a bench task");
-    }
-    (each * tasks) as f64 / start.elapsed().as_secs_f64()
-}
-
-/// The median of a few rounds.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    assert!(!v.is_empty(), "no rounds");
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Measurements taken in turns: each round runs every measurement once, so that all of them
-/// see the same machine; the median per measurement.
-pub async fn interleaved<const N: usize>(
+/// Measurements taken in turns: one uncounted round first (it creates the keys — files,
+/// records, rows — that the counted rounds reuse, as a running service would), then
+/// `rounds` rounds that each run every measurement once, so that all of them see the same
+/// machine. For each measurement, the round of median rate.
+pub async fn rounds<const N: usize>(
     rounds: usize,
-    mut round: impl AsyncFnMut() -> [f64; N],
-) -> [f64; N] {
-    let mut all: [Vec<f64>; N] = std::array::from_fn(|_| Vec::new());
-    for _ in 0..rounds {
-        for (i, v) in round().await.into_iter().enumerate() {
-            all[i].push(v);
+    mut round: impl AsyncFnMut() -> [Run; N],
+) -> [Run; N] {
+    let _ = round().await;
+    let mut all: [Vec<Run>; N] = std::array::from_fn(|_| Vec::new());
+    for _ in 0..rounds.max(1) {
+        for (i, r) in round().await.into_iter().enumerate() {
+            all[i].push(r);
         }
     }
-    all.map(median)
+    all.map(|mut runs| {
+        runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        runs[runs.len() / 2]
+    })
 }
 
 /// Sorted latencies.
