@@ -28,21 +28,34 @@ pub(crate) struct LockKeys {
 
 impl LockKeys {
     pub(crate) fn new(prefix: &str, key: &Key) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = Sha256::digest(key.as_str().as_bytes());
-        let mut tag = String::with_capacity(16);
-        for b in &digest[..8] {
-            tag.push_str(&format!("{b:02x}"));
+        let mut tag = [0u8; 18];
+        tag[0] = b'{';
+        tag[17] = b'}';
+        for (i, b) in digest[..8].iter().enumerate() {
+            tag[1 + 2 * i] = HEX[usize::from(b >> 4)];
+            tag[2 + 2 * i] = HEX[usize::from(b & 0xf)];
         }
-        let k = key.as_str();
-        if prefix.contains('{') {
-            return LockKeys {
-                record: format!("{{{tag}}}{prefix}:rec:{k}"),
-                channel: format!("{{{tag}}}{prefix}:released:{k}"),
-            };
-        }
+        let tag = std::str::from_utf8(&tag).expect("hex digits are ASCII");
+        // One allocation per name (this runs on every call).
+        let name = |kind: &str| {
+            let k = key.as_str();
+            let mut s = String::with_capacity(prefix.len() + tag.len() + kind.len() + k.len());
+            if prefix.contains('{') {
+                s.push_str(tag);
+                s.push_str(prefix);
+            } else {
+                s.push_str(prefix);
+                s.push_str(tag);
+            }
+            s.push_str(kind);
+            s.push_str(k);
+            s
+        };
         LockKeys {
-            record: format!("{prefix}{{{tag}}}:rec:{k}"),
-            channel: format!("{prefix}{{{tag}}}:released:{k}"),
+            record: name(":rec:"),
+            channel: name(":released:"),
         }
     }
 }
@@ -75,6 +88,20 @@ pub(crate) fn slot(name: &str) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_those_every_version_uses() {
+        // The names are shared by every running version during a rolling deploy: a change
+        // here splits one lock in two. The tag is SHA-256("jobs/nightly")[..8] in hex.
+        let names = LockKeys::new("lock:", &Key::new("jobs/nightly").unwrap());
+        assert_eq!(names.record, "lock:{933f0a5ebdb23af5}:rec:jobs/nightly");
+        assert_eq!(
+            names.channel,
+            "lock:{933f0a5ebdb23af5}:released:jobs/nightly"
+        );
+        let names = LockKeys::new("app{", &Key::new("jobs/nightly").unwrap());
+        assert_eq!(names.record, "{933f0a5ebdb23af5}app{:rec:jobs/nightly");
+    }
 
     #[test]
     fn crc16_matches_redis() {

@@ -9,7 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
-use redis::{ScriptInvocation, Value};
+use redis::{Script, Value};
 
 use crate::error::map_error;
 use crate::keys::{slot, LockKeys};
@@ -48,19 +48,23 @@ impl Link {
         matches!(self.kind, LinkKind::Cluster(_))
     }
 
-    /// Runs the script call.
+    /// Runs `call`, an `EVALSHA` of `script`; a server that does not know the script
+    /// (`NOSCRIPT`: restarted, `SCRIPT FLUSH`, a failover or a new cluster node) gets it
+    /// with `SCRIPT LOAD`, and the call is sent again (a script that was not known was not
+    /// run, so this never applies a request twice).
     pub(crate) async fn invoke(
         &self,
-        call: &ScriptInvocation<'_>,
+        call: &redis::Cmd,
+        script: &Script,
         name: &'static str,
         op: Operation,
     ) -> Result<Vec<String>> {
         match &self.kind {
-            LinkKind::Server { conn, .. } => call.invoke_async(&mut conn.clone()).await,
-            LinkKind::Cluster(c) => call.invoke_async(&mut c.clone()).await,
+            LinkKind::Server { conn, .. } => evalsha(call, script, &mut conn.clone()).await,
+            LinkKind::Cluster(c) => evalsha(call, script, &mut c.clone()).await,
             LinkKind::Sentinel(s) => {
                 let mut conn = s.connection(name, op).await?;
-                let reply = call.invoke_async(&mut conn).await;
+                let reply = evalsha(call, script, &mut conn).await;
                 if let Err(e) = &reply {
                     s.failed(e);
                 }
@@ -143,6 +147,21 @@ impl Link {
         if let LinkKind::Sentinel(s) = &self.kind {
             s.forget();
         }
+    }
+}
+
+/// `call` on `conn`, loading `script` first if the server does not know it.
+async fn evalsha(
+    call: &redis::Cmd,
+    script: &Script,
+    conn: &mut impl ConnectionLike,
+) -> redis::RedisResult<Vec<String>> {
+    match call.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            call.query_async(conn).await
+        }
+        reply => reply,
     }
 }
 

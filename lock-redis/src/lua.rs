@@ -44,35 +44,51 @@ impl Lua {
         Lua { link, script }
     }
 
-    pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
-        let op = req.operation();
-        let mut call = self.script.key(&keys.record);
-        call.key(&keys.channel);
+    /// The `EVALSHA` of one request, written straight into one buffer sized for it (no
+    /// intermediate argument vectors: this runs on every call).
+    fn command(&self, keys: &LockKeys, req: &Request<'_>) -> redis::Cmd {
+        let holder = match req {
+            Request::Obtain { holder_json, .. } => holder_json.len(),
+            _ => 0,
+        };
+        let size = 128 + keys.record.len() + keys.channel.len() + holder;
+        let mut cmd = redis::Cmd::with_capacity(10, size);
+        cmd.arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(2)
+            .arg(&keys.record)
+            .arg(&keys.channel);
         match req {
             Request::Obtain {
                 token,
                 ttl,
                 grace,
                 holder_json,
-            } => call
+            } => cmd
                 .arg("obtain")
                 .arg(token.to_hex())
                 .arg(ttl.as_millis())
                 .arg(grace.as_millis())
                 .arg(*holder_json),
-            Request::Prolong { token, ttl, grace } => call
+            Request::Prolong { token, ttl, grace } => cmd
                 .arg("prolong")
                 .arg(token.to_hex())
                 .arg(ttl.as_millis())
                 .arg(grace.as_millis()),
-            Request::Release { token, delay } => call
+            Request::Release { token, delay } => cmd
                 .arg("release")
                 .arg(token.to_hex())
                 .arg(delay.map_or(0, Ttl::as_millis)),
-            Request::Inspect => call.arg("inspect"),
-            Request::Force => call.arg("force"),
+            Request::Inspect => cmd.arg("inspect"),
+            Request::Force => cmd.arg("force"),
         };
-        let reply: Vec<String> = self.link.invoke(&call, NAME, op).await?;
+        cmd
+    }
+
+    pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
+        let op = req.operation();
+        let call = self.command(keys, req);
+        let reply: Vec<String> = self.link.invoke(&call, &self.script, NAME, op).await?;
         let r = Parsed { op, reply: &reply };
         if matches!(
             r.word(),

@@ -25,19 +25,22 @@ local FREE_KEEP = {free_keep_ms}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- Integers stay exact below 2^53 (server microseconds are ~2^51); '%d' prints them whole
--- (Lua's %d is a C long: 64 bits on the 64-bit servers Redis runs on).
+-- (Lua's %d is a C long: 64 bits on the 64-bit servers Redis runs on). string.format is
+-- also the cheapest way to build a record in Redis's Lua (cheaper than '..').
 local function fmt(n) return string.format('%d', n) end
 
+-- The stored record as plain locals (no table: this runs on every call), and its phase:
+-- 'free' (no record, a free one, or one past its `forget`), 'cooling', 'live' or 'expired'.
+local phase, tok, fen, holds, exp, forget, holder = 'free', '', 0, 0, 0, 0, ''
 local raw = redis.pcall('GET', rec)
-if type(raw) == 'table' and raw.err then
-  return redis.error_reply('CORRUPT ' .. rec .. ' holds something else than a lock record')
-end
-local r = nil
 if raw then
-  local st, tok, fen, holds, exp, forget, holder =
+  if type(raw) == 'table' then
+    return redis.error_reply('CORRUPT ' .. rec .. ' holds something else than a lock record')
+  end
+  local st
+  st, tok, fen, holds, exp, forget, holder =
     string.match(raw, '^v1|(%l+)|(%x*)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
   -- Numbers of at most 16 digits stay exact in Lua's doubles; holds fit a u32. The WATCH
   -- variant's decoder (record.rs) applies the same rules.
@@ -46,85 +49,75 @@ if raw then
      or tonumber(holds) > 4294967295 then
     return redis.error_reply('CORRUPT ' .. rec .. ' is a string but not a lock record')
   end
-  r = { st = st, tok = tok, fen = tonumber(fen), holds = tonumber(holds), exp = tonumber(exp),
-        forget = tonumber(forget), holder = holder }
+  fen, holds, exp, forget = tonumber(fen), tonumber(holds), tonumber(exp), tonumber(forget)
+  if st == 'free' or forget <= now then phase = 'free'
+  elseif st == 'cooling' then phase = 'cooling'
+  elseif exp > now then phase = 'live'
+  else phase = 'expired' end
 end
 
--- free | cooling | live | expired, and whether `tok` holds it.
-local function phase(tok)
-  if not r or r.st == 'free' or r.forget <= now then return 'free', false end
-  if r.st == 'cooling' then return 'cooling', false end
-  local ours = tok ~= nil and r.tok == tok
-  if r.exp > now then return 'live', ours end
-  return 'expired', ours
-end
-
--- Writes the record (one string.format: the cheapest way to build it in Redis's Lua);
--- `px` nil keeps the key's physical expiry.
-local function put(st, tok, fen, holds, exp, forget, holder, px)
-  local value = string.format('v1|%s|%s|%d|%d|%d|%d|%s', st, tok, fen, holds, exp, forget, holder)
-  if px then
-    redis.call('SET', rec, value, 'PX', px)
-  else
-    redis.call('SET', rec, value, 'KEEPTTL')
-  end
+-- Writes a held record; `px` nil keeps the key's physical expiry.
+local function hold(token, fencing, n, ttl, grace, info)
+  redis.call('SET', rec,
+    string.format('v1|held|%s|%d|%d|%d|%d|%s', token, fencing, n, now + ttl, now + ttl + grace, info),
+    'PX', ttl + grace)
 end
 
 local function state()
-  local p = phase(nil)
-  if p == 'cooling' then return { 'cooling', fmt(r.exp - now) } end
-  if p == 'live' then return { 'held', fmt(r.exp - now), r.holder, fmt(r.fen), fmt(r.holds) } end
+  if phase == 'cooling' then return { 'cooling', fmt(exp - now) } end
+  if phase == 'live' then return { 'held', fmt(exp - now), holder, fmt(fen), fmt(holds) } end
   return { 'free' }
 end
 
 -- Frees the lock, or starts its cooldown, keeping the fencing token; wakes waiters.
 local function free(delay)
-  local fen = r and r.fen or 0
   if delay > 0 then
-    put('cooling', '', fen, 0, now + delay, now + delay, '', delay)
+    redis.call('SET', rec, string.format('v1|cooling||%d|0|%d|%d|', fen, now + delay, now + delay),
+      'PX', delay)
   else
-    put('free', '', fen, 0, now, now, '', FREE_KEEP)
+    redis.call('SET', rec, string.format('v1|free||%d|0|%d|%d|', fen, now, now), 'PX', FREE_KEEP)
   end
   redis.call('PUBLISH', channel, 'released')
 end
 
 if op == 'obtain' then
-  local tok, ttl, grace, holder = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-  local p, ours = phase(tok)
-  if p == 'cooling' then return { 'busy', fmt(r.exp - now), '' } end
-  if p == 'live' and not ours then return { 'busy', fmt(r.exp - now), r.holder } end
-  if p == 'live' then
-    put('held', tok, r.fen, r.holds + 1, now + ttl, now + ttl + grace, r.holder, ttl + grace)
-    return { 'reacquired', fmt(r.holds + 1) }
+  local me, ttl, grace = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  if phase == 'cooling' then return { 'busy', fmt(exp - now), '' } end
+  if phase == 'live' then
+    if tok ~= me then return { 'busy', fmt(exp - now), holder } end
+    hold(me, fen, holds + 1, ttl, grace, holder)
+    return { 'reacquired', fmt(holds + 1) }
   end
   -- Above the key's last token, and never below the server's clock in microseconds: tokens
   -- keep growing after the record is gone, even with a restart that lost every key.
-  local f = math.max((r and r.fen or 0) + 1, now_us)
-  put('held', tok, f, 1, now + ttl, now + ttl + grace, holder, ttl + grace)
+  local f = math.max(fen + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  hold(me, f, 1, ttl, grace, ARGV[5])
   return { 'acquired', fmt(f) }
-elseif op == 'prolong' then
-  local tok, ttl, grace = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-  local p, ours = phase(tok)
+end
+
+-- Prolong and release need the caller's own hold, live or expired (but not forgotten).
+local ours = (phase == 'live' or phase == 'expired') and tok == ARGV[2]
+if op == 'prolong' then
   if not ours then return { 'lost' } end
-  put('held', tok, r.fen, r.holds, now + ttl, now + ttl + grace, r.holder, ttl + grace)
-  if p == 'live' then return { 'prolonged' } end
+  hold(tok, fen, holds, tonumber(ARGV[3]), tonumber(ARGV[4]), holder)
+  if phase == 'live' then return { 'prolonged' } end
   return { 'prolonged_late' }
 elseif op == 'release' then
-  local tok, delay = ARGV[2], tonumber(ARGV[3])
-  local p, ours = phase(tok)
   if not ours then return { 'lost' } end
-  if p == 'live' and r.holds > 1 then
-    put('held', tok, r.fen, r.holds - 1, r.exp, r.forget, r.holder, nil)
-    return { 'decremented', fmt(r.holds - 1) }
+  if phase == 'live' and holds > 1 then
+    redis.call('SET', rec,
+      string.format('v1|held|%s|%d|%d|%d|%d|%s', tok, fen, holds - 1, exp, forget, holder),
+      'KEEPTTL')
+    return { 'decremented', fmt(holds - 1) }
   end
-  free(delay)
-  if p == 'live' then return { 'released' } end
+  free(tonumber(ARGV[3]))
+  if phase == 'live' then return { 'released' } end
   return { 'released_late' }
 elseif op == 'inspect' then
   return state()
 elseif op == 'force' then
   local before = state()
-  if r then free(0) end
+  if raw then free(0) end
   return before
 end
 return redis.error_reply('PROTOCOL unknown operation ' .. tostring(op))
