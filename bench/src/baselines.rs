@@ -90,6 +90,44 @@ pub(crate) async fn pg_cycles(pool: PgPool, base: i64, n: usize) -> Vec<Duration
     times
 }
 
+/// The table of [`pg_write_cycles`].
+pub(crate) async fn pg_rows_table(pool: &PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS public.distlock_bench_rows (key text PRIMARY KEY, holder text)",
+    )
+    .execute(pool)
+    .await
+    .expect("the baseline's table");
+}
+
+/// What a lock row costs at the least when each write is durable: an upsert that takes the
+/// row, then an update that frees it, two autocommit statements (two commits, each waiting
+/// for its WAL flush) on one pooled connection: 2 round trips.
+pub(crate) async fn pg_write_cycles(pool: PgPool, prefix: String, n: usize) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let key = format!("{prefix}{}", i % 64);
+        let mut conn = pool.acquire().await.expect("a connection");
+        sqlx::query(
+            "INSERT INTO public.distlock_bench_rows (key, holder) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder",
+        )
+        .bind(&key)
+        .bind("bench")
+        .execute(&mut *conn)
+        .await
+        .expect("upsert");
+        sqlx::query("UPDATE public.distlock_bench_rows SET holder = NULL WHERE key = $1")
+            .bind(&key)
+            .execute(&mut *conn)
+            .await
+            .expect("update");
+        times.push(started.elapsed());
+    }
+    times
+}
+
 /// open + flock + pread + pwrite + unlock + close of one small file per key: the cheapest
 /// correct read-modify-write a lock file can do (a lock cycle needs two).
 pub(crate) async fn file_cycles(dir: PathBuf, prefix: String, n: usize) -> Vec<Duration> {

@@ -29,7 +29,7 @@
 //! `timeout=2s` (the deadline of one call), `wait=1` (wait for one replica to acknowledge
 //! each write) with `wait_timeout=500ms` (see `RedisBuilder::replica_acks`);
 //! for Postgres `table=[schema.]table`, `notify=false` (behind PgBouncer),
-//! `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
+//! `statements=simple` (behind PgBouncer before 1.21), `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
 //! it), `timeout=5s` (the deadline of one call). Other query parameters go to the backend's own client (`sslmode=…`).
 //!
 //! Each backend crate reads its own URLs and options (`MemoryBackend::from_url`,

@@ -21,7 +21,7 @@ use tracing::Instrument;
 use crate::builder::PostgresBuilder;
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
 use crate::notify::Notifier;
-use crate::sql::{token_digest, Args, Names};
+use crate::sql::{token_digest, Args, Names, Session, Statements};
 
 pub(crate) const NAME: &str = PostgresBackend::NAME;
 
@@ -41,8 +41,9 @@ pub struct PostgresBackend {
     durable: bool,
     timeout: Duration,
     auto_migrate: bool,
-    /// What every statement starts with (see `Names::preamble`).
-    preamble: Arc<str>,
+    /// What every call pins (see `Session`).
+    session: Arc<Session>,
+    statements: Statements,
     shared: Arc<Shared>,
 }
 
@@ -116,6 +117,7 @@ impl PostgresBackend {
         durable: bool,
         timeout: Duration,
         auto_migrate: bool,
+        statements: Statements,
         shared: Shared,
     ) -> Self {
         PostgresBackend {
@@ -126,7 +128,8 @@ impl PostgresBackend {
             durable,
             timeout,
             auto_migrate,
-            preamble: Names::preamble(timeout, durable).into(),
+            session: Arc::new(Session::new(timeout, durable)),
+            statements,
             shared: Arc::new(shared),
         }
     }
@@ -304,60 +307,105 @@ impl PostgresBackend {
         Grace::or_ttl(self.grace, ttl).as_millis()
     }
 
-    /// Runs one operation within the backend's deadline; if the table or function vanished
-    /// (dropped under a running backend), makes them again once and retries: the rows are
-    /// gone, so holders hear `Lost`, and fencing still grows (the server clock floors it).
+    /// Runs one operation within the backend's deadline, in the backend's form of
+    /// statement; in the simple form again if the prepared one answered that the session's
+    /// settings need pinning first (see `sql.rs`).
     async fn call(&self, op: Operation, word: &str, key: &Key, args: Args<'_>) -> Result<Reply> {
         let span = tracing::debug_span!("postgres_lock", op = word, key = key.as_str());
-        let statement = self.names.call(&self.preamble, word, key.as_str(), &args);
         let deadline = Instant::now() + self.timeout;
+        let call = Call {
+            op,
+            word,
+            key: key.as_str(),
+            args,
+        };
         async {
-            self.within(op, deadline, self.ensure_schema()).await??;
-            let row = match self.statement(op, deadline, &statement).await {
-                Err(e) if is_missing_schema(&e) && self.auto_migrate => {
-                    tracing::warn!(table = %self.table(), "lock table missing, creating it again");
-                    self.shared.migrated.store(false, Ordering::Release);
-                    self.within(op, deadline, self.ensure_schema()).await??;
-                    self.statement(op, deadline, &statement).await
-                }
-                Err(e) if is_missing_schema(&e) => {
-                    self.shared.migrated.store(false, Ordering::Release);
-                    return Err(self.missing_schema());
-                }
-                other => other,
+            let reply = self.attempt(&call, deadline, self.statements).await?;
+            if reply.outcome == "settings" && self.statements == Statements::Prepared {
+                tracing::debug!(
+                    "the session's isolation level or statement_timeout differ from what a call \
+                     needs: sending it again with them pinned"
+                );
+                return self.attempt(&call, deadline, Statements::Simple).await;
             }
-            .map_err(|e| {
-                if is_broken_connection(&e) {
-                    self.discard_idle();
-                }
-                map_error(op, e)
-            })?;
-            Reply::decode(op, &row)
+            Ok(reply)
         }
         .instrument(span)
         .await
+    }
+
+    /// One try of `call` in `form`. If the table or function vanished (dropped under a
+    /// running backend), makes them again once and retries: the rows are gone, so holders
+    /// hear `Lost`, and fencing still grows (the server clock floors it).
+    async fn attempt(&self, call: &Call<'_>, deadline: Instant, form: Statements) -> Result<Reply> {
+        let op = call.op;
+        self.within(op, deadline, self.ensure_schema()).await??;
+        let row = match self.statement(call, deadline, form).await {
+            Err(e) if is_missing_schema(&e) && self.auto_migrate => {
+                tracing::warn!(table = %self.table(), "lock table missing, creating it again");
+                self.shared.migrated.store(false, Ordering::Release);
+                self.within(op, deadline, self.ensure_schema()).await??;
+                self.statement(call, deadline, form).await
+            }
+            Err(e) if is_missing_schema(&e) => {
+                self.shared.migrated.store(false, Ordering::Release);
+                return Err(self.missing_schema());
+            }
+            other => other,
+        }
+        .map_err(|e| {
+            if is_broken_connection(&e) {
+                self.discard_idle();
+            }
+            map_error(op, e)
+        })?;
+        Reply::decode(op, &row)
     }
 
     /// One statement on a pooled connection, by `deadline`. A connection whose statement
     /// ran out of time is closed, not returned: its reply may still be on the way.
     fn statement<'a>(
         &'a self,
-        op: Operation,
+        call: &'a Call<'a>,
         deadline: Instant,
-        sql: &'a str,
+        form: Statements,
     ) -> BoxFuture<'a, std::result::Result<PgRow, sqlx::Error>> {
         Box::pin(async move {
             let Ok(conn) = tokio::time::timeout_at(deadline, self.pool.acquire()).await else {
                 return Err(sqlx::Error::PoolTimedOut);
             };
             let mut conn = conn?;
-            let query = fetch_row(&mut conn, sql);
+            let sql;
+            let query = match form {
+                Statements::Simple => {
+                    sql = self
+                        .names
+                        .call(&self.session, call.word, call.key, &call.args);
+                    fetch_row(&mut conn, &sql)
+                }
+                Statements::Prepared => {
+                    let a = &call.args;
+                    let ms = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                    let query = sqlx::query(&self.names.prepared)
+                        .bind(call.word)
+                        .bind(call.key)
+                        .bind(self.names.lock_id(call.key))
+                        .bind(a.token)
+                        .bind(ms(a.ttl_ms))
+                        .bind(ms(a.grace_ms))
+                        .bind(a.holder)
+                        .bind(ms(a.delay_ms))
+                        .bind(self.session.deadline_ms)
+                        .bind(self.session.durable);
+                    sqlx::Executor::fetch_one(&mut *conn, query)
+                }
+            };
             match tokio::time::timeout_at(deadline, query).await {
                 Ok(result) => result,
                 Err(_) => {
                     conn.close_on_drop();
                     tracing::debug!(
-                        op = op.as_str(),
+                        op = call.op.as_str(),
                         "no answer by the deadline: closing the connection"
                     );
                     Err(sqlx::Error::Io(std::io::Error::new(
@@ -391,6 +439,15 @@ impl PostgresBackend {
             )
         })
     }
+}
+
+/// One operation as the backend sends it.
+struct Call<'a> {
+    op: Operation,
+    /// The function's name for it: `obtain`, `prolong`, …
+    word: &'a str,
+    key: &'a str,
+    args: Args<'a>,
 }
 
 /// One statement on one connection, over the simple query protocol: a `&str` with no

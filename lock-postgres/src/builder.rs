@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use crate::backend::{PostgresBackend, Shared, NAME};
 use crate::error::map_error;
 use crate::notify::Notifier;
-use crate::sql::Names;
+use crate::sql::{Names, Statements};
 
 /// The URL schemes a [`PostgresBuilder`] takes.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
@@ -42,6 +42,7 @@ pub struct PostgresBuilder {
     timeout: Duration,
     auto_migrate: bool,
     pool_size: u32,
+    statements: Statements,
 }
 
 impl fmt::Debug for PostgresBuilder {
@@ -59,6 +60,7 @@ impl fmt::Debug for PostgresBuilder {
             .field("timeout", &self.timeout)
             .field("auto_migrate", &self.auto_migrate)
             .field("pool_size", &self.pool_size)
+            .field("statements", &self.statements)
             .finish()
     }
 }
@@ -75,6 +77,7 @@ impl PostgresBuilder {
             timeout: PostgresBackend::DEFAULT_TIMEOUT,
             auto_migrate: true,
             pool_size: PostgresBackend::DEFAULT_POOL_SIZE,
+            statements: Statements::Prepared,
         }
     }
 
@@ -89,7 +92,8 @@ impl PostgresBuilder {
     /// A builder from a URL that carries its settings too, as `lock-config` takes them:
     /// `postgres://user[:password]@host[:port]/database` (or `postgresql://`) with the
     /// options `table=[schema.]table`, `schema=`, `notify=false` (behind PgBouncer),
-    /// `durable=false`, `migrate=false`, `timeout=` (a duration: `5s`), `grace=`, `pool=`.
+    /// `statements=simple` (behind PgBouncer before 1.21), `durable=false`, `migrate=false`,
+    /// `timeout=` (a duration: `5s`), `grace=`, `pool=`.
     /// Other options stay in the URL for sqlx (`sslmode=require`).
     ///
     /// ```
@@ -139,6 +143,13 @@ impl PostgresBuilder {
         if let Some(n) = url.take_parsed("pool", "a number of connections")? {
             b = b.pool_size(n);
         }
+        if let Some(form) = url.take("statements")? {
+            b = b.statements(match form.as_str() {
+                "prepared" => Statements::Prepared,
+                "simple" => Statements::Simple,
+                _ => return Err(config("statements= takes prepared or simple")),
+            });
+        }
         b.source = Source::Url(url.into_client_url());
         Ok(b)
     }
@@ -180,7 +191,8 @@ impl PostgresBuilder {
     /// The deadline of every call (default 5 s, longer than zero): waiting for a pooled
     /// connection, connecting, and the statement itself, including any wait behind another
     /// session's statement on the same key. The server enforces it too
-    /// (`statement_timeout`), so a statement cannot wait on past it. A call that hits it
+    /// (as `lock_timeout`, and as `statement_timeout` in the simple form), so a statement
+    /// cannot wait on past it. A call that hits it
     /// returns a retry-safe [`ErrorKind::Unavailable`] naming the deadline; the connection
     /// it used is closed.
     ///
@@ -205,6 +217,16 @@ impl PostgresBuilder {
     /// builder made it from a URL; no effect on an existing pool.
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size.max(1);
+        self
+    }
+
+    /// How statements go to the server: prepared once per connection (the default, the
+    /// fastest), or parsed anew on every call for a transaction-pooling proxy that cannot
+    /// keep prepared statements (PgBouncer before 1.21, or with `max_prepared_statements =
+    /// 0`): see [`Statements`]. Through such a proxy the prepared form fails with a
+    /// `Config` error that names this setting.
+    pub fn statements(mut self, form: Statements) -> Self {
+        self.statements = form;
         self
     }
 
@@ -275,6 +297,7 @@ impl PostgresBuilder {
             self.durable,
             self.timeout,
             self.auto_migrate,
+            self.statements,
             Shared {
                 migrated: AtomicBool::new(false),
                 migrating: tokio::sync::Mutex::default(),
@@ -325,9 +348,10 @@ mod tests {
     #[test]
     fn a_url_keeps_everything_but_the_options_it_read() {
         let b = PostgresBuilder::from_url(
-            "postgres://u:p%40w@h/d?schema=s&table=t&sslmode=require&pool=4&notify=off",
+            "postgres://u:p%40w@h/d?schema=s&table=t&sslmode=require&pool=4&notify=off&statements=simple",
         )
         .unwrap();
+        assert_eq!(b.statements, Statements::Simple);
         let Source::Url(url) = &b.source else {
             panic!("a URL builder")
         };
@@ -336,6 +360,11 @@ mod tests {
         assert_eq!((b.pool_size, b.notifications), (4, false));
         let b = PostgresBuilder::from_url("postgresql://h/d?table=x.y&schema=ignored").unwrap();
         assert_eq!((b.schema.as_str(), b.table.as_str()), ("x", "y"));
+        assert_eq!(b.statements, Statements::Prepared);
+        let err =
+            PostgresBuilder::from_url("postgres://u:secret@h/d?statements=cached").unwrap_err();
+        assert!(err.to_string().contains("prepared or simple"), "{err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
     }
 
     #[test]

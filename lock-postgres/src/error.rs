@@ -54,7 +54,9 @@ pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
                      is on for this role or database (turn it off for the lock user); locks need \
                      a writable primary",
                 ),
-                "57014" => (
+                // 55P03: a lock wait ran into `lock_timeout`, which the function sets to
+                // the deadline.
+                "57014" | "55P03" => (
                     ErrorKind::Unavailable,
                     "the statement ran into the backend's deadline (PostgresBuilder::timeout / timeout=), \
                      most likely queued behind other statements on the same key; it is safe to \
@@ -64,6 +66,15 @@ pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
                     ErrorKind::Unavailable,
                     "the operation was rolled back because its row changed under it; it is safe \
                      to retry",
+                ),
+                // A prepared statement the connection should have, missing or already
+                // there: a proxy hands the statements of one session to others.
+                "26000" | "42P05" => (
+                    ErrorKind::Config,
+                    "a transaction-pooling proxy that cannot carry prepared statements sits \
+                     between the backend and the server (PgBouncer before 1.21, or \
+                     max_prepared_statements = 0): set statements=simple in the URL \
+                     (PostgresBuilder::statements(Statements::Simple)), or upgrade the proxy",
                 ),
                 "3D000" => (
                     ErrorKind::Config,
@@ -77,8 +88,7 @@ pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
                     || c.starts_with("57P")
                     || c.starts_with("53")
                     || c == "40001"
-                    || c == "40P01"
-                    || c == "55P03" =>
+                    || c == "40P01" =>
                 {
                     (
                         ErrorKind::Unavailable,

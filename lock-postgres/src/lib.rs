@@ -9,4 +9,5 @@ mod sql;
 pub use backend::PostgresBackend;
 pub use builder::{PostgresBuilder, SCHEMES};
 pub use lock_core;
+pub use sql::Statements;
 pub use sqlx;

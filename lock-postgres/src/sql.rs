@@ -1,22 +1,23 @@
 //! The SQL the backend sends: the schema file with its names filled in, and one statement
-//! per operation.
+//! per operation, in either of two forms ([`Statements`]):
 //!
-//! Statements go out over the simple query protocol with their values written into the
-//! text: one message, one round trip, no prepared statement kept on the server, so they
-//! work through a transaction-pooling proxy (PgBouncer in transaction mode) as well as
-//! directly. Values are never spliced in raw: strings travel as hex
-//! (`convert_from(decode('…', 'hex'), 'UTF8')`), which no setting of the server can
-//! reinterpret, and numbers as decimal digits.
+//! - **prepared** (the default): `SELECT … FROM fn($1, …, $10)` on the extended protocol,
+//!   parsed and planned once per connection (sqlx's statement cache), the values bound as
+//!   parameters. One round trip. The function itself pins what the call needs of the
+//!   session's settings (see `schema.sql`), and answers `settings` when it cannot (an
+//!   isolation level other than READ COMMITTED, a shorter `statement_timeout`): the call
+//!   then goes again in the simple form, which pins them first.
+//! - **simple**: the statement over the simple query protocol with its values written into
+//!   the text, after a preamble ([`Session::preamble`]). One message, one round trip, no
+//!   prepared statement kept on the server, so it works through any transaction-pooling
+//!   proxy (PgBouncer in transaction mode before 1.21, which cannot carry prepared
+//!   statements). Values are never spliced in raw: strings travel as hex
+//!   (`convert_from(decode('…', 'hex'), 'UTF8')`), which no setting of the server can
+//!   reinterpret, and numbers as decimal digits.
 //!
-//! Because values are in the text, whatever logs statements (sqlx at DEBUG, its slow
-//! statement WARN, the server's `log_statement`) sees them: so the owner token never goes
-//! out, only its SHA-256 ([`token_digest`]), which the table stores instead.
-//!
-//! Each call starts with a preamble ([`Names::preamble`]) that makes its outcome independent
-//! of the server's and the role's settings: READ COMMITTED whatever
-//! `default_transaction_isolation` says (the function must see what the statement it waited
-//! for committed), the backend's deadline as `statement_timeout`, and `lock_timeout` off
-//! (the deadline covers lock waits).
+//! Whatever logs statements (sqlx at DEBUG, its slow statement WARN, the server's
+//! `log_statement` with its bound parameters) may see the values: so the owner token never
+//! goes out, only its SHA-256 ([`token_digest`]), which the table stores instead.
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -33,6 +34,8 @@ pub(crate) struct Names {
     pub(crate) table: String,
     /// `"schema"."fn"`, the function every operation calls.
     function: String,
+    /// The prepared form of every operation (see [`Statements`]).
+    pub(crate) prepared: String,
     /// `'schema.table '`: a key's advisory lock id is the hash of this and the key.
     lock_prefix: String,
     /// The NOTIFY channel of release notifications (a short digest of the table's name).
@@ -58,8 +61,13 @@ impl Names {
         for b in &digest[..8] {
             let _ = write!(channel, "{b:02x}");
         }
+        let function = format!("\"{schema}\".\"{table}_op_v3\"");
         Some(Names {
-            function: format!("\"{schema}\".\"{table}_op_v2\""),
+            prepared: format!(
+                "SELECT o_outcome, o_ms, o_holder, o_fencing, o_holds \
+                 FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            ),
+            function,
             lock_prefix: format!("{schema}.{table} "),
             schema: schema.to_owned(),
             table: table.to_owned(),
@@ -73,7 +81,7 @@ impl Names {
         let body = SCHEMA
             .replace("{schema}", &format!("\"{}\"", self.schema))
             .replace("{table}", &format!("\"{}\"", self.table))
-            .replace("{fn}", &format!("\"{}_op_v2\"", self.table))
+            .replace("{fn}", &format!("\"{}_op_v3\"", self.table))
             .replace("{sweep}", &format!("\"{}_sweep_v2\"", self.table))
             .replace("{check}", &format!("\"{}_check_v2\"", self.table))
             .replace("{channel}", &format!("'{}'", self.channel))
@@ -97,42 +105,84 @@ impl Names {
     /// The `(signature)` of the operations' function, for `to_regprocedure`.
     pub(crate) fn function_signature(&self) -> String {
         format!(
-            "{}(text, text, bigint, text, bigint, bigint, text, bigint)",
+            "{}(text, text, bigint, text, bigint, bigint, text, bigint, bigint, boolean)",
             self.function
         )
     }
 
-    /// What every call starts with: READ COMMITTED, the deadline, and (unless `durable`)
-    /// no wait for the WAL flush. Built once per backend.
-    pub(crate) fn preamble(deadline: Duration, durable: bool) -> String {
-        let ms = u64::try_from(deadline.as_millis())
-            .unwrap_or(u64::MAX)
-            .clamp(1, i32::MAX as u64);
-        let mut sql = format!(
-            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
-             SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = 0; "
-        );
-        if !durable {
-            sql.push_str("SET LOCAL synchronous_commit = off; ");
-        }
-        sql
-    }
-
-    /// One operation, after `preamble`:
-    /// `SELECT * FROM fn(op, key, lock, token, ttl, grace, holder, delay)`.
-    pub(crate) fn call(&self, preamble: &str, op: &str, key: &str, args: &Args<'_>) -> String {
+    /// One operation in the simple form: `session`'s preamble, then
+    /// `SELECT * FROM fn(op, key, lock, token, ttl, grace, holder, delay, deadline, durable)`
+    /// with every value in the text.
+    pub(crate) fn call(&self, session: &Session, op: &str, key: &str, args: &Args<'_>) -> String {
         format!(
-            "{preamble}SELECT o_outcome, o_ms, o_holder, o_fencing, o_holds FROM {}({}, {}, {}, {}, {}, {}, {}, {})",
+            "{}SELECT o_outcome, o_ms, o_holder, o_fencing, o_holds FROM {}({}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+            session.preamble,
             self.function,
             text(op),
             text(key),
-            advisory_id(&format!("{}{key}", self.lock_prefix)),
+            self.lock_id(key),
             args.token.map_or_else(|| "NULL".to_owned(), text),
             args.ttl_ms,
             args.grace_ms,
             args.holder.map_or_else(|| "NULL".to_owned(), text),
             args.delay_ms,
+            session.deadline_ms,
+            session.durable,
         )
+    }
+
+    /// The advisory lock id of `key` in this table.
+    pub(crate) fn lock_id(&self, key: &str) -> i64 {
+        advisory_id(&format!("{}{key}", self.lock_prefix))
+    }
+}
+
+/// How the backend sends its statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Statements {
+    /// Prepared once per connection and then only bound and executed: the fastest (about
+    /// half the server's work per call of [`Statements::Simple`] on a fresh benchmark, see
+    /// `BENCHMARKS.md`). Works directly and through PgBouncer 1.21 or later
+    /// (`max_prepared_statements` above 0), in any pool mode. The default.
+    #[default]
+    Prepared,
+    /// Parsed anew on every call, with the values written into the text (as hex), over the
+    /// simple query protocol: no state on the server between calls, so it works through any
+    /// transaction-pooling proxy, PgBouncer before 1.21 included. `statements=simple` in a
+    /// URL.
+    Simple,
+}
+
+/// What every call of one backend pins, whatever the server's, database's or role's
+/// settings say: READ COMMITTED (the function must see what the statement it waited for
+/// committed), the backend's deadline, and (unless durable) no wait for the WAL flush.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The deadline in ms, as `statement_timeout` and `lock_timeout` take it.
+    pub(crate) deadline_ms: i64,
+    pub(crate) durable: bool,
+    /// What a simple-form call starts with: the settings as `SET TRANSACTION` and `SET
+    /// LOCAL`. Built once per backend.
+    pub(crate) preamble: String,
+}
+
+impl Session {
+    pub(crate) fn new(deadline: Duration, durable: bool) -> Self {
+        let ms = u64::try_from(deadline.as_millis())
+            .unwrap_or(u64::MAX)
+            .clamp(1, i32::MAX as u64);
+        let mut preamble = format!(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+             SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = 0; "
+        );
+        if !durable {
+            preamble.push_str("SET LOCAL synchronous_commit = off; ");
+        }
+        Session {
+            deadline_ms: i64::try_from(ms).unwrap_or(i64::MAX),
+            durable,
+            preamble,
+        }
     }
 }
 
@@ -215,7 +265,7 @@ mod tests {
             ..Args::default()
         };
         let sql = names.call(
-            &Names::preamble(Duration::from_secs(1), true),
+            &Session::new(Duration::from_secs(1), true),
             "obtain",
             "k",
             &args,
@@ -227,11 +277,13 @@ mod tests {
 
     #[test]
     fn the_preamble_pins_isolation_and_the_deadline() {
-        let p = Names::preamble(Duration::from_millis(2500), false);
+        let p = Session::new(Duration::from_millis(2500), false).preamble;
         assert!(p.starts_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED;"));
         assert!(p.contains("statement_timeout = 2500;"));
         assert!(p.contains("synchronous_commit = off"));
-        assert!(!Names::preamble(Duration::MAX, true).contains("synchronous_commit"));
+        assert!(!Session::new(Duration::MAX, true)
+            .preamble
+            .contains("synchronous_commit"));
     }
 
     #[test]
@@ -252,7 +304,7 @@ mod tests {
                 "{placeholder} left in the migration"
             );
         }
-        assert!(m.contains("\"s\".\"t_op_v2\""));
+        assert!(m.contains("\"s\".\"t_op_v3\""));
         assert!(
             m.contains("'s.t '"),
             "the sweep hashes the ids the client does"

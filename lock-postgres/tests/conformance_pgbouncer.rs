@@ -5,6 +5,7 @@ mod support;
 
 use std::sync::OnceLock;
 
+use lock_postgres::Statements;
 use support::harness::Postgres;
 use support::{PgBouncer, PrivatePostgres, PASSWORD};
 
@@ -12,7 +13,7 @@ use support::{PgBouncer, PrivatePostgres, PASSWORD};
 /// multi-process cases get the URL in their config and start nothing.
 fn harness() -> Postgres {
     if std::env::var_os(lock_conformance::process::WORKER_ENV).is_some() {
-        return Postgres::at(String::new(), false);
+        return Postgres::at(String::new(), false).with_statements(Statements::Simple);
     }
     static SERVERS: OnceLock<(PrivatePostgres, PgBouncer)> = OnceLock::new();
     let (server, bouncer) = SERVERS.get_or_init(|| {
@@ -22,7 +23,10 @@ fn harness() -> Postgres {
         bouncer.reap_at_exit();
         (server, bouncer)
     });
-    Postgres::at(bouncer.url.clone(), false).with_admin(server.url.clone())
+    // PgBouncer before 1.21 (Debian 12 has 1.18) cannot carry prepared statements.
+    Postgres::at(bouncer.url.clone(), false)
+        .with_admin(server.url.clone())
+        .with_statements(Statements::Simple)
 }
 
 lock_conformance::suite!("postgres", harness());

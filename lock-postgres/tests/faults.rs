@@ -14,7 +14,7 @@ use std::time::Duration;
 use lock_core::{
     Attempt, ErrorKind, Key, LockBackend, Locker, ProlongOutcome, ReleaseOutcome, Retry,
 };
-use lock_postgres::PostgresBackend;
+use lock_postgres::{PostgresBackend, Statements};
 use support::{exec, PgBouncer, PrivatePostgres, PASSWORD};
 
 fn locker(url: &str) -> (PostgresBackend, Locker) {
@@ -213,8 +213,8 @@ async fn keys_with_colliding_advisory_ids_are_independent_locks() {
     let pool = sqlx::PgPool::connect(&server.url).await.unwrap();
     let call = |key: &str, token: &str| {
         format!(
-            "SELECT o_outcome FROM public.distlock_op_v2('obtain', '{key}', 42, '{token}', 30000, \
-             30000, '{{\"host\":\"h\",\"pid\":1}}', 0)"
+            "SELECT o_outcome FROM public.distlock_op_v3('obtain', '{key}', 42, '{token}', 30000, \
+             30000, '{{\"host\":\"h\",\"pid\":1}}', 0, 5000, true)"
         )
     };
     for (key, token) in [("a", "t1"), ("b", "t2")] {
@@ -242,6 +242,7 @@ async fn through_pgbouncer_in_transaction_mode_exclusion_holds() {
     let backend: Arc<dyn LockBackend> = Arc::new(
         PostgresBackend::builder(&bouncer.url)
             .notifications(false)
+            .statements(Statements::Simple)
             .build()
             .unwrap(),
     );
@@ -284,6 +285,59 @@ async fn through_pgbouncer_in_transaction_mode_exclusion_holds() {
         t.await.unwrap();
     }
     assert_eq!(grants.load(Ordering::SeqCst), 160);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_through_an_old_pgbouncer_fail_with_the_fix_named() {
+    // PgBouncer before 1.21 hands one client's prepared statements to other server
+    // connections, which do not have them. The calls must then fail with a Config error that
+    // names statements=simple: never an outcome, never a retry-safe error to loop on. A
+    // bouncer that can carry them (1.21+) passes every call.
+    let server = PrivatePostgres::start();
+    let bouncer = PgBouncer::start(server.port, PASSWORD);
+    PostgresBackend::builder(&server.url)
+        .build()
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+    let mut failed = 0;
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        // A backend (a pool) per task: one client's statements land on several sessions.
+        let backend = PostgresBackend::builder(&bouncer.url)
+            .notifications(false)
+            .pool_size(2)
+            .build()
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut errors = Vec::new();
+            for i in 0..20 {
+                let key = Key::new(format!("k{t}-{i}")).unwrap();
+                match backend.inspect(&key).await {
+                    Ok(state) => assert_eq!(state, lock_core::LockState::Free),
+                    Err(e) => errors.push(e),
+                }
+            }
+            errors
+        }));
+    }
+    let version = std::process::Command::new("pgbouncer")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for t in tasks {
+        for e in t.await.unwrap() {
+            failed += 1;
+            assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+            assert!(e.to_string().contains("statements=simple"), "{e}");
+        }
+    }
+    eprintln!("{failed} of 160 failed through {version}");
+    if version.contains("PgBouncer 1.1") || version.contains("PgBouncer 1.20") {
+        assert!(failed > 0, "{version}: prepared statements went through");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -185,6 +185,33 @@ async fn outcomes_do_not_depend_on_the_default_isolation_level() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_timeouts_of_the_role_do_not_cut_a_queued_call_short() {
+    // The prepared form cannot SET statement_timeout before its statement: the function
+    // answers 'settings' and the call goes again in the simple form. lock_timeout it sets
+    // itself. Either way a call waits for the key up to the backend's deadline (5 s).
+    for setting in ["statement_timeout", "lock_timeout"] {
+        let f = Fresh::new().await;
+        f.backend().await;
+        let b = f.with_setting(setting, "300");
+        let key = Key::new("k").unwrap();
+        let tx = f.hold_key("k").await;
+        let queued = {
+            let (b, key) = (b.clone(), key.clone());
+            let token = Token::generate().unwrap();
+            tokio::spawn(async move { obtain(&b, &key, &token, 30_000).await })
+        };
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        tx.commit().await.unwrap();
+        let outcome = queued.await.unwrap();
+        assert!(
+            matches!(outcome, ObtainOutcome::Acquired { .. }),
+            "with {setting} = 300 ms: {outcome:?}"
+        );
+        f.drop_schema().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_leaves_rows_another_statement_is_working_on() {
     let f = Fresh::new().await;
     let b = f.migrated(f.builder().grace(Duration::ZERO)).await;
@@ -409,7 +436,7 @@ fn owner_tokens_never_reach_a_log() {
         })
     });
     let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
-    assert!(log.contains("locks_op_v2"), "statements were logged: {log}");
+    assert!(log.contains("locks_op_v3"), "statements were logged: {log}");
     assert!(
         log.contains("slow statement"),
         "the slow statement was logged: {log}"

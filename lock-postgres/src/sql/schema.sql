@@ -5,9 +5,11 @@
 -- notifications, and {lock_prefix}, what a key's advisory lock id is the hash of (with the
 -- key appended).
 --
--- The functions' names carry a version (`_v2`): a backend never runs the body of another
--- version, and backends of two versions on one table still exclude each other (same rows,
--- same advisory lock ids).
+-- The functions' names carry a version (`_op_v3`, `_sweep_v2`, `_check_v2`: the version a
+-- function last changed in): a backend never runs the body of another version, and
+-- backends of two versions on one table still exclude each other (same rows, same advisory
+-- lock ids). A migration leaves the functions of older versions in place for the backends
+-- still running them during a rolling deploy.
 --
 -- migrate() runs this whole file in one transaction under an advisory lock, so concurrent
 -- migrations wait for each other; every statement is idempotent.
@@ -76,11 +78,15 @@ $fn$;
 -- p_op: obtain | prolong | release | inspect | force | sweep.
 -- p_lock: the advisory lock id of p_key (64 bits of SHA-256, computed by the client). Two
 -- keys with the same id only wait for each other's statements; their rows stay separate.
+-- p_deadline_ms: the call's deadline; p_durable: false to commit without waiting for the
+-- WAL flush.
 -- Answers one row: o_outcome and, as the outcome needs them, o_ms (remaining ttl or
--- cooldown), o_holder (JSON), o_fencing, o_holds.
+-- cooldown), o_holder (JSON), o_fencing, o_holds. Or o_outcome 'settings', having done
+-- nothing: see below.
 CREATE OR REPLACE FUNCTION {schema}.{fn}(
     p_op text, p_key text, p_lock bigint, p_token text,
-    p_ttl_ms bigint, p_grace_ms bigint, p_holder text, p_delay_ms bigint)
+    p_ttl_ms bigint, p_grace_ms bigint, p_holder text, p_delay_ms bigint,
+    p_deadline_ms bigint, p_durable boolean)
 RETURNS TABLE (o_outcome text, o_ms bigint, o_holder text, o_fencing bigint, o_holds integer)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
@@ -92,6 +98,28 @@ DECLARE
     f       bigint;
     keep    interval := interval '1 day';
 BEGIN
+    -- What this call needs of the session's settings, whatever the server, the database or
+    -- the role set: READ COMMITTED, so that the SELECT below sees what the statement it
+    -- waited for committed; and no statement_timeout shorter than the call's deadline.
+    -- Neither can be changed from inside the statement: without them the answer is
+    -- 'settings', and the client sends the call again behind SET TRANSACTION / SET LOCAL
+    -- (sql.rs, Names::preamble).
+    IF current_setting('transaction_isolation') <> 'read committed'
+       OR (current_setting('statement_timeout')::interval > interval '0'
+           AND current_setting('statement_timeout')::interval
+               < p_deadline_ms * interval '1 millisecond') THEN
+        o_outcome := 'settings';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- These can, until the statement's transaction ends: waits for a lock end with the
+    -- deadline (whatever lock_timeout says), and the commit waits for the WAL flush only
+    -- when asked to.
+    PERFORM set_config('lock_timeout', p_deadline_ms::text, true);
+    IF NOT p_durable THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+
     IF p_op = 'sweep' THEN
         o_outcome := 'swept';
         o_ms := {schema}.{sweep}();

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use lock_conformance::{async_trait, Faulty, Harness};
 use lock_core::{LockBackend, Token};
-use lock_postgres::PostgresBackend;
+use lock_postgres::{PostgresBackend, Statements};
 
 use super::exec;
 
@@ -15,6 +15,7 @@ pub struct Postgres {
     admin_url: String,
     schema: String,
     notifications: bool,
+    statements: Statements,
     made: Mutex<Vec<PostgresBackend>>,
 }
 
@@ -30,8 +31,15 @@ impl Postgres {
             url,
             schema: format!("lt_{}", &Token::generate().unwrap().to_hex()[..16]),
             notifications,
+            statements: Statements::default(),
             made: Mutex::default(),
         }
+    }
+
+    /// Sends statements in `form` (the simple one through an old PgBouncer).
+    pub fn with_statements(mut self, form: Statements) -> Self {
+        self.statements = form;
+        self
     }
 
     /// Sends test-side statements straight to the server at `url`.
@@ -44,6 +52,7 @@ impl Postgres {
         let backend = PostgresBackend::builder(&self.url)
             .table(&self.schema, table)
             .notifications(self.notifications)
+            .statements(self.statements)
             .build()
             .unwrap();
         self.made.lock().unwrap().push(backend.clone());
@@ -94,6 +103,7 @@ impl Harness for Postgres {
         let backend = PostgresBackend::builder(&url)
             .table(&self.schema, &table)
             .notifications(self.notifications)
+            .statements(self.statements)
             .timeout(deadline)
             .build()
             .unwrap();
@@ -181,6 +191,7 @@ impl Harness for Postgres {
             PostgresBackend::builder(url.expect("url"))
                 .table(schema.expect("schema"), table.expect("table"))
                 .notifications(self.notifications)
+                .statements(self.statements)
                 .build()
                 .unwrap(),
         )
