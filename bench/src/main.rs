@@ -18,9 +18,14 @@
 //!   the default notified retry), next to the raw commands a correct lock of that kind
 //!   needs at the least: `SET NX PX` + compare-and-delete for Redis (and, for the WATCH
 //!   variant, the same cycle in `WATCH`/`MULTI`/`EXEC` transactions), and the same cycle
-//!   through rslock; `pg_try_advisory_lock` + `pg_advisory_unlock` for Postgres; one
+//!   through rslock; `pg_try_advisory_lock` + `pg_advisory_unlock` for Postgres, and a
+//!   durable single-row upsert + update (what a lock row costs at the least when every
+//!   write is durable; the simple statement form is measured against it too); one
 //!   `flock`ed read-modify-write of one file for the file backend; the trait called
 //!   directly for the memory backend. Rate, and each cycle's p50 / p99.
+//! - **where a Redis cycle's time goes**: the raw cycles and the project's, at 1 and 64
+//!   tasks, once more each, with the CPU per cycle of this process (`/proc/self/stat`) and
+//!   of the Redis server (`INFO cpu`): which side bounds the rate.
 //! - **handoff**: 2, 8 and 32 waiters on one key; from the holder's release call to the next
 //!   holder's `Acquired`, woken by the backend's notification or by polling alone, with
 //!   the obtain attempts per acquisition.
@@ -33,6 +38,7 @@
 
 mod alloc;
 mod baselines;
+mod cpu;
 mod report;
 
 #[global_allocator]
@@ -253,6 +259,55 @@ async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
             raw_watch,
             watched_variant,
         );
+    }
+    // Where a cycle's time goes, on both sides of the connection.
+    for tasks in [1, 64] {
+        let (c, w, mut info) = (raw.clone(), client.clone(), raw.clone());
+        let split = [
+            (
+                "raw SET NX PX + compare-and-delete",
+                cpu::split(
+                    &mut info,
+                    size.cycles,
+                    run(tasks, size.cycles, move |p, n| {
+                        baselines::redis_cycles(c.clone(), p, n)
+                    }),
+                )
+                .await,
+            ),
+            (
+                "redis-lua obtain()+release",
+                cpu::split(
+                    &mut info,
+                    size.cycles,
+                    through(&lua_locker, tasks, size.cycles, true),
+                )
+                .await,
+            ),
+            (
+                "raw WATCH + GET, MULTI SET/DEL EXEC",
+                cpu::split(
+                    &mut info,
+                    size.cycles,
+                    run(tasks, size.cycles, move |p, n| {
+                        baselines::redis_watch_cycles(w.clone(), p, n)
+                    }),
+                )
+                .await,
+            ),
+            (
+                "redis-watch obtain()+release",
+                cpu::split(
+                    &mut info,
+                    size.cycles,
+                    through(&watch_locker, tasks, size.cycles, true),
+                )
+                .await,
+            ),
+        ];
+        for (what, split) in split {
+            table.cpu(what, tasks, split);
+        }
     }
     handoffs(table, "redis-lua", lua.clone(), size).await;
     handoffs(table, "redis-watch", watch, size).await;

@@ -2,9 +2,12 @@
 
 use test_servers::bench::{Latencies, Run};
 
+use crate::cpu::Split;
+
 #[derive(Default)]
 pub(crate) struct Table {
     cycles: Vec<String>,
+    cpu: Vec<String>,
     handoffs: Vec<String>,
     watched: Vec<String>,
     skipped: Vec<String>,
@@ -56,6 +59,18 @@ impl Table {
         ));
     }
 
+    pub(crate) fn cpu(&mut self, what: &str, tasks: usize, split: Split) {
+        let us = |v: Option<f64>| v.map_or("?".to_owned(), |v| format!("{v:.0} µs"));
+        let row = format!(
+            "| {what} | {tasks} | {} | {} | {} |",
+            rate(split.rate),
+            us(split.client_us),
+            us(split.server_us)
+        );
+        eprintln!("{row}");
+        self.cpu.push(row);
+    }
+
     pub(crate) fn handoff(
         &mut self,
         backend: &str,
@@ -99,6 +114,14 @@ impl Table {
         println!("|---|---|---:|---|---:|---:|---:|---:|");
         for row in &self.cycles {
             println!("{row}");
+        }
+        if !self.cpu.is_empty() {
+            println!("\n### Where a Redis cycle's time goes (CPU per cycle; one run each)\n");
+            println!("| cycle | tasks | rate | client CPU | Redis server CPU |");
+            println!("|---|---:|---:|---:|---:|");
+            for row in &self.cpu {
+                println!("{row}");
+            }
         }
         println!("\n### Handoff: release call to the next holder's Acquired\n");
         println!("| backend | waiters | woken by | p50 | p99 | obtain attempts per acquisition | handoffs |");
