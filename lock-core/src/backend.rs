@@ -203,6 +203,16 @@ impl ReleaseSubscription {
         }
     }
 
+    /// The same subscription, also keeping `registration` until it is dropped (after the
+    /// one it had): for a backend that keeps more than one thing per waiter.
+    pub fn holding(self, registration: Box<dyn Send + Sync>) -> Self {
+        let both: Box<dyn Send + Sync> = Box::new((self._registration, registration));
+        ReleaseSubscription {
+            rx: self.rx,
+            _registration: Some(both),
+        }
+    }
+
     /// Waits for the next release after the last one seen, for at most `max`; returns
     /// whether a release was seen. A closed channel counts as "not seen" (the caller's
     /// fallback poll covers it).

@@ -1,5 +1,6 @@
 //! `PostgresBackend`: the contract on Postgres.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -51,6 +52,10 @@ pub(crate) struct Shared {
     pub(crate) migrated: AtomicBool,
     pub(crate) migrating: tokio::sync::Mutex<()>,
     pub(crate) notifier: Notifier,
+    /// How many of this process's waiters wait for each key: the table counts the process
+    /// once per key (its `waiters` column), from the first to the last. An async mutex:
+    /// a count changes only together with the table's, in the order the changes were asked.
+    pub(crate) waiting: tokio::sync::Mutex<HashMap<String, usize>>,
     pub(crate) application_name: String,
 }
 
@@ -190,7 +195,7 @@ impl PostgresBackend {
     }
 
     async fn check_shape(&self) -> Result<()> {
-        const EXPECTED: [(&str, &str); 8] = [
+        const EXPECTED: [(&str, &str); 9] = [
             ("key", "text"),
             ("state", "text"),
             ("token", "text"),
@@ -199,6 +204,7 @@ impl PostgresBackend {
             ("holds", "integer"),
             ("expires_at", "timestamp with time zone"),
             ("forget_at", "timestamp with time zone"),
+            ("waiters", "integer"),
         ];
         let query = self.names.shape_query();
         let rows = sqlx::raw_sql(&query)
@@ -441,6 +447,65 @@ impl PostgresBackend {
     }
 }
 
+impl PostgresBackend {
+    /// Counts this process in `key`'s `waiters` if it is its first waiter of the key; returns
+    /// once the count is committed, so that a release after that point notifies.
+    ///
+    /// # Cancel safety
+    /// Cut off while the count goes out, the table may count the process with no waiter
+    /// here: releases of that key then notify for nothing (what every release did before
+    /// counting), never the other way round.
+    async fn start_waiting(&self, key: &Key) -> Result<()> {
+        let mut waiting = self.shared.waiting.lock().await;
+        let count = waiting.get(key.as_str()).copied().unwrap_or(0);
+        if count == 0 {
+            self.call(Operation::Subscribe, "wait", key, Args::default())
+                .await?;
+        }
+        waiting.insert(key.as_str().to_owned(), count + 1);
+        Ok(())
+    }
+
+    /// The reverse of [`PostgresBackend::start_waiting`], when a waiter's subscription is
+    /// dropped. A failure leaves the process counted: releases of that key notify for
+    /// nothing until the row is swept.
+    async fn stop_waiting(&self, key: &Key) {
+        let mut waiting = self.shared.waiting.lock().await;
+        let Some(count) = waiting.get_mut(key.as_str()) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            waiting.remove(key.as_str());
+            if let Err(e) = self
+                .call(Operation::Subscribe, "unwait", key, Args::default())
+                .await
+            {
+                tracing::debug!(key = key.as_str(), "could not stop counting a waiter: {e}");
+            }
+        }
+    }
+}
+
+/// Kept by a waiter's subscription: its drop counts the waiter out.
+struct Waiting {
+    backend: PostgresBackend,
+    key: Option<Key>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let (Some(key), Ok(runtime)) = (self.key.take(), tokio::runtime::Handle::try_current())
+        else {
+            // No runtime (the process is ending): the count stays, which costs only
+            // notifications nobody hears.
+            return;
+        };
+        let backend = self.backend.clone();
+        runtime.spawn(async move { backend.stop_waiting(&key).await });
+    }
+}
+
 /// One operation as the backend sends it.
 struct Call<'a> {
     op: Operation,
@@ -671,10 +736,17 @@ impl LockBackend for PostgresBackend {
         if !self.notifications {
             return Ok(None);
         }
-        self.shared
+        let subscription = self
+            .shared
             .notifier
             .subscribe(&self.pool, &self.names.channel, key.as_str(), self.timeout)
-            .await
-            .map(Some)
+            .await?;
+        // Releases notify only a key that some process waits for: count this one in.
+        self.start_waiting(key).await?;
+        let waiting = Waiting {
+            backend: self.clone(),
+            key: Some(key.clone()),
+        };
+        Ok(Some(subscription.holding(Box::new(waiting))))
     }
 }

@@ -302,6 +302,7 @@ impl PostgresBuilder {
                 migrated: AtomicBool::new(false),
                 migrating: tokio::sync::Mutex::default(),
                 notifier: Notifier::default(),
+                waiting: tokio::sync::Mutex::default(),
                 application_name,
             },
         ))

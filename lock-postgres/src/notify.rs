@@ -1,7 +1,12 @@
 //! Release notifications over `LISTEN`/`NOTIFY`.
 //!
-//! Every release that frees a lock runs `pg_notify(channel, key)` in its transaction, so the
-//! notification goes out when the release commits. One listening connection per backend
+//! A release that frees a lock runs `pg_notify(channel, key)` in its transaction, so the
+//! notification goes out when the release commits; but only when some process waits for
+//! that key (the row's `waiters` count, which a backend raises for its first waiter of a key
+//! before that waiter's next attempt and lowers after its last: see
+//! `PostgresBackend::start_waiting`). `pg_notify` takes a lock that serializes the commits
+//! of every notifying transaction of the cluster, WAL flush included, so a release nobody
+//! waits for must not pay it. One listening connection per backend
 //! (sqlx's `PgListener`, outside the pool's count) hears them all and wakes *one* waiter of
 //! that key, in turn (`lock_core::Waiters`): only one can win the lock, and waking all of
 //! them would queue their obtains on the key's advisory lock behind the winner's commit. It

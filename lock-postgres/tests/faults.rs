@@ -341,6 +341,75 @@ async fn prepared_statements_through_an_old_pgbouncer_fail_with_the_fix_named() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_notify_only_keys_some_process_waits_for() {
+    use sha2::{Digest, Sha256};
+    let server = PrivatePostgres::start();
+    let (_, holder) = locker(&server.url);
+    let (_, waiter) = locker(&server.url);
+    // The channel of public.distlock, as sql.rs names it.
+    let digest = Sha256::digest(b"public.distlock");
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let mut listener = sqlx::postgres::PgListener::connect(&server.url)
+        .await
+        .unwrap();
+    listener
+        .listen(&format!("lock_released_{hex}"))
+        .await
+        .unwrap();
+    let pool = sqlx::PgPool::connect(&server.url).await.unwrap();
+    let waiters = |key: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i32>("SELECT waiters FROM public.distlock WHERE key = $1")
+                .bind(key)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+
+    // Nobody waits: the release sends nothing (pg_notify would serialize its commit).
+    let guard = take(&holder, "quiet").await;
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    let heard = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+    assert!(
+        heard.is_err(),
+        "a release nobody waited for notified: {heard:?}"
+    );
+
+    // A waiter of another backend: counted while it waits, notified, counted out after.
+    let guard = take(&holder, "busy").await;
+    let waiting = tokio::spawn(async move {
+        let g = waiter
+            .lock("busy")
+            .wait(Duration::from_secs(30))
+            .obtain()
+            .await
+            .unwrap()
+            .obtained()
+            .expect("the lock after its release");
+        assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
+    });
+    eventually("the waiter counted", Duration::from_secs(10), || async {
+        waiters("busy").await == 1
+    })
+    .await;
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("the release of a waited key notifies")
+        .unwrap();
+    assert_eq!(heard.payload(), "busy");
+    waiting.await.unwrap();
+    eventually(
+        "the waiter counted out",
+        Duration::from_secs(10),
+        || async { waiters("busy").await == 0 },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_a_waiter_long_before_its_fallback_poll() {
     let server = PrivatePostgres::start();
     let (_, holder) = locker(&server.url);

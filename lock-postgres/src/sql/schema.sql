@@ -22,7 +22,9 @@ CREATE SCHEMA IF NOT EXISTS {schema};
 -- forget_at ends the grace period. 'cooling': expires_at = forget_at = the end of the
 -- cooldown. 'free': released; the row stays a day (forget_at) only to remember `fencing`,
 -- the last fencing token of the key. Times are the server's clock_timestamp(), never a
--- client's clock.
+-- client's clock. waiters: how many processes wait for a release notification of the key
+-- (each backend counts itself once, from its first waiter of the key to its last); a
+-- release notifies only when it is above zero.
 CREATE TABLE IF NOT EXISTS {schema}.{table} (
     key        text        PRIMARY KEY,
     state      text        NOT NULL CHECK (state IN ('held', 'cooling', 'free')),
@@ -31,8 +33,21 @@ CREATE TABLE IF NOT EXISTS {schema}.{table} (
     fencing    bigint      NOT NULL,
     holds      integer,
     expires_at timestamptz NOT NULL,
-    forget_at  timestamptz NOT NULL
+    forget_at  timestamptz NOT NULL,
+    waiters    integer     NOT NULL DEFAULT 0
 );
+
+-- A table made by an earlier version lacks `waiters`. Checked first: ALTER TABLE would take
+-- the table's exclusive lock on every migration even with IF NOT EXISTS.
+DO $add$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = '{schema}.{table}'::regclass
+                      AND attname = 'waiters' AND NOT attisdropped) THEN
+        ALTER TABLE {schema}.{table} ADD COLUMN waiters integer NOT NULL DEFAULT 0;
+    END IF;
+END
+$add$;
 
 -- Raises when a write that must touch the key's row touched nothing: the row vanished
 -- under the statement, which holding the key's advisory lock should make impossible. The
@@ -75,7 +90,8 @@ BEGIN
 END
 $fn$;
 
--- p_op: obtain | prolong | release | inspect | force | sweep.
+-- p_op: obtain | prolong | release | inspect | force | sweep, or wait | unwait (a process
+-- starts or stops waiting for the key's release notifications).
 -- p_lock: the advisory lock id of p_key (64 bits of SHA-256, computed by the client). Two
 -- keys with the same id only wait for each other's statements; their rows stay separate.
 -- p_deadline_ms: the call's deadline; p_durable: false to commit without waiting for the
@@ -144,6 +160,21 @@ BEGIN
         phase := CASE WHEN r.expires_at > now_ts THEN 'live' ELSE 'expired' END;
     END IF;
 
+    IF p_op = 'wait' OR p_op = 'unwait' THEN
+        -- Under the key's lock, like a release: a release either sees the count of a waiter
+        -- that is subscribed already, or commits before the waiter's next attempt, which
+        -- then finds the lock free. No row (swept): nothing to count; that waiter polls.
+        -- Nothing depends on this write surviving a crash.
+        PERFORM set_config('synchronous_commit', 'off', true);
+        UPDATE {schema}.{table} t
+           SET waiters = CASE WHEN p_op = 'wait' THEN t.waiters + 1
+                              ELSE greatest(t.waiters - 1, 0) END
+         WHERE t.key = p_key;
+        o_outcome := p_op;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
     IF p_op = 'inspect' OR p_op = 'force' THEN
         IF phase = 'cooling' THEN
             o_outcome := 'cooling';
@@ -160,7 +191,9 @@ BEGIN
                SET state = 'free', token = NULL, holder = NULL, holds = NULL,
                    expires_at = now_ts, forget_at = now_ts + keep
              WHERE t.key = p_key;
-            PERFORM pg_notify({channel}, p_key);
+            IF r.waiters > 0 THEN
+                PERFORM pg_notify({channel}, p_key);
+            END IF;
         END IF;
         RETURN NEXT;
         RETURN;
@@ -243,7 +276,11 @@ BEGIN
                  WHERE t.key = p_key;
                 PERFORM {schema}.{check}(FOUND);
             END IF;
-            PERFORM pg_notify({channel}, p_key);
+            -- pg_notify takes a lock that serializes every notifying commit of the cluster
+            -- until its WAL is flushed: only when some process waits.
+            IF r.waiters > 0 THEN
+                PERFORM pg_notify({channel}, p_key);
+            END IF;
             o_outcome := CASE WHEN phase = 'live' THEN 'released' ELSE 'released_late' END;
         END IF;
     ELSE
