@@ -55,7 +55,7 @@ pub(crate) struct Shared {
     /// How many of this process's waiters wait for each key: the table counts the process
     /// once per key (its `waiters` column), from the first to the last. An async mutex:
     /// a count changes only together with the table's, in the order the changes were asked.
-    pub(crate) waiting: tokio::sync::Mutex<HashMap<String, usize>>,
+    pub(crate) waiting: tokio::sync::Mutex<HashMap<String, Waiting>>,
     pub(crate) application_name: String,
 }
 
@@ -447,9 +447,25 @@ impl PostgresBackend {
     }
 }
 
+/// How long a backend stays counted as a waiter of a key after its last waiter left: a
+/// process that waited for a key is likely to again (a worker that takes turns on a job),
+/// and counting in and out on every turn would put two statements on the key's lock per
+/// hand-off. Meanwhile releases of the key notify for nothing, as they all did before
+/// counting.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// This process's waiters of one key.
+#[derive(Default)]
+pub(crate) struct Waiting {
+    /// Subscriptions alive now.
+    count: usize,
+    /// Bumped by each new subscription: a count-out scheduled before it is void.
+    generation: u64,
+}
+
 impl PostgresBackend {
-    /// Counts this process in `key`'s `waiters` if it is its first waiter of the key; returns
-    /// once the count is committed, so that a release after that point notifies.
+    /// Counts this process in `key`'s `waiters` unless it is counted already; returns once
+    /// the count is committed, so that a release after that point notifies.
     ///
     /// # Cancel safety
     /// Cut off while the count goes out, the table may count the process with no waiter
@@ -457,43 +473,55 @@ impl PostgresBackend {
     /// counting), never the other way round.
     async fn start_waiting(&self, key: &Key) -> Result<()> {
         let mut waiting = self.shared.waiting.lock().await;
-        let count = waiting.get(key.as_str()).copied().unwrap_or(0);
-        if count == 0 {
+        if !waiting.contains_key(key.as_str()) {
             self.call(Operation::Subscribe, "wait", key, Args::default())
                 .await?;
         }
-        waiting.insert(key.as_str().to_owned(), count + 1);
+        let w = waiting.entry(key.as_str().to_owned()).or_default();
+        w.count += 1;
+        w.generation += 1;
         Ok(())
     }
 
     /// The reverse of [`PostgresBackend::start_waiting`], when a waiter's subscription is
-    /// dropped. A failure leaves the process counted: releases of that key notify for
-    /// nothing until the row is swept.
+    /// dropped: after the last one, and [`LINGER`] without a new one, counts the process
+    /// out. A failure leaves it counted: releases of that key notify for nothing until the
+    /// row is swept.
     async fn stop_waiting(&self, key: &Key) {
-        let mut waiting = self.shared.waiting.lock().await;
-        let Some(count) = waiting.get_mut(key.as_str()) else {
-            return;
-        };
-        *count -= 1;
-        if *count == 0 {
-            waiting.remove(key.as_str());
-            if let Err(e) = self
-                .call(Operation::Subscribe, "unwait", key, Args::default())
-                .await
-            {
-                tracing::debug!(key = key.as_str(), "could not stop counting a waiter: {e}");
+        let generation = {
+            let mut waiting = self.shared.waiting.lock().await;
+            let Some(w) = waiting.get_mut(key.as_str()) else {
+                return;
+            };
+            w.count = w.count.saturating_sub(1);
+            if w.count > 0 {
+                return;
             }
+            w.generation
+        };
+        tokio::time::sleep(LINGER).await;
+        let mut waiting = self.shared.waiting.lock().await;
+        match waiting.get(key.as_str()) {
+            Some(w) if w.count == 0 && w.generation == generation => {}
+            _ => return,
         }
+        if let Err(e) = self
+            .call(Operation::Subscribe, "unwait", key, Args::default())
+            .await
+        {
+            tracing::debug!(key = key.as_str(), "could not stop counting a waiter: {e}");
+        }
+        waiting.remove(key.as_str());
     }
 }
 
 /// Kept by a waiter's subscription: its drop counts the waiter out.
-struct Waiting {
+struct Subscribed {
     backend: PostgresBackend,
     key: Option<Key>,
 }
 
-impl Drop for Waiting {
+impl Drop for Subscribed {
     fn drop(&mut self) {
         let (Some(key), Ok(runtime)) = (self.key.take(), tokio::runtime::Handle::try_current())
         else {
@@ -743,10 +771,10 @@ impl LockBackend for PostgresBackend {
             .await?;
         // Releases notify only a key that some process waits for: count this one in.
         self.start_waiting(key).await?;
-        let waiting = Waiting {
+        let subscribed = Subscribed {
             backend: self.clone(),
             key: Some(key.clone()),
         };
-        Ok(Some(subscription.holding(Box::new(waiting))))
+        Ok(Some(subscription.holding(Box::new(subscribed))))
     }
 }
