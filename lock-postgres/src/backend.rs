@@ -451,8 +451,10 @@ impl PostgresBackend {
 /// process that waited for a key is likely to again (a worker that takes turns on a job),
 /// and counting in and out on every turn would put two statements on the key's lock per
 /// hand-off. Meanwhile releases of the key notify for nothing, as they all did before
-/// counting.
-const LINGER: Duration = Duration::from_secs(5);
+/// counting. Short, because a process that ends (or drops the backend) within it stays
+/// counted: the key's releases then notify whether anyone waits or not, until the row is
+/// swept a day after the key's last use.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// This process's waiters of one key.
 #[derive(Default)]

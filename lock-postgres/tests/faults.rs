@@ -401,7 +401,7 @@ async fn releases_notify_only_keys_some_process_waits_for() {
         .unwrap();
     assert_eq!(heard.payload(), "busy");
     waiting.await.unwrap();
-    // After the backend's linger (5 s) without another waiter.
+    // After the backend's linger (1 s) without another waiter.
     eventually(
         "the waiter counted out",
         Duration::from_secs(30),
