@@ -258,7 +258,7 @@ impl PostgresBackend {
     async fn verify(&self) -> Result<()> {
         self.check_shape().await?;
         let query = format!(
-            "SELECT to_regprocedure({}) IS NOT NULL",
+            "SELECT pg_catalog.to_regprocedure({}) IS NOT NULL",
             crate::sql::text(&self.names.function_signature())
         );
         let row = sqlx::raw_sql(&query)

@@ -12,7 +12,8 @@
 //!   prepared statement kept on the server, so it works through any transaction-pooling
 //!   proxy (PgBouncer in transaction mode before 1.21, which cannot carry prepared
 //!   statements). Values are never spliced in raw: strings travel as hex
-//!   (`convert_from(decode('…', 'hex'), 'UTF8')`), which no setting of the server can
+//!   (`pg_catalog.convert_from(pg_catalog.decode('…', 'hex'), 'UTF8')`, qualified so that
+//!   no search_path can put other functions there), which no setting of the server can
 //!   reinterpret, and numbers as decimal digits.
 //!
 //! Whatever logs statements (sqlx at DEBUG, its slow statement WARN, the server's
@@ -199,7 +200,7 @@ pub(crate) struct Args<'a> {
 /// A text value as an expression that cannot be misread, whatever it holds.
 pub(crate) fn text(s: &str) -> String {
     let mut hex = String::with_capacity(s.len() * 2 + 40);
-    hex.push_str("convert_from(decode('");
+    hex.push_str("pg_catalog.convert_from(pg_catalog.decode('");
     for b in s.as_bytes() {
         let _ = write!(hex, "{b:02x}");
     }
@@ -250,8 +251,9 @@ mod tests {
     #[test]
     fn text_values_are_hex_only() {
         let sql = text("it's \\ \"x\" ünï");
-        assert!(sql.starts_with("convert_from(decode('"));
-        let inner = &sql["convert_from(decode('".len()..sql.len() - "', 'hex'), 'UTF8')".len()];
+        let open = "pg_catalog.convert_from(pg_catalog.decode('";
+        assert!(sql.starts_with(open));
+        let inner = &sql[open.len()..sql.len() - "', 'hex'), 'UTF8')".len()];
         assert!(inner.bytes().all(|b| b.is_ascii_hexdigit()), "{inner}");
     }
 

@@ -13,7 +13,7 @@ use lock_core::{
     ErrorKind, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
     ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Token, Ttl,
 };
-use lock_postgres::{PostgresBackend, PostgresBuilder};
+use lock_postgres::{PostgresBackend, PostgresBuilder, Statements};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 use support::{exec, shared_url, PASSWORD};
@@ -52,6 +52,11 @@ impl Fresh {
 
     /// A backend on `schema.locks` whose connections start with `setting = value`.
     fn with_setting(&self, setting: &str, value: &str) -> PostgresBackend {
+        self.with_setting_in(setting, value, Statements::Prepared)
+    }
+
+    /// The same, sending its statements in `form`.
+    fn with_setting_in(&self, setting: &str, value: &str, form: Statements) -> PostgresBackend {
         let options = PgConnectOptions::from_str(&self.url)
             .unwrap()
             .options([(setting, value)]);
@@ -60,6 +65,7 @@ impl Fresh {
             .connect_lazy_with(options);
         PostgresBackend::builder_on(pool)
             .table(&self.schema, "locks")
+            .statements(form)
             .build()
             .unwrap()
     }
@@ -182,6 +188,59 @@ async fn outcomes_do_not_depend_on_the_default_isolation_level() {
         );
         f.drop_schema().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_path_before_pg_catalog_cannot_replace_what_the_sql_calls() {
+    // Someone who may create functions in a schema the role searches before pg_catalog
+    // shadows clock_timestamp() with the year 2000 (a lock taken there would have expired
+    // long ago for everyone else) and convert_from() with a constant (every key of a
+    // simple-form statement would be one row, under many advisory locks).
+    let f = Fresh::new().await;
+    let honest = f.backend().await;
+    let evil = format!("{}_evil", f.schema);
+    sqlx::raw_sql(&format!(
+        "CREATE SCHEMA {evil}; \
+         CREATE FUNCTION {evil}.clock_timestamp() RETURNS timestamptz \
+         LANGUAGE sql AS $$ SELECT timestamptz '2000-01-01' $$; \
+         CREATE FUNCTION {evil}.convert_from(bytea, name) RETURNS text \
+         LANGUAGE sql AS $$ SELECT 'x' $$"
+    ))
+    .execute(&f.admin)
+    .await
+    .unwrap();
+    let path = format!("{evil},pg_catalog");
+    let mut failures = Vec::new();
+    for form in [Statements::Prepared, Statements::Simple] {
+        let shadowed = f.with_setting_in("search_path", &path, form);
+        let (k1, k2) = (
+            Key::new(format!("{form:?}-1")).unwrap(),
+            Key::new(format!("{form:?}-2")).unwrap(),
+        );
+        let (a, b, c) = (
+            Token::generate().unwrap(),
+            Token::generate().unwrap(),
+            Token::generate().unwrap(),
+        );
+        let first = obtain(&shadowed, &k1, &a, 30_000).await;
+        let other_key = obtain(&shadowed, &k2, &b, 30_000).await;
+        let same_key = obtain(&honest, &k1, &c, 30_000).await;
+        if !matches!(first, ObtainOutcome::Acquired { .. })
+            || !matches!(other_key, ObtainOutcome::Acquired { .. })
+            || !matches!(same_key, ObtainOutcome::Busy(_))
+        {
+            failures.push(format!("{form:?}: {first:?}, {other_key:?}, {same_key:?}"));
+        }
+    }
+    sqlx::raw_sql(&format!("DROP SCHEMA {evil} CASCADE"))
+        .execute(&f.admin)
+        .await
+        .unwrap();
+    f.drop_schema().await;
+    assert!(
+        failures.is_empty(),
+        "expected Acquired, Acquired (another key), Busy (the same key, honest clock): {failures:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

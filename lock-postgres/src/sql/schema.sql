@@ -13,6 +13,11 @@
 --
 -- migrate() runs this whole file in one transaction under an advisory lock, so concurrent
 -- migrations wait for each other; every statement is idempotent.
+--
+-- Every function runs with `search_path = pg_catalog, pg_temp`, whatever the role's or
+-- the database's: a search_path that lists another schema before pg_catalog would
+-- otherwise let whoever may create functions there replace clock_timestamp() or
+-- pg_advisory_xact_lock() for this code. Every name of this file's own is qualified.
 
 CREATE SCHEMA IF NOT EXISTS {schema};
 
@@ -54,7 +59,7 @@ $add$;
 -- transaction rolls back and the client gets a retry-safe error (SQLSTATE 40001), never an
 -- outcome that claims a write it did not make.
 CREATE OR REPLACE FUNCTION {schema}.{check}(touched boolean) RETURNS void
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     IF NOT touched THEN
         RAISE EXCEPTION 'the lock row vanished during the operation' USING ERRCODE = '40001';
@@ -68,7 +73,7 @@ $fn$;
 -- transaction and then find the row gone. Never waits for anything. Returns how many rows
 -- it deleted.
 CREATE OR REPLACE FUNCTION {schema}.{sweep}() RETURNS integer
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     s       record;
     swept   integer := 0;
@@ -104,7 +109,7 @@ CREATE OR REPLACE FUNCTION {schema}.{fn}(
     p_ttl_ms bigint, p_grace_ms bigint, p_holder text, p_delay_ms bigint,
     p_deadline_ms bigint, p_durable boolean)
 RETURNS TABLE (o_outcome text, o_ms bigint, o_holder text, o_fencing bigint, o_holds integer)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 #variable_conflict use_column
 DECLARE
     now_ts  timestamptz;
