@@ -182,7 +182,9 @@ impl PostgresBuilder {
     /// milliseconds of operations. A forgotten acquisition then makes its holder's next
     /// prolong or release answer `Lost` (the contract's answer after data loss, as with a
     /// Redis restart without persistence), and fencing still grows; but until that call the
-    /// holder believes it holds a lock another may take. Default `true`: durable.
+    /// holder believes it holds a lock another may take. Default `true`: durable, whatever
+    /// the server, database or role sets (their `synchronous_commit = off` is raised to
+    /// `local` for the lock's own commits; stronger levels are kept).
     pub fn durable_commits(mut self, durable: bool) -> Self {
         self.durable = durable;
         self

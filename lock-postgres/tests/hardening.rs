@@ -244,6 +244,45 @@ async fn a_search_path_before_pg_catalog_cannot_replace_what_the_sql_calls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_call_flushes_its_commit_whatever_synchronous_commit_the_role_has() {
+    // The level a call leaves for its commit, read in the same transaction right after it.
+    let f = Fresh::new().await;
+    f.backend().await;
+    let options = PgConnectOptions::from_str(&f.url)
+        .unwrap()
+        .options([("synchronous_commit", "off")]);
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for durable in [true, false] {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query(&format!(
+            "SELECT o_outcome FROM {}.locks_op_v3('inspect', 'k', 1, NULL, 0, 0, NULL, 0, 5000, $1)",
+            f.schema
+        ))
+        .bind(durable)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let level: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+        seen.push((durable, level));
+    }
+    f.drop_schema().await;
+    assert_eq!(
+        seen,
+        [(true, "local".to_owned()), (false, "off".to_owned())],
+        "durable calls must flush their commit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_timeouts_of_the_role_do_not_cut_a_queued_call_short() {
     // The prepared form cannot SET statement_timeout before its statement: the function
     // answers 'settings' and the call goes again in the simple form. lock_timeout it sets

@@ -135,10 +135,14 @@ BEGIN
     END IF;
     -- These can, until the statement's transaction ends: waits for a lock end with the
     -- deadline (whatever lock_timeout says), and the commit waits for the WAL flush only
-    -- when asked to.
+    -- when asked not to. A durable call raises synchronous_commit = off (a role's or a
+    -- database's) to local, the least that flushes the WAL before the commit returns, and
+    -- keeps any stronger level (on, remote_write, remote_apply) it finds.
     PERFORM set_config('lock_timeout', p_deadline_ms::text, true);
     IF NOT p_durable THEN
         PERFORM set_config('synchronous_commit', 'off', true);
+    ELSIF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
     END IF;
 
     IF p_op = 'sweep' THEN
