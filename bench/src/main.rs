@@ -4,6 +4,7 @@
 //! cargo run --release -p lock-bench            # the whole table (a few minutes)
 //! cargo run --release -p lock-bench -- --quick # fewer cycles, for a smoke run
 //! cargo run --release -p lock-bench -- --only=redis,postgres
+//! cargo run --release -p lock-bench -- --watched-only # just the locks held with the watchdog
 //! ```
 //!
 //! Redis is `REDIS_URL` (default `redis://127.0.0.1:6379/0`), Postgres `DATABASE_URL`
@@ -30,8 +31,11 @@
 //!   holder's `Acquired`, woken by the backend's notification or by polling alone, with
 //!   the obtain attempts per acquisition.
 //! - **watched locks**: 10,000 locks held with the watchdog (ttl 9 s, so a prolong every
-//!   3 s): prolong calls per renewal period, and client memory per held lock (bytes
-//!   allocated and not freed, counted by the bench's allocator).
+//!   3 s): per renewal period, the locks prolonged, the watchdog's batches
+//!   (`prolongate_many` calls), the round trips they make (a pipeline or a statement per
+//!   `BATCH` locks of the backend) and the server's calls where it counts them; and
+//!   client memory per held lock (bytes allocated and not freed, counted by the bench's
+//!   allocator).
 //!
 //! Each measurement runs one uncounted round first, which creates the keys (files, records,
 //! rows) the counted rounds reuse: a running service locks the same keys again and again.
@@ -66,6 +70,8 @@ struct Size {
     pg_cycles: usize,
     handoffs: usize,
     watched: usize,
+    /// `--watched-only`: skip everything but the watched locks.
+    watched_only: bool,
 }
 
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
@@ -73,6 +79,7 @@ const WAITERS: [usize; 3] = [2, 8, 32];
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    let watched_only = std::env::args().any(|a| a == "--watched-only");
     // `--only=redis,postgres`: just those backends.
     let only: Option<Vec<String>> = std::env::args().find_map(|a| {
         a.strip_prefix("--only=")
@@ -86,6 +93,7 @@ fn main() {
             pg_cycles: 256,
             handoffs: 40,
             watched: 1_000,
+            watched_only,
         }
     } else {
         Size {
@@ -94,6 +102,7 @@ fn main() {
             pg_cycles: 1_024,
             handoffs: 200,
             watched: 10_000,
+            watched_only,
         }
     };
     let redis_url =
@@ -132,7 +141,7 @@ fn main() {
 async fn memory(table: &mut Table, size: Size) {
     let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
     let locker = Locker::new(backend.clone());
-    for tasks in CONCURRENCY {
+    for tasks in CONCURRENCY.iter().copied().filter(|_| !size.watched_only) {
         let [raw, project] = rounds(size.rounds, async || {
             let b = backend.clone();
             [
@@ -153,12 +162,15 @@ async fn memory(table: &mut Table, size: Size) {
             project,
         );
     }
-    handoffs(table, "memory", backend, size).await;
+    if !size.watched_only {
+        handoffs(table, "memory", backend, size).await;
+    }
     watched(
         table,
         "memory",
         Arc::new(MemoryBackend::new()),
         size,
+        None,
         || async { None },
     )
     .await;
@@ -171,7 +183,7 @@ async fn file(table: &mut Table, size: Size) {
     let locker = Locker::new(backend.clone());
     let raw_dir = dir.path().join("raw");
     std::fs::create_dir_all(&raw_dir).expect("a directory");
-    for tasks in CONCURRENCY {
+    for tasks in CONCURRENCY.iter().copied().filter(|_| !size.watched_only) {
         let [raw, project] = rounds(size.rounds, async || {
             let d = raw_dir.clone();
             [
@@ -192,8 +204,10 @@ async fn file(table: &mut Table, size: Size) {
             project,
         );
     }
-    handoffs(table, "file", backend.clone(), size).await;
-    watched(table, "file", backend, size, || async { None }).await;
+    if !size.watched_only {
+        handoffs(table, "file", backend.clone(), size).await;
+    }
+    watched(table, "file", backend, size, None, || async { None }).await;
 }
 
 async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
@@ -216,6 +230,9 @@ async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
         Arc::new(connect(Variant::Lua).await.map_err(|e| e.to_string())?);
     let watch: Arc<dyn LockBackend> =
         Arc::new(connect(Variant::Watch).await.map_err(|e| e.to_string())?);
+    if size.watched_only {
+        return redis_watched(table, size, lua, raw).await;
+    }
     let (lua_locker, watch_locker) = (Locker::new(lua.clone()), Locker::new(watch.clone()));
     for tasks in CONCURRENCY {
         let [base, peer, obtain, try_obtain, raw_watch, watched_variant] =
@@ -311,11 +328,26 @@ async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     }
     handoffs(table, "redis-lua", lua.clone(), size).await;
     handoffs(table, "redis-watch", watch, size).await;
-    let info = raw.clone();
-    watched(table, "redis-lua", lua, size, move || {
-        let mut c = info.clone();
-        async move { baselines::redis_evalsha_calls(&mut c).await }
-    })
+    redis_watched(table, size, lua, raw).await
+}
+
+async fn redis_watched(
+    table: &mut Table,
+    size: Size,
+    lua: Arc<dyn LockBackend>,
+    info: redis::aio::ConnectionManager,
+) -> Result<(), String> {
+    watched(
+        table,
+        "redis-lua",
+        lua,
+        size,
+        Some(RedisBackend::BATCH),
+        move || {
+            let mut c = info.clone();
+            async move { baselines::redis_evalsha_calls(&mut c).await }
+        },
+    )
     .await;
     Ok(())
 }
@@ -343,6 +375,11 @@ async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String
     let pool = durable.pool().clone();
     baselines::pg_rows_table(&pool).await;
     let durable: Arc<dyn LockBackend> = Arc::new(durable);
+    if size.watched_only {
+        let batch = Some(PostgresBackend::BATCH);
+        watched(table, "postgres", durable, size, batch, || async { None }).await;
+        return Ok(());
+    }
     let (d, f, s) = (
         Locker::new(durable.clone()),
         Locker::new(Arc::new(fast)),
@@ -399,15 +436,8 @@ async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String
         );
     }
     handoffs(table, "postgres", durable.clone(), size).await;
-    // A prolong is a statement per lock: 10,000 locks at a 9 s ttl want 3,300 statements a
-    // second, more than this 2-core server commits (about 1,500 a second, the cycles above
-    // show); the watchdogs would fall behind and the run would measure the backlog. 2,000
-    // locks (670 a second) measure the cost per lock instead.
-    let pg = Size {
-        watched: size.watched.min(2_000),
-        ..size
-    };
-    watched(table, "postgres", durable, pg, || async { None }).await;
+    let batch = Some(PostgresBackend::BATCH);
+    watched(table, "postgres", durable, size, batch, || async { None }).await;
     let _ = sqlx::raw_sql(
         "DROP TABLE IF EXISTS public.distlock_bench CASCADE; \
          DROP TABLE IF EXISTS public.distlock_bench_rows",
@@ -453,6 +483,7 @@ async fn watched<F, Fut>(
     name: &str,
     backend: Arc<dyn LockBackend>,
     size: Size,
+    batch_limit: Option<usize>,
     server_calls: F,
 ) where
     F: Fn() -> Fut,
@@ -475,15 +506,34 @@ async fn watched<F, Fut>(
     // and a window that starts and ends on their renewals would count one batch or three.
     let period = Duration::from_secs(3);
     tokio::time::sleep(period / 2).await;
-    let (prolongs, calls) = (counting.prolongs(), server_calls().await);
+    let (prolongs, batches, calls) = (
+        counting.prolongs(),
+        counting.batch_sizes().len(),
+        server_calls().await,
+    );
     tokio::time::sleep(period * 2).await;
     let per_period = (counting.prolongs() - prolongs) as f64 / 2.0;
+    let sizes = counting.batch_sizes();
+    let batches_per_period = (sizes.len() - batches) as f64 / 2.0;
+    let round_trips = batch_limit.map(|limit| {
+        sizes[batches..]
+            .iter()
+            .map(|n| n.div_ceil(limit))
+            .sum::<usize>() as f64
+            / 2.0
+    });
     let server = match (calls, server_calls().await) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 2.0),
         _ => None,
     };
     let lost = guards.iter().filter(|g| g.is_lost()).count();
-    table.watched(name, size.watched, per_period, server, memory, lost);
+    let renewals = report::Renewals {
+        locks: per_period,
+        batches: batches_per_period,
+        round_trips,
+        server_calls: server,
+    };
+    table.watched(name, size.watched, renewals, memory, lost);
     for g in guards {
         let _ = g.release().await;
     }

@@ -91,14 +91,17 @@ impl Table {
         &mut self,
         backend: &str,
         locks: usize,
-        prolongs_per_period: f64,
-        server_calls_per_period: Option<f64>,
+        per_period: Renewals,
         bytes_per_lock: f64,
         lost: usize,
     ) {
+        let or_dash = |n: Option<f64>| n.map_or("–".to_owned(), |c| format!("{c:.0}"));
         self.push_watched(format!(
-            "| {backend} | {locks} | {prolongs_per_period:.0} | {} | {bytes_per_lock:.0} B | {lost} |",
-            server_calls_per_period.map_or("–".to_owned(), |c| format!("{c:.0}"))
+            "| {backend} | {locks} | {:.0} | {:.1} | {} | {} | {bytes_per_lock:.0} B | {lost} |",
+            per_period.locks,
+            per_period.batches,
+            or_dash(per_period.round_trips),
+            or_dash(per_period.server_calls),
         ));
     }
 
@@ -130,8 +133,8 @@ impl Table {
             println!("{row}");
         }
         println!("\n### Locks held with the watchdog (ttl 9 s, a prolong every 3 s)\n");
-        println!("| backend | locks | prolong calls per 3 s | server calls per 3 s | client memory per lock | lost |");
-        println!("|---|---:|---:|---:|---:|---:|");
+        println!("| backend | locks | locks prolonged per 3 s | watchdog batches per 3 s | round trips per 3 s | server calls per 3 s | client memory per lock | lost |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
         for row in &self.watched {
             println!("{row}");
         }
@@ -139,4 +142,16 @@ impl Table {
             println!("{row}");
         }
     }
+}
+
+/// What one renewal period of the watched locks cost.
+pub(crate) struct Renewals {
+    /// Locks prolonged.
+    pub(crate) locks: f64,
+    /// `prolongate_many` calls.
+    pub(crate) batches: f64,
+    /// Pipelines or statements, where the backend has a network.
+    pub(crate) round_trips: Option<f64>,
+    /// Calls the server counted, where it can.
+    pub(crate) server_calls: Option<f64>,
 }

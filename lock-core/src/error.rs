@@ -98,6 +98,10 @@ impl fmt::Display for Operation {
 
 type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// The cause, shared: an error is cloned when one failure answers every request of a
+/// batch ([`LockBackend::prolongate_many`](crate::LockBackend::prolongate_many)).
+type SharedSource = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+
 /// What went wrong, where, and whether trying again is safe.
 ///
 /// Every backend maps its driver's errors into this one type, so a caller handles a Redis
@@ -112,7 +116,7 @@ type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// assert!(err.is_retry_safe());
 /// assert_eq!(err.to_string(), "redis-lua: obtain failed: backend unavailable: connection refused");
 /// ```
-#[derive(thiserror::Error)]
+#[derive(thiserror::Error, Clone)]
 #[error("{backend}: {operation} failed: {kind}: {message}")]
 pub struct Error {
     kind: ErrorKind,
@@ -120,7 +124,7 @@ pub struct Error {
     operation: Operation,
     message: String,
     #[source]
-    source: Option<Source>,
+    source: Option<SharedSource>,
 }
 
 impl Error {
@@ -152,7 +156,7 @@ impl Error {
 
     /// Attaches the underlying cause (a driver or I/O error).
     pub fn with_source(mut self, source: impl Into<Source>) -> Self {
-        self.source = Some(source.into());
+        self.source = Some(SharedSource::from(source.into()));
         self
     }
 

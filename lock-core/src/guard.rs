@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
 use crate::detached::{detached, GiveBack, Obtain};
+use crate::renew::{Renewals, Slot};
 use crate::{
     Attempt, Error, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, ProlongOutcome,
     ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
@@ -22,6 +23,8 @@ use crate::{
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     slab: Mutex<Slab>,
+    /// When each watched guard renews next: the watchdog (renew.rs).
+    pub(crate) renewals: Renewals,
 }
 
 #[derive(Debug, Default)]
@@ -88,10 +91,13 @@ pub(crate) struct Shared {
     state: Mutex<Validity>,
     /// Given back (by its own release, its drop, or `release_all`): nothing more to do.
     released: AtomicBool,
-    /// Cancelled when the guard is given back: stops its watchdog or expiry timer.
+    /// Cancelled when the guard is given back: stops its expiry timer.
     stop: CancellationToken,
-    /// A watchdog task keeps the validity (and so fires `lost` when it runs out).
-    watchdog: bool,
+    /// The watchdog's period as a fraction of the ttl, when the locker's watchdog keeps the
+    /// validity (and so fires `lost` when it runs out).
+    pub(crate) watchdog: Option<f64>,
+    /// Where the guard waits in the watchdog's queue (only touched under its lock).
+    pub(crate) renew_slot: Mutex<Slot>,
     registry: Weak<Registry>,
 }
 
@@ -135,10 +141,27 @@ impl LostSignal {
 }
 
 impl Shared {
-    /// Marks the guard released; false when it already was (by `release_all` or itself).
+    /// Marks the guard released, and takes it off the watchdog's queue; false when it
+    /// already was (by `release_all` or itself).
     fn take_for_release(&self) -> bool {
         self.stop.cancel();
-        !self.released.swap(true, Ordering::AcqRel)
+        let first = !self.released.swap(true, Ordering::AcqRel);
+        if first && self.watchdog.is_some() {
+            if let Some(registry) = self.registry.upgrade() {
+                registry.renewals.remove(self);
+            }
+        }
+        first
+    }
+
+    /// Whether it was given back (released, dropped, or by `release_all`).
+    pub(crate) fn is_given_back(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Whether the lost signal fired (not counting a validity that ran out unseen).
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        lock(&self.state).lost.lost
     }
 
     fn deregister(&self) {
@@ -147,11 +170,11 @@ impl Shared {
         }
     }
 
-    fn until(&self) -> Instant {
+    pub(crate) fn until(&self) -> Instant {
         lock(&self.state).until
     }
 
-    fn ttl(&self) -> Ttl {
+    pub(crate) fn ttl(&self) -> Ttl {
         lock(&self.state).ttl
     }
 
@@ -159,7 +182,7 @@ impl Shared {
     /// validity runs out (a watchdog guard's watchdog does that itself).
     fn lost_token(self: &Arc<Self>) -> CancellationToken {
         let (token, fresh) = lock(&self.state).lost.token();
-        if fresh && !self.watchdog {
+        if fresh && self.watchdog.is_none() {
             spawn_expiry_timer(Arc::clone(self));
         }
         token
@@ -188,7 +211,7 @@ impl Shared {
         state.ttl = ttl;
     }
 
-    fn mark_lost(&self, why: &str) {
+    pub(crate) fn mark_lost(&self, why: &str) {
         if lock(&self.state).lost.fire() {
             tracing::warn!(key = %self.key, fencing = %self.fencing, backend = self.backend.name(), "lock lost: {why}");
         }
@@ -202,6 +225,12 @@ impl Shared {
             ttl,
         };
         let outcome = self.backend.prolongate(req).await?;
+        self.apply(outcome, sent_at, ttl);
+        Ok(outcome)
+    }
+
+    /// Takes in the answer of a prolong to `ttl` sent at `sent_at`.
+    pub(crate) fn apply(&self, outcome: ProlongOutcome, sent_at: Instant, ttl: Ttl) {
         match outcome {
             ProlongOutcome::Prolonged => self.renewed(sent_at, ttl),
             ProlongOutcome::ProlongedLate => {
@@ -210,7 +239,6 @@ impl Shared {
             }
             ProlongOutcome::Lost => self.mark_lost("a prolong answered Lost"),
         }
-        Ok(outcome)
     }
 
     pub(crate) async fn release(&self, delay_after: Option<Ttl>) -> Result<ReleaseOutcome> {
@@ -297,12 +325,13 @@ impl LockGuard {
                 }),
                 released: AtomicBool::new(false),
                 stop: CancellationToken::new(),
-                watchdog: watchdog.is_some(),
+                watchdog,
+                renew_slot: Mutex::new(None),
                 registry: Arc::downgrade(registry),
             })
         });
         match watchdog {
-            Some(fraction) => spawn_watchdog(Arc::clone(&shared), fraction),
+            Some(_) => Renewals::schedule(registry, &shared, sent_at),
             // A shared lost signal (a reentrant guard's) already has listeners.
             None if shared_lost => spawn_expiry_timer(Arc::clone(&shared)),
             None => {}
@@ -520,61 +549,6 @@ pub(crate) struct GuardParts {
     pub(crate) ttl: Ttl,
     /// The lost signal to share (a reentrant guard shares its parent's).
     pub(crate) lost: Option<CancellationToken>,
-}
-
-/// Prolongs at `fraction` of the ttl until the guard is released or dropped.
-///
-/// It never stops silently: a transient error is retried (at a tenth of the ttl) until the
-/// validity runs out, and then `lost` fires. It holds no reference that keeps the guard
-/// alive past its release: the guard's drop cancels it.
-fn spawn_watchdog(shared: Arc<Shared>, fraction: f64) {
-    let span =
-        tracing::debug_span!("lock.watchdog", backend = shared.backend.name(), key = %shared.key);
-    tokio::spawn(
-        async move {
-            tokio::select! {
-                _ = shared.stop.cancelled() => {}
-                _ = watchdog_loop(&shared, fraction) => {}
-            }
-        }
-        .instrument(span),
-    );
-}
-
-async fn watchdog_loop(shared: &Shared, fraction: f64) {
-    loop {
-        let ttl = shared.ttl();
-        let period = ttl.as_duration().mul_f64(fraction);
-        tokio::time::sleep(period).await;
-        loop {
-            // The lost signal is never late: a prolong still in flight when the validity
-            // runs out (a partition, a frozen server) does not hold it back.
-            let until = shared.until();
-            let outcome = tokio::select! {
-                outcome = shared.prolongate(ttl) => outcome,
-                _ = tokio::time::sleep_until(until) => {
-                    shared.mark_lost("its validity ran out while a prolong was still in flight");
-                    return;
-                }
-            };
-            match outcome {
-                Ok(ProlongOutcome::Lost) => return,
-                Ok(_) => break,
-                Err(e) => {
-                    let left = shared.until().saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        shared.mark_lost(&format!(
-                            "the watchdog could not prolong it before it ran out: {e}"
-                        ));
-                        return;
-                    }
-                    tracing::warn!("watchdog prolong failed, retrying: {e}");
-                    let pause = (ttl.as_duration() / 10).max(Duration::from_millis(1));
-                    tokio::time::sleep(pause.min(left)).await;
-                }
-            }
-        }
-    }
 }
 
 /// Fires the lost signal of a guard without a watchdog when its validity runs out, unless

@@ -58,6 +58,7 @@ mod locker;
 mod memory;
 mod outcome;
 mod redact;
+mod renew;
 mod retry;
 pub mod rules;
 mod token;
@@ -66,7 +67,8 @@ mod url;
 mod waiters;
 
 pub use backend::{
-    Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+    prolongate_each, Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest,
+    ReleaseSubscription, PROLONG_MANY_CONCURRENCY,
 };
 pub use duration::parse_duration;
 pub use error::{Error, ErrorKind, Operation, Result};

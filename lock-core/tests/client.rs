@@ -18,6 +18,8 @@ struct Spy {
     inner: MemoryBackend,
     obtains: AtomicUsize,
     prolongs: AtomicUsize,
+    /// Calls of `prolongate_many` (each also counts its requests in `prolongs`).
+    batches: AtomicUsize,
     obtain_delay: Duration,
     notify: bool,
     subscribes: AtomicUsize,
@@ -43,6 +45,14 @@ impl LockBackend for Spy {
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         self.prolongs.fetch_add(1, Ordering::SeqCst);
         self.inner.prolongate(req).await
+    }
+    async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        let mut answers = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            answers.push(self.prolongate(*req).await);
+        }
+        answers
     }
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         self.inner.release(req).await
@@ -293,6 +303,47 @@ async fn watchdog_prolongs_on_time_and_stops_on_release() {
         spy.prolongs.load(Ordering::SeqCst),
         prolongs,
         "watchdog stopped"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn watched_locks_renew_together_one_batch_a_period() {
+    let (spy, locker) = spy(Spy::default());
+    // 1,000 locks obtained over 2 s, each to be renewed every 1 s (a third of 3 s).
+    let mut guards = Vec::new();
+    for i in 0..1000 {
+        guards.push(held(locker.lock(format!("k{i}")).ttl(secs(3)).watchdog()).await);
+        tokio::time::sleep(ms(2)).await;
+    }
+    tokio::time::sleep(secs(2)).await;
+    let (batches, prolongs) = (
+        spy.batches.load(Ordering::SeqCst),
+        spy.prolongs.load(Ordering::SeqCst),
+    );
+    tokio::time::sleep(secs(10)).await;
+    assert_eq!(
+        spy.batches.load(Ordering::SeqCst) - batches,
+        10,
+        "one batch a period once every lock is on the grid"
+    );
+    assert_eq!(
+        spy.prolongs.load(Ordering::SeqCst) - prolongs,
+        10 * 1000,
+        "each lock renewed once a period"
+    );
+    for guard in &guards {
+        assert!(!guard.is_lost());
+        assert!(guard.remaining() > secs(1), "never let run low");
+    }
+    for guard in guards {
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    let batches = spy.batches.load(Ordering::SeqCst);
+    tokio::time::sleep(secs(5)).await;
+    assert_eq!(
+        spy.batches.load(Ordering::SeqCst),
+        batches,
+        "released locks leave the watchdog"
     );
 }
 

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use crate::builder::PostgresBuilder;
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
 use crate::notify::Notifier;
-use crate::sql::{token_digest, Args, Names, Session, Statements};
+use crate::sql::{token_digest, Args, Names, Prolongs, Session, Statements};
 
 pub(crate) const NAME: &str = PostgresBackend::NAME;
 
@@ -70,6 +70,12 @@ impl PostgresBackend {
     pub const DEFAULT_POOL_SIZE: u32 = 16;
     /// The default deadline of one call: see [`PostgresBuilder::timeout`].
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The most locks one statement of the watchdog's renewals carries. Each statement is
+    /// one transaction that holds the advisory lock of every key it prolongs until it
+    /// commits, and the server has room for `max_locks_per_transaction` (64 by default)
+    /// times `max_connections` locks in all; 200 stays well inside that with a few
+    /// batches in flight, and one statement of 200 takes about 15 ms of server time.
+    pub const BATCH: usize = 200;
 
     /// A builder for a backend on `url` (`postgres://user[:password]@host[:port]/database`,
     /// with sqlx's options such as `sslmode=require`); see [`PostgresBuilder`] for the
@@ -320,38 +326,96 @@ impl PostgresBackend {
         let span = tracing::debug_span!("postgres_lock", op = word, key = key.as_str());
         let deadline = Instant::now() + self.timeout;
         let call = Call {
-            op,
             word,
             key: key.as_str(),
             args,
         };
-        async {
-            let reply = self.attempt(&call, deadline, self.statements).await?;
-            if reply.outcome == "settings" && self.statements == Statements::Prepared {
-                tracing::debug!(
-                    "the session's isolation level or statement_timeout differ from what a call \
-                     needs: sending it again with them pinned"
-                );
-                return self.attempt(&call, deadline, Statements::Simple).await;
-            }
-            Ok(reply)
+        let mut replies = self
+            .send(op, &Sql::One(&call), deadline)
+            .instrument(span)
+            .await?;
+        match replies.pop() {
+            Some(reply) if replies.is_empty() => Ok(reply),
+            _ => Err(protocol(
+                op,
+                format!("{} rows for one call", replies.len() + 1),
+            )),
         }
-        .instrument(span)
-        .await
     }
 
-    /// One try of `call` in `form`. If the table or function vanished (dropped under a
+    /// Prolongs one batch of at most [`PostgresBackend::BATCH`] locks in one statement
+    /// within the backend's deadline: the answers in the order of `reqs`.
+    async fn prolong_batch(&self, reqs: &[ProlongRequest<'_>]) -> Result<Vec<ProlongOutcome>> {
+        let op = Operation::Prolongate;
+        // Sorted by advisory lock id: see `sql::Prolongs`.
+        let mut order: Vec<(i64, usize)> = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, req)| (self.names.lock_id(req.key.as_str()), i))
+            .collect();
+        order.sort_unstable();
+        let mut batch = Prolongs::default();
+        let ms = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for &(lock, i) in &order {
+            let req = &reqs[i];
+            batch.keys.push(req.key.as_str().to_owned());
+            batch.locks.push(lock);
+            batch.tokens.push(token_digest(req.token));
+            batch.ttls.push(ms(req.ttl.as_millis()));
+            batch.graces.push(ms(self.grace_ms(req.ttl)));
+        }
+        let deadline = Instant::now() + self.timeout;
+        let span = tracing::debug_span!("postgres_lock", op = "prolong_many", locks = reqs.len());
+        let replies = self
+            .send(op, &Sql::Prolongs(&batch), deadline)
+            .instrument(span)
+            .await?;
+        if replies.len() != reqs.len() {
+            return Err(protocol(
+                op,
+                format!("{} rows for {} prolongs", replies.len(), reqs.len()),
+            ));
+        }
+        let mut answers = vec![ProlongOutcome::Lost; reqs.len()];
+        for (&(_, i), reply) in order.iter().zip(&replies) {
+            answers[i] = reply.prolong_outcome()?;
+        }
+        Ok(answers)
+    }
+
+    /// Sends `sql` by `deadline` in the backend's form of statement; in the simple form
+    /// again if the prepared one answered that the session's settings need pinning first
+    /// (see `sql.rs`).
+    async fn send(&self, op: Operation, sql: &Sql<'_>, deadline: Instant) -> Result<Vec<Reply>> {
+        let replies = self.attempt(op, sql, deadline, self.statements).await?;
+        let settings = replies.first().is_some_and(|r| r.outcome == "settings");
+        if settings && self.statements == Statements::Prepared {
+            tracing::debug!(
+                "the session's isolation level or statement_timeout differ from what a call \
+                 needs: sending it again with them pinned"
+            );
+            return self.attempt(op, sql, deadline, Statements::Simple).await;
+        }
+        Ok(replies)
+    }
+
+    /// One try of `sql` in `form`. If the table or function vanished (dropped under a
     /// running backend), makes them again once and retries: the rows are gone, so holders
     /// hear `Lost`, and fencing still grows (the server clock floors it).
-    async fn attempt(&self, call: &Call<'_>, deadline: Instant, form: Statements) -> Result<Reply> {
-        let op = call.op;
+    async fn attempt(
+        &self,
+        op: Operation,
+        call: &Sql<'_>,
+        deadline: Instant,
+        form: Statements,
+    ) -> Result<Vec<Reply>> {
         self.within(op, deadline, self.ensure_schema()).await??;
-        let row = match self.statement(call, deadline, form).await {
+        let rows = match self.statement(op, call, deadline, form).await {
             Err(e) if is_missing_schema(&e) && self.auto_migrate => {
                 tracing::warn!(table = %self.table(), "lock table missing, creating it again");
                 self.shared.migrated.store(false, Ordering::Release);
                 self.within(op, deadline, self.ensure_schema()).await??;
-                self.statement(call, deadline, form).await
+                self.statement(op, call, deadline, form).await
             }
             Err(e) if is_missing_schema(&e) => {
                 self.shared.migrated.store(false, Ordering::Release);
@@ -365,31 +429,47 @@ impl PostgresBackend {
             }
             map_error(op, e)
         })?;
-        Reply::decode(op, &row)
+        rows.iter().map(|row| Reply::decode(op, row)).collect()
     }
 
     /// One statement on a pooled connection, by `deadline`. A connection whose statement
     /// ran out of time is closed, not returned: its reply may still be on the way.
     fn statement<'a>(
         &'a self,
-        call: &'a Call<'a>,
+        op: Operation,
+        sql: &'a Sql<'a>,
         deadline: Instant,
         form: Statements,
-    ) -> BoxFuture<'a, std::result::Result<PgRow, sqlx::Error>> {
+    ) -> BoxFuture<'a, std::result::Result<Vec<PgRow>, sqlx::Error>> {
         Box::pin(async move {
             let Ok(conn) = tokio::time::timeout_at(deadline, self.pool.acquire()).await else {
                 return Err(sqlx::Error::PoolTimedOut);
             };
             let mut conn = conn?;
-            let sql;
-            let query = match form {
-                Statements::Simple => {
-                    sql = self
+            let text;
+            let query = match (form, sql) {
+                (Statements::Simple, Sql::One(call)) => {
+                    text = self
                         .names
                         .call(&self.session, call.word, call.key, &call.args);
-                    fetch_row(&mut conn, &sql)
+                    fetch_rows(&mut conn, &text)
                 }
-                Statements::Prepared => {
+                (Statements::Simple, Sql::Prolongs(batch)) => {
+                    text = self.names.prolongs(&self.session, batch);
+                    fetch_rows(&mut conn, &text)
+                }
+                (Statements::Prepared, Sql::Prolongs(batch)) => {
+                    let query = sqlx::query(&self.names.prepared_prolongs)
+                        .bind(&batch.keys)
+                        .bind(&batch.locks)
+                        .bind(&batch.tokens)
+                        .bind(&batch.ttls)
+                        .bind(&batch.graces)
+                        .bind(self.session.deadline_ms)
+                        .bind(self.session.durable);
+                    sqlx::Executor::fetch_all(&mut *conn, query)
+                }
+                (Statements::Prepared, Sql::One(call)) => {
                     let a = &call.args;
                     let ms = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                     let query = sqlx::query(&self.names.prepared)
@@ -403,7 +483,7 @@ impl PostgresBackend {
                         .bind(ms(a.delay_ms))
                         .bind(self.session.deadline_ms)
                         .bind(self.session.durable);
-                    sqlx::Executor::fetch_one(&mut *conn, query)
+                    sqlx::Executor::fetch_all(&mut *conn, query)
                 }
             };
             match tokio::time::timeout_at(deadline, query).await {
@@ -411,7 +491,7 @@ impl PostgresBackend {
                 Err(_) => {
                     conn.close_on_drop();
                     tracing::debug!(
-                        op = call.op.as_str(),
+                        op = op.as_str(),
                         "no answer by the deadline: closing the connection"
                     );
                     Err(sqlx::Error::Io(std::io::Error::new(
@@ -536,9 +616,16 @@ impl Drop for Subscribed {
     }
 }
 
+/// What one statement carries.
+enum Sql<'a> {
+    /// One operation on one key.
+    One(&'a Call<'a>),
+    /// Prolongs of many keys, sorted by advisory lock id.
+    Prolongs(&'a Prolongs),
+}
+
 /// One operation as the backend sends it.
 struct Call<'a> {
-    op: Operation,
     /// The function's name for it: `obtain`, `prolong`, …
     word: &'a str,
     key: &'a str,
@@ -548,11 +635,11 @@ struct Call<'a> {
 /// One statement on one connection, over the simple query protocol: a `&str` with no
 /// arguments goes out as one `Query` message, like `raw_sql`, and the trait method's boxed
 /// future keeps the backend's futures provably `Send` (`raw_sql`'s generic one does not).
-fn fetch_row<'c>(
+fn fetch_rows<'c>(
     conn: &'c mut sqlx::PgConnection,
     sql: &'c str,
-) -> BoxFuture<'c, std::result::Result<PgRow, sqlx::Error>> {
-    sqlx::Executor::fetch_one(conn, sql)
+) -> BoxFuture<'c, std::result::Result<Vec<PgRow>, sqlx::Error>> {
+    sqlx::Executor::fetch_all(conn, sql)
 }
 
 impl PostgresBackend {
@@ -600,6 +687,15 @@ impl Reply {
 
     fn unexpected(&self) -> Error {
         protocol(self.op, format!("outcome {:?}", self.outcome))
+    }
+
+    fn prolong_outcome(&self) -> Result<ProlongOutcome> {
+        match self.outcome.as_str() {
+            "prolonged" => Ok(ProlongOutcome::Prolonged),
+            "prolonged_late" => Ok(ProlongOutcome::ProlongedLate),
+            "lost" => Ok(ProlongOutcome::Lost),
+            _ => Err(self.unexpected()),
+        }
     }
 
     fn remaining(&self) -> Result<Duration> {
@@ -720,15 +816,23 @@ impl LockBackend for PostgresBackend {
             grace_ms: self.grace_ms(req.ttl),
             ..Args::default()
         };
-        let r = self
-            .call(Operation::Prolongate, "prolong", req.key, args)
-            .await?;
-        match r.outcome.as_str() {
-            "prolonged" => Ok(ProlongOutcome::Prolonged),
-            "prolonged_late" => Ok(ProlongOutcome::ProlongedLate),
-            "lost" => Ok(ProlongOutcome::Lost),
-            _ => Err(r.unexpected()),
+        self.call(Operation::Prolongate, "prolong", req.key, args)
+            .await?
+            .prolong_outcome()
+    }
+
+    /// One statement per [`PostgresBackend::BATCH`] locks, one after the other, each in
+    /// its own transaction within the backend's deadline; a failed statement answers its
+    /// locks with its error and the next one still goes.
+    async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
+        let mut answers = Vec::with_capacity(reqs.len());
+        for chunk in reqs.chunks(Self::BATCH) {
+            match self.prolong_batch(chunk).await {
+                Ok(each) => answers.extend(each.into_iter().map(Ok)),
+                Err(e) => answers.extend(std::iter::repeat_n(Err(e), chunk.len())),
+            }
         }
+        answers
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {

@@ -37,6 +37,8 @@ pub(crate) struct Names {
     function: String,
     /// The prepared form of every operation (see [`Statements`]).
     pub(crate) prepared: String,
+    /// The prepared form of a batch of prolongs ([`Prolongs`]).
+    pub(crate) prepared_prolongs: String,
     /// `'schema.table '`: a key's advisory lock id is the hash of this and the key.
     lock_prefix: String,
     /// The NOTIFY channel of release notifications (a short digest of the table's name).
@@ -64,6 +66,10 @@ impl Names {
         }
         let function = format!("\"{schema}\".\"{table}_op_v3\"");
         Some(Names {
+            prepared_prolongs: prolongs_statement(
+                &function,
+                ["$1", "$2", "$3", "$4", "$5", "$6", "$7"],
+            ),
             prepared: format!(
                 "SELECT o_outcome, o_ms, o_holder, o_fencing, o_holds \
                  FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
@@ -132,10 +138,59 @@ impl Names {
         )
     }
 
+    /// A batch of prolongs in the simple form: `session`'s preamble, then the batch
+    /// statement with every value in the text.
+    pub(crate) fn prolongs(&self, session: &Session, batch: &Prolongs) -> String {
+        let list = |items: Vec<String>, ty: &str| format!("ARRAY[{}]::{ty}[]", items.join(", "));
+        let numbers = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>();
+        let texts = |v: &[String]| v.iter().map(|t| text(t)).collect::<Vec<_>>();
+        let statement = prolongs_statement(
+            &self.function,
+            [
+                &list(texts(&batch.keys), "text"),
+                &list(numbers(&batch.locks), "int8"),
+                &list(texts(&batch.tokens), "text"),
+                &list(numbers(&batch.ttls), "int8"),
+                &list(numbers(&batch.graces), "int8"),
+                &session.deadline_ms.to_string(),
+                &session.durable.to_string(),
+            ],
+        );
+        format!("{}{statement}", session.preamble)
+    }
+
     /// The advisory lock id of `key` in this table.
     pub(crate) fn lock_id(&self, key: &str) -> i64 {
         advisory_id(&format!("{}{key}", self.lock_prefix))
     }
+}
+
+/// Many prolongs in one statement, one transaction: the function once per row, in the
+/// order of the arrays (a function scan feeds the lateral call row by row), which the
+/// client sorts by advisory lock id, so that two batches that share keys take their
+/// locks in the same order and never deadlock. One answer per row, in that order.
+fn prolongs_statement(function: &str, args: [&str; 7]) -> String {
+    let [keys, locks, tokens, ttls, graces, deadline, durable] = args;
+    format!(
+        "SELECT r.o_outcome, r.o_ms, r.o_holder, r.o_fencing, r.o_holds \
+         FROM ROWS FROM (pg_catalog.unnest({keys}::text[]), \
+         pg_catalog.unnest({locks}::int8[]), pg_catalog.unnest({tokens}::text[]), \
+         pg_catalog.unnest({ttls}::int8[]), pg_catalog.unnest({graces}::int8[])) \
+         WITH ORDINALITY AS a(key, lock, token, ttl, grace, n) \
+         CROSS JOIN LATERAL {function}('prolong'::text, a.key, a.lock, a.token, a.ttl, \
+         a.grace, NULL::text, 0::int8, {deadline}::int8, {durable}::boolean) r ORDER BY a.n"
+    )
+}
+
+/// The values of a batch of prolongs, one array per argument, sorted by advisory lock id.
+#[derive(Debug, Default)]
+pub(crate) struct Prolongs {
+    pub(crate) keys: Vec<String>,
+    pub(crate) locks: Vec<i64>,
+    /// SHA-256 digests ([`token_digest`]), never tokens.
+    pub(crate) tokens: Vec<String>,
+    pub(crate) ttls: Vec<i64>,
+    pub(crate) graces: Vec<i64>,
 }
 
 /// How the backend sends its statements.
@@ -275,6 +330,19 @@ mod tests {
         let hex_of = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
         assert!(sql.contains(&hex_of(&digest)));
         assert!(!sql.contains(&token.to_hex()) && !sql.contains(&hex_of(&token.to_hex())));
+
+        let batch = Prolongs {
+            keys: vec!["k'; DROP TABLE t; --".to_owned()],
+            locks: vec![names.lock_id("k")],
+            tokens: vec![digest.clone()],
+            ttls: vec![1000],
+            graces: vec![1000],
+        };
+        let sql = names.prolongs(&Session::new(Duration::from_secs(1), true), &batch);
+        assert!(sql.contains(&hex_of(&digest)));
+        assert!(!sql.contains(&token.to_hex()) && !sql.contains(&hex_of(&token.to_hex())));
+        assert!(!sql.contains("DROP"), "keys travel as hex: {sql}");
+        assert!(sql.starts_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED;"));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::prolongate_each;
 use lock_core::{
     Capabilities, Error, ErrorKind, Grace, Key, LockBackend, LockState, ObtainOutcome,
     ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
@@ -70,6 +71,11 @@ impl RedisBackend {
     pub const LUA_NAME: &'static str = "redis-lua";
     /// The WATCH/MULTI variant's name in errors and reports.
     pub const WATCH_NAME: &'static str = "redis-watch";
+    /// The most locks one pipeline of the watchdog's renewals carries (the Lua variant):
+    /// each pipeline is one call, with one deadline, so a batch of 10,000 locks goes as ten
+    /// pipelines of about 25 ms of server time each rather than one that no short
+    /// deadline could wait for.
+    pub const BATCH: usize = 1_000;
     /// The default key prefix.
     pub const DEFAULT_PREFIX: &'static str = "lock:";
     /// The default number of dedicated connections of the WATCH variant (per primary on a
@@ -228,17 +234,21 @@ impl RedisBackend {
                     Engine::Lua(l) => l.link.timed_out(),
                     Engine::Watch(w) => w.timed_out(),
                 }
-                Err(Error::new(
-                    ErrorKind::Unavailable,
-                    self.name(),
-                    op,
-                    format!(
-                        "no answer within the deadline of {:?} (RedisBuilder::timeout / timeout=); it is \
-                         safe to retry",
-                        self.timeout
-                    ),
-                ))
+                Err(self.deadline_error(op))
             })
+    }
+
+    fn deadline_error(&self, op: Operation) -> Error {
+        Error::new(
+            ErrorKind::Unavailable,
+            self.name(),
+            op,
+            format!(
+                "no answer within the deadline of {:?} (RedisBuilder::timeout / timeout=); it is \
+                 safe to retry",
+                self.timeout
+            ),
+        )
     }
 
     fn mismatch(&self, op: Operation, reply: &Reply) -> Error {
@@ -303,6 +313,43 @@ impl LockBackend for RedisBackend {
             Reply::Prolong(o) => Ok(o),
             other => Err(self.mismatch(Operation::Prolongate, &other)),
         }
+    }
+
+    /// The Lua variant sends the locks in pipelines of up to [`RedisBackend::BATCH`], each
+    /// one round trip within the backend's deadline (see `Lua::prolong_many`); the WATCH
+    /// variant and a cluster prolong each lock on its own, all in flight together.
+    async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
+        let Engine::Lua(lua) = &self.inner.engine else {
+            return prolongate_each(self, reqs).await;
+        };
+        let mut answers = Vec::with_capacity(reqs.len());
+        for chunk in reqs.chunks(Self::BATCH) {
+            let batch: Vec<_> = chunk
+                .iter()
+                .map(|req| {
+                    let request = Request::Prolong {
+                        token: req.token,
+                        ttl: req.ttl,
+                        grace: self.grace_for(req.ttl),
+                    };
+                    (LockKeys::new(&self.prefix, req.key), request)
+                })
+                .collect();
+            let span = tracing::debug_span!("redis_lock", op = "prolong_many", locks = chunk.len());
+            let sent =
+                tokio::time::timeout(self.timeout, lua.prolong_many(&batch).instrument(span));
+            match sent.await {
+                Ok(None) => return prolongate_each(self, reqs).await,
+                Ok(Some(Ok(each))) => answers.extend(each),
+                Ok(Some(Err(e))) => answers.extend(std::iter::repeat_n(Err(e), chunk.len())),
+                Err(_) => {
+                    lua.link.timed_out();
+                    let e = self.deadline_error(Operation::Prolongate);
+                    answers.extend(std::iter::repeat_n(Err(e), chunk.len()));
+                }
+            }
+        }
+        answers
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {

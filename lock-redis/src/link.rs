@@ -74,6 +74,50 @@ impl Link {
         .map_err(|e| map_error(name, op, e))
     }
 
+    /// Runs `pipe` on the connection of a single server or of the sentinels' primary, with
+    /// a `WAIT` for the replicas asked for (if any) at its end, on the connection that
+    /// wrote: each command's reply, in order, the `WAIT`'s checked and left out. `None` on
+    /// a cluster, where one pipeline cannot reach every key.
+    pub(crate) async fn pipeline(
+        &self,
+        pipe: &mut redis::Pipeline,
+        name: &'static str,
+        op: Operation,
+    ) -> Option<Result<Vec<redis::RedisResult<Value>>>> {
+        if let Some(acks) = self.acks {
+            pipe.add_command(acks.command());
+        }
+        let reply = match &self.kind {
+            LinkKind::Server { conn, .. } => pipe.query_async(&mut conn.clone()).await,
+            LinkKind::Cluster(_) => return None,
+            LinkKind::Sentinel(s) => {
+                let mut conn = match s.connection(name, op).await {
+                    Ok(conn) => conn,
+                    Err(e) => return Some(Err(e)),
+                };
+                let reply = pipe.query_async(&mut conn).await;
+                if let Err(e) = &reply {
+                    s.failed(e);
+                }
+                reply
+            }
+        };
+        let mut replies: Vec<redis::RedisResult<Value>> = match reply {
+            Ok(replies) => replies,
+            Err(e) => return Some(Err(map_error(name, op, e))),
+        };
+        if let Some(acks) = self.acks {
+            let acked = replies
+                .pop()
+                .and_then(|r| r.ok())
+                .and_then(|v| redis::from_redis_value(v).ok());
+            if let Err(e) = acks.check(acked, name, op) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(replies))
+    }
+
     /// After a write of `keys`' record: waits for the replicas asked for (if any) on the
     /// connection that wrote it.
     pub(crate) async fn await_replicas(

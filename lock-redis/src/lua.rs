@@ -25,6 +25,8 @@ pub(crate) const NAME: &str = crate::RedisBackend::LUA_NAME;
 pub(crate) struct Lua {
     pub(crate) link: Link,
     script: Script,
+    /// The script's text, for the `SCRIPT LOAD` that opens a batch.
+    script_text: String,
 }
 
 /// The script's text, with the publish command the topology needs.
@@ -40,8 +42,12 @@ pub(crate) fn script_text(sharded: bool) -> String {
 
 impl Lua {
     pub(crate) fn new(link: Link) -> Self {
-        let script = Script::new(&script_text(link.is_cluster()));
-        Lua { link, script }
+        let text = script_text(link.is_cluster());
+        Lua {
+            link,
+            script: Script::new(&text),
+            script_text: text,
+        }
     }
 
     /// The `EVALSHA` of one request, written straight into one buffer sized for it (no
@@ -89,64 +95,116 @@ impl Lua {
         let op = req.operation();
         let call = self.command(keys, req);
         let reply: Vec<String> = self.link.invoke(&call, &self.script, NAME, op).await?;
-        let r = Parsed { op, reply: &reply };
-        if matches!(
-            r.word(),
-            "acquired"
-                | "reacquired"
-                | "prolonged"
-                | "prolonged_late"
-                | "released"
-                | "released_late"
-                | "decremented"
-        ) || (matches!(req, Request::Force) && r.word() != "free")
-        {
+        if wrote(req, &reply) {
             self.link.await_replicas(keys, NAME, op).await?;
         }
-        Ok(match req {
-            Request::Obtain { ttl, .. } => Reply::Obtain(match r.word() {
-                "acquired" => ObtainOutcome::Acquired {
-                    fencing: Fencing(r.number(1)?),
-                    ttl: *ttl,
-                },
-                "reacquired" => ObtainOutcome::Reacquired { holds: r.holds(1)? },
-                "busy" => ObtainOutcome::Busy(Busy {
-                    remaining: Duration::from_millis(r.number(1)?),
-                    holder: match reply.get(2).map(String::as_str) {
-                        None | Some("") => None,
-                        Some(json) => Some(parse_holder(NAME, op, json)?),
-                    },
-                }),
-                _ => return Err(r.unexpected()),
-            }),
-            Request::Prolong { .. } => Reply::Prolong(match r.word() {
-                "prolonged" => ProlongOutcome::Prolonged,
-                "prolonged_late" => ProlongOutcome::ProlongedLate,
-                "lost" => ProlongOutcome::Lost,
-                _ => return Err(r.unexpected()),
-            }),
-            Request::Release { .. } => Reply::Release(match r.word() {
-                "released" => ReleaseOutcome::Released,
-                "released_late" => ReleaseOutcome::ReleasedLate,
-                "decremented" => ReleaseOutcome::Decremented { holds: r.holds(1)? },
-                "lost" => ReleaseOutcome::Lost,
-                _ => return Err(r.unexpected()),
-            }),
-            Request::Inspect | Request::Force => Reply::State(match r.word() {
-                "free" => LockState::Free,
-                "cooling" => LockState::Cooling {
-                    remaining: Duration::from_millis(r.number(1)?),
-                },
-                "held" => LockState::Held {
-                    remaining: Duration::from_millis(r.number(1)?),
-                    holder: parse_holder(NAME, op, reply.get(2).map_or("", String::as_str))?,
-                    fencing: Fencing(r.number(3)?),
-                    holds: r.holds(4)?,
-                },
-                _ => return Err(r.unexpected()),
-            }),
-        })
+        decode(req, &reply)
     }
+
+    /// Prolongs every lock of `batch` with one pipeline on the server's connection:
+    /// `SCRIPT LOAD` first, so that no `EVALSHA` behind it meets `NOSCRIPT`, then one
+    /// `EVALSHA` per lock, then one `WAIT` for them all when replicas are asked for. One
+    /// round trip however many locks (redis-rs writes the pipeline at once and reads the
+    /// replies in order). `None` on a cluster, whose locks live on many servers: each
+    /// lock then goes on its own, all of them in flight together.
+    pub(crate) async fn prolong_many(
+        &self,
+        batch: &[(LockKeys, Request<'_>)],
+    ) -> Option<Result<Vec<Result<ProlongOutcome>>>> {
+        let op = Operation::Prolongate;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(self.script_text.as_str())
+            .ignore();
+        for (keys, req) in batch {
+            pipe.add_command(self.command(keys, req));
+        }
+        let replies = match self.link.pipeline(&mut pipe, NAME, op).await? {
+            Ok(replies) => replies,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut answers = Vec::with_capacity(batch.len());
+        for ((_, req), reply) in batch.iter().zip(replies) {
+            let words = reply
+                .and_then(|value| Ok(redis::from_redis_value::<Vec<String>>(value)?))
+                .map_err(|e| crate::error::map_error(NAME, op, e));
+            let answer = words.and_then(|words| match decode(req, &words)? {
+                Reply::Prolong(outcome) => Ok(outcome),
+                other => Err(protocol(NAME, op, format!("{other:?}"))),
+            });
+            answers.push(answer);
+        }
+        while answers.len() < batch.len() {
+            answers.push(Err(protocol(NAME, op, "the pipeline ended early")));
+        }
+        Some(Ok(answers))
+    }
+}
+
+/// Whether the script changed the record (then a `WAIT` for replicas follows, if asked).
+fn wrote(req: &Request<'_>, reply: &[String]) -> bool {
+    let word = reply.first().map_or("", String::as_str);
+    matches!(
+        word,
+        "acquired"
+            | "reacquired"
+            | "prolonged"
+            | "prolonged_late"
+            | "released"
+            | "released_late"
+            | "decremented"
+    ) || (matches!(req, Request::Force) && word != "free")
+}
+
+/// The script's reply to `req`, in the outcome vocabulary.
+fn decode(req: &Request<'_>, reply: &[String]) -> Result<Reply> {
+    let op = req.operation();
+    let r = Parsed { op, reply };
+    Ok(match req {
+        Request::Obtain { ttl, .. } => Reply::Obtain(match r.word() {
+            "acquired" => ObtainOutcome::Acquired {
+                fencing: Fencing(r.number(1)?),
+                ttl: *ttl,
+            },
+            "reacquired" => ObtainOutcome::Reacquired { holds: r.holds(1)? },
+            "busy" => ObtainOutcome::Busy(Busy {
+                remaining: Duration::from_millis(r.number(1)?),
+                holder: match reply.get(2).map(String::as_str) {
+                    None | Some("") => None,
+                    Some(json) => Some(parse_holder(NAME, op, json)?),
+                },
+            }),
+            _ => return Err(r.unexpected()),
+        }),
+        Request::Prolong { .. } => Reply::Prolong(match r.word() {
+            "prolonged" => ProlongOutcome::Prolonged,
+            "prolonged_late" => ProlongOutcome::ProlongedLate,
+            "lost" => ProlongOutcome::Lost,
+            _ => return Err(r.unexpected()),
+        }),
+        Request::Release { .. } => Reply::Release(match r.word() {
+            "released" => ReleaseOutcome::Released,
+            "released_late" => ReleaseOutcome::ReleasedLate,
+            "decremented" => ReleaseOutcome::Decremented { holds: r.holds(1)? },
+            "lost" => ReleaseOutcome::Lost,
+            _ => return Err(r.unexpected()),
+        }),
+        Request::Inspect | Request::Force => Reply::State(match r.word() {
+            "free" => LockState::Free,
+            "cooling" => LockState::Cooling {
+                remaining: Duration::from_millis(r.number(1)?),
+            },
+            "held" => LockState::Held {
+                remaining: Duration::from_millis(r.number(1)?),
+                holder: parse_holder(NAME, op, reply.get(2).map_or("", String::as_str))?,
+                fencing: Fencing(r.number(3)?),
+                holds: r.holds(4)?,
+            },
+            _ => return Err(r.unexpected()),
+        }),
+    })
 }
 
 /// A script reply: a word and its numbers.

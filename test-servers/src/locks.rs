@@ -128,6 +128,8 @@ pub struct Counting {
     inner: Arc<dyn LockBackend>,
     obtains: AtomicU64,
     prolongs: AtomicU64,
+    batches: AtomicU64,
+    batch_sizes: std::sync::Mutex<Vec<usize>>,
 }
 
 impl Counting {
@@ -137,6 +139,8 @@ impl Counting {
             inner,
             obtains: AtomicU64::new(0),
             prolongs: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            batch_sizes: std::sync::Mutex::default(),
         }
     }
 
@@ -145,9 +149,22 @@ impl Counting {
         self.obtains.load(Ordering::Relaxed)
     }
 
-    /// Prolong calls so far.
+    /// Locks prolonged so far, one at a time or in batches.
     pub fn prolongs(&self) -> u64 {
         self.prolongs.load(Ordering::Relaxed)
+    }
+
+    /// `prolongate_many` calls so far (the watchdog's batches).
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
+    }
+
+    /// The size of every `prolongate_many` call so far, in order.
+    pub fn batch_sizes(&self) -> Vec<usize> {
+        self.batch_sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -166,6 +183,19 @@ impl LockBackend for Counting {
     async fn prolongate(&self, req: ProlongRequest<'_>) -> lock_core::Result<ProlongOutcome> {
         self.prolongs.fetch_add(1, Ordering::Relaxed);
         self.inner.prolongate(req).await
+    }
+    async fn prolongate_many(
+        &self,
+        reqs: &[ProlongRequest<'_>],
+    ) -> Vec<lock_core::Result<ProlongOutcome>> {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batch_sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(reqs.len());
+        self.prolongs
+            .fetch_add(reqs.len() as u64, Ordering::Relaxed);
+        self.inner.prolongate_many(reqs).await
     }
     async fn release(&self, req: ReleaseRequest<'_>) -> lock_core::Result<ReleaseOutcome> {
         self.inner.release(req).await

@@ -109,6 +109,107 @@ pub async fn late_calls_after_steal_are_lost(suite: &Suite) -> CaseResult {
     Ok(())
 }
 
+/// `prolongate_many` answers each request as `prolongate` would, in order: on time, late,
+/// stolen, never held, another's, the same key twice, across more than one pipeline or
+/// statement of the backend's (1,010 locks); and an empty batch answers nothing.
+pub async fn prolong_many_answers_each_as_prolong_would(suite: &Suite) -> CaseResult {
+    let (backend, a, b) = pair(suite, "many-live").await;
+    ensure!(
+        backend.prolongate_many(&[]).await.is_empty(),
+        "an empty batch answers nothing"
+    );
+    let bulk: Vec<Owner> = (0..1_004)
+        .map(|i| a.on(&format!("many-bulk-{i}")))
+        .collect();
+    for owner in &bulk {
+        acquired(owner.obtain(LONG).await?, "obtain bulk")?;
+    }
+    let live = a.clone();
+    acquired(live.obtain(ms(1_500)).await?, "obtain live")?;
+    let late = a.on("many-late");
+    let late_fencing = acquired(late.obtain(ms(300)).await?, "obtain late")?;
+    let stolen = a.on("many-stolen");
+    acquired(stolen.obtain(ms(300)).await?, "obtain stolen")?;
+    let never = a.on("many-never");
+    let others = b.on("many-other");
+    acquired(others.obtain(LONG).await?, "obtain another's")?;
+    let theirs = a.on("many-other");
+    // Past the 300 ms ttl, well inside the grace (at least the ttl again).
+    tokio::time::sleep(ms(400)).await;
+    let thief = b.on("many-stolen");
+    let thief_fencing = acquired(thief.obtain(LONG).await?, "steal")?;
+
+    // Six kinds, spread over the batch (and over its first and last pipeline); the late
+    // one first, while its grace lasts.
+    let mut owners: Vec<(&Owner, ProlongOutcome, &str)> = Vec::new();
+    let mut specials = [
+        (&late, ProlongOutcome::ProlongedLate, "expired, untaken"),
+        (&stolen, ProlongOutcome::Lost, "expired, taken by another"),
+        (&live, ProlongOutcome::Prolonged, "held, on time"),
+        (&never, ProlongOutcome::Lost, "never held"),
+        (&theirs, ProlongOutcome::Lost, "another owner's"),
+        (&live, ProlongOutcome::Prolonged, "the same key again"),
+    ]
+    .into_iter();
+    for (i, owner) in bulk.iter().enumerate() {
+        if i % 200 == 0 {
+            owners.extend(specials.next());
+        }
+        owners.push((owner, ProlongOutcome::Prolonged, "held, in bulk"));
+    }
+    owners.extend(specials);
+    let ttl = ttl_of(LONG);
+    let reqs: Vec<ProlongRequest<'_>> = owners
+        .iter()
+        .map(|(o, _, _)| ProlongRequest {
+            key: &o.key,
+            token: &o.token,
+            ttl,
+        })
+        .collect();
+    let answers = backend.prolongate_many(&reqs).await;
+    ensure!(
+        answers.len() == reqs.len(),
+        "{} answers to {} requests",
+        answers.len(),
+        reqs.len()
+    );
+    for (i, ((owner, expected, what), answer)) in owners.iter().zip(answers).enumerate() {
+        let answer = answer?;
+        ensure!(
+            answer == *expected,
+            "request {i} ({what}, key {}): expected {expected:?}, got {answer:?}",
+            owner.key
+        );
+    }
+    // What the answers claim is what the records say.
+    ensure!(
+        matches!(late.inspect().await?, LockState::Held { fencing, remaining, .. } if fencing == late_fencing && remaining > ms(20_000)),
+        "ProlongedLate in a batch must keep the fencing and extend the lock"
+    );
+    ensure!(
+        matches!(thief.inspect().await?, LockState::Held { fencing, holder, .. } if fencing == thief_fencing && holder == b.holder),
+        "a Lost prolong in a batch must leave the new holder untouched"
+    );
+    ensure!(
+        matches!(others.inspect().await?, LockState::Held { holder, .. } if holder == b.holder),
+        "another owner's lock must stay theirs"
+    );
+    ensure!(
+        never.inspect().await? == LockState::Free,
+        "a prolong of a lock never held must not create it"
+    );
+    tokio::time::sleep(ms(1_300)).await;
+    ensure!(
+        busy(&b.obtain(LONG).await?),
+        "past its first ttl, the lock prolonged in a batch must still be held"
+    );
+    for owner in &bulk {
+        let _ = owner.release(None).await?;
+    }
+    Ok(())
+}
+
 /// After the grace period the record may vanish: a late call then answers Lost, or Late if
 /// the record is still there, never Prolonged.
 pub async fn calls_past_grace_are_never_on_time(suite: &Suite) -> CaseResult {

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use lock_core::{
     Attempt, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockGuard, LockState, Locker,
-    ObtainOutcome, ProlongOutcome, ReleaseOutcome, Retry, Ttl,
+    ObtainOutcome, ProlongOutcome, ProlongRequest, ReleaseOutcome, Retry, Ttl,
 };
 use tokio::time::Instant;
 
-use crate::harness::{ms, Owner};
+use crate::harness::{ms, ttl_of, Owner};
 use crate::{ensure, CaseResult, Failure, Suite};
 
 pub use crate::faults::{
