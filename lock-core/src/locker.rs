@@ -363,7 +363,19 @@ impl<'a> LockBuilder<'a> {
     }
 
     /// Prolongs the lock in the background every third of its ttl until the guard is
-    /// released or dropped; [`LockGuard::lost`] fires the moment a prolong answers `Lost`.
+    /// released or dropped; [`LockGuard::lost`] fires the moment a prolong answers `Lost`,
+    /// and in any case when the validity runs out before a prolong renewed it.
+    ///
+    /// One task per [`Locker`] (and its clones) renews all of its watched locks: locks of
+    /// the same ttl come due at the same instants (due times are rounded down onto a grid
+    /// of the period) and go out in one
+    /// [`LockBackend::prolongate_many`](crate::LockBackend::prolongate_many) call, which the
+    /// Redis and Postgres backends send as one pipeline or statement per `BATCH` locks. So a
+    /// lock's first renewal may come early, anywhere in its first period; after that it
+    /// renews once a period. A renewal that fails is retried for that lock alone, every
+    /// tenth of its ttl, until its validity runs out. The task runs on the tokio runtime
+    /// of the guard that started it, and ends when no watched lock is left; if that
+    /// runtime ends first, the next watched guard starts a new task on its own runtime.
     pub fn watchdog(self) -> Self {
         self.watchdog_every(Locker::DEFAULT_WATCHDOG_FRACTION)
     }

@@ -16,7 +16,6 @@
 //! out; after a success it is back on the grid.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,8 +41,11 @@ struct Schedule {
     seq: u64,
     /// Where every grid starts: the first watched guard's grant.
     epoch: Option<Instant>,
-    /// Whether the renewing task is running; it ends when the queue is empty.
-    running: bool,
+    /// The renewing task that runs, by number; it ends when the queue is empty. The task's
+    /// runtime may end first (a test's runtime, a `block_on` that returns): its drop then
+    /// clears this, and the next guard starts a task on its own runtime.
+    running: Option<u64>,
+    tasks: u64,
 }
 
 /// Where a guard sits in the queue, kept in the guard so that its release can take it out.
@@ -99,11 +101,19 @@ impl Renewals {
         if let Some(old) = lock(&shared.renew_slot).replace((at, seq)) {
             schedule.queue.remove(&old);
         }
-        if !schedule.running {
-            schedule.running = true;
-            tokio::spawn(run(Arc::clone(registry)));
-        } else if first {
-            this.wake.notify_one();
+        match schedule.running {
+            None => {
+                let task = schedule.tasks;
+                schedule.tasks += 1;
+                schedule.running = Some(task);
+                let running = Running {
+                    registry: Arc::clone(registry),
+                    task,
+                };
+                tokio::spawn(run(running));
+            }
+            Some(_) if first => this.wake.notify_one(),
+            Some(_) => {}
         }
     }
 
@@ -130,7 +140,7 @@ impl Renewals {
         }
         let next = schedule.queue.first_key_value().map(|(k, _)| k.0);
         if next.is_none() {
-            schedule.running = false;
+            schedule.running = None;
         }
         (due, next)
     }
@@ -146,15 +156,31 @@ fn on_grid(epoch: Instant, due: Instant, period: Duration) -> Instant {
     epoch + Duration::from_nanos(offset)
 }
 
+/// The renewing task's hold on the registry; dropped with the task, however it ends.
+struct Running {
+    registry: Arc<Registry>,
+    task: u64,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut schedule = lock(&self.registry.renewals.schedule);
+        if schedule.running == Some(self.task) {
+            schedule.running = None;
+        }
+    }
+}
+
 /// The task: sends each batch as it comes due, until no watched guard is left.
-async fn run(registry: Arc<Registry>) {
+async fn run(running: Running) {
+    let registry = &running.registry;
     let renewals = &registry.renewals;
     loop {
         let (due, next) = renewals.take_due(Instant::now());
         if !due.is_empty() {
             let backend = due[0].backend.name();
             let span = tracing::debug_span!("lock.watchdog", backend, locks = due.len());
-            tokio::spawn(renew(Arc::clone(&registry), due).instrument(span));
+            tokio::spawn(renew(Arc::clone(registry), due).instrument(span));
         }
         let Some(next) = next else { return };
         tokio::select! {
@@ -194,7 +220,8 @@ async fn renew(registry: Arc<Registry>, due: Vec<Arc<Shared>>) {
     let sent_at = Instant::now();
     let answers = tokio::select! {
         answers = backend.prolongate_many(&reqs) => answers,
-        never = expire_in_flight(&batch) => match never {},
+        // Every guard of the batch is lost or given back: nothing waits for the answer.
+        () = expire_in_flight(&batch) => return,
     };
     drop(reqs);
     let mut answers = answers.into_iter();
@@ -245,8 +272,8 @@ async fn renew(registry: Arc<Registry>, due: Vec<Arc<Shared>>) {
 }
 
 /// Fires the lost signal of each guard of a batch in flight as its validity runs out;
-/// never returns (the batch's answer ends it).
-async fn expire_in_flight(batch: &[(Arc<Shared>, Ttl)]) -> Infallible {
+/// returns when the last one has (unless the batch's answer came first).
+async fn expire_in_flight(batch: &[(Arc<Shared>, Ttl)]) {
     let mut order: Vec<&Arc<Shared>> = batch.iter().map(|(s, _)| s).collect();
     order.sort_by_key(|s| s.until());
     for shared in order {
@@ -262,7 +289,6 @@ async fn expire_in_flight(batch: &[(Arc<Shared>, Ttl)]) -> Infallible {
             shared.mark_lost("its validity ran out while a prolong was still in flight");
         }
     }
-    std::future::pending().await
 }
 
 #[cfg(test)]

@@ -347,6 +347,29 @@ async fn watched_locks_renew_together_one_batch_a_period() {
     );
 }
 
+/// The watchdog's task runs on the runtime of the guard that started it; when that runtime
+/// ends, the next watched guard starts a new one on its own runtime.
+#[test]
+fn the_watchdog_outlives_the_runtime_that_started_it() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    let first = runtime().block_on(held(locker.lock("a").ttl(secs(30)).watchdog()));
+    runtime().block_on(async {
+        let second = held(locker.lock("b").ttl(ms(300)).watchdog()).await;
+        tokio::time::sleep(ms(1_000)).await;
+        assert!(!second.is_lost(), "renewed by a watchdog on this runtime");
+        assert!(matches!(state(&locker, "b").await, LockState::Held { .. }));
+        drop(first);
+        assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
+    });
+}
+
 #[tokio::test(start_paused = true)]
 async fn watchdog_fires_lost_when_a_prolong_answers_lost() {
     let locker = Locker::new(Arc::new(MemoryBackend::new()));

@@ -29,6 +29,9 @@ struct Faulty {
     release_in_flight: Duration,
     /// Prolongs never come back.
     prolong_hangs: bool,
+    /// Prolongs of this key fail (`Unavailable`) this many times, then work.
+    prolong_fails: Option<(&'static str, usize)>,
+    prolong_failures: AtomicUsize,
     releases: AtomicUsize,
 }
 
@@ -67,6 +70,18 @@ impl LockBackend for Faulty {
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         if self.prolong_hangs {
             pending::<()>().await;
+        }
+        if let Some((key, times)) = self.prolong_fails {
+            if req.key.as_str() == key
+                && self.prolong_failures.fetch_add(1, Ordering::SeqCst) < times
+            {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "faulty",
+                    Operation::Prolongate,
+                    "connection reset",
+                ));
+            }
         }
         self.inner.prolongate(req).await
     }
@@ -294,4 +309,42 @@ async fn release_all_cut_off_mid_way_still_releases_everything() {
             .unwrap();
         assert_eq!(state, LockState::Free, "{key}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_whose_renewal_fails_is_retried_alone_and_the_batch_goes_on() {
+    let (faulty, locker) = locker(Faulty {
+        prolong_fails: Some(("flaky", 3)),
+        ..Faulty::default()
+    });
+    let steady = held(locker.lock("steady").ttl(ms(1_000)).watchdog()).await;
+    let flaky = held(locker.lock("flaky").ttl(ms(1_000)).watchdog()).await;
+    // Renewals every 333 ms; the flaky lock's first three fail and are retried 100 ms
+    // apart, well inside its validity.
+    tokio::time::sleep(ms(3_000)).await;
+    assert_eq!(faulty.prolong_failures.load(Ordering::SeqCst), 3 + 8);
+    assert!(!steady.is_lost() && !flaky.is_lost());
+    assert!(
+        flaky.remaining() > ms(500),
+        "back on its period once it worked"
+    );
+
+    // A lock whose every renewal fails is lost when its validity ends, not before, and
+    // takes nobody with it.
+    let (faulty, locker) = locker_with_failing("doomed");
+    let steady = held(locker.lock("steady").ttl(ms(1_000)).watchdog()).await;
+    let doomed = held(locker.lock("doomed").ttl(ms(1_000)).watchdog()).await;
+    let started = Instant::now();
+    doomed.lost().await;
+    assert!(started.elapsed() >= ms(999) && started.elapsed() <= ms(1_001));
+    tokio::time::sleep(ms(2_000)).await;
+    assert!(!steady.is_lost());
+    assert!(faulty.prolong_failures.load(Ordering::SeqCst) >= 7);
+}
+
+fn locker_with_failing(key: &'static str) -> (Arc<Faulty>, Locker) {
+    locker(Faulty {
+        prolong_fails: Some((key, usize::MAX)),
+        ..Faulty::default()
+    })
 }

@@ -150,6 +150,64 @@ async fn a_prolong_queued_past_the_expiry_is_late_not_on_time() {
     f.drop_schema().await;
 }
 
+/// The watchdog's batch statement keeps the rules of one call per lock: each lock's clock
+/// is read after its own wait (a lock queued behind another session is late, not on
+/// time, and the others of the batch are not held back by more than that wait), and a
+/// session the role sets to SERIALIZABLE sends the batch again with READ COMMITTED pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_batch_reads_each_locks_clock_after_its_own_wait() {
+    let f = Fresh::new().await;
+    let b = f.migrated(f.builder().grace(Duration::from_secs(60))).await;
+    let token = Token::generate().unwrap();
+    let (long, short) = (Key::new("long").unwrap(), Key::new("short").unwrap());
+    for (key, ms) in [(&long, 30_000), (&short, 300)] {
+        assert!(matches!(
+            obtain(&b, key, &token, ms).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+    }
+    let tx = f.hold_key("short").await;
+    let batch = {
+        let (b, long, short) = (b.clone(), long.clone(), short.clone());
+        tokio::spawn(async move {
+            let reqs = [&long, &short].map(|key| ProlongRequest {
+                key,
+                token: &token,
+                ttl: ttl(10_000),
+            });
+            b.prolongate_many(&reqs).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    tx.commit().await.unwrap();
+    let answers: Vec<_> = batch
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        answers,
+        [ProlongOutcome::Prolonged, ProlongOutcome::ProlongedLate],
+        "the short lock had expired by the time the batch could act on it"
+    );
+
+    let serializable = f.with_setting("default_transaction_isolation", "serializable");
+    let reqs = [&long, &short].map(|key| ProlongRequest {
+        key,
+        token: &token,
+        ttl: ttl(10_000),
+    });
+    let answers: Vec<_> = serializable
+        .prolongate_many(&reqs)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(answers, [ProlongOutcome::Prolonged; 2]);
+    f.drop_schema().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcomes_do_not_depend_on_the_default_isolation_level() {
     // A space in a startup option is escaped with a backslash.

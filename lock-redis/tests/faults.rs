@@ -103,6 +103,52 @@ async fn script_flush_is_transparent() {
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
+/// A renewal batch after `SCRIPT FLUSH`: the pipeline loads the script before its first
+/// `EVALSHA`, so no lock of the batch meets `NOSCRIPT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_batch_after_script_flush_still_prolongs_every_lock() {
+    let server = PrivateRedis::start();
+    let backend = backend(&server.url, Variant::Lua).await;
+    let token = lock_core::Token::generate().unwrap();
+    let holder = lock_core::HolderInfo::current();
+    let ttl = lock_core::Ttl::new(Duration::from_secs(30)).unwrap();
+    let keys: Vec<Key> = (0..3)
+        .map(|i| Key::new(format!("batch{i}")).unwrap())
+        .collect();
+    for key in &keys {
+        let req = lock_core::ObtainRequest {
+            key,
+            token: &token,
+            ttl,
+            holder: &holder,
+        };
+        assert!(matches!(
+            backend.obtain(req).await.unwrap(),
+            lock_core::ObtainOutcome::Acquired { .. }
+        ));
+    }
+    let client = redis::Client::open(server.url.as_str()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let reqs: Vec<_> = keys
+        .iter()
+        .map(|key| lock_core::ProlongRequest {
+            key,
+            token: &token,
+            ttl,
+        })
+        .collect();
+    let answers = backend.prolongate_many(&reqs).await;
+    assert_eq!(answers.len(), 3);
+    for answer in answers {
+        assert_eq!(answer.unwrap(), ProlongOutcome::Prolonged);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_connections_reconnect_and_keep_the_lock() {
     let server = PrivateRedis::start();
