@@ -134,7 +134,16 @@ fn main() {
         "\n{} in {:.0} s (`cargo run --release -p lock-bench{}`)",
         if quick { "quick run" } else { "full run" },
         started.elapsed().as_secs_f64(),
-        if quick { " -- --quick" } else { "" }
+        std::env::args()
+            .skip(1)
+            .fold(String::new(), |mut flags, a| {
+                if flags.is_empty() {
+                    flags.push_str(" --");
+                }
+                flags.push(' ');
+                flags.push_str(&a);
+                flags
+            })
     );
 }
 
@@ -518,10 +527,15 @@ async fn watched<F, Fut>(
     let round_trips = batch_limit.map(|limit| {
         sizes[batches..]
             .iter()
-            .map(|n| n.div_ceil(limit))
+            .map(|(n, _)| n.div_ceil(limit))
             .sum::<usize>() as f64
             / 2.0
     });
+    let longest = sizes[batches..]
+        .iter()
+        .map(|(_, took)| *took)
+        .max()
+        .unwrap_or_default();
     let server = match (calls, server_calls().await) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 2.0),
         _ => None,
@@ -532,6 +546,7 @@ async fn watched<F, Fut>(
         batches: batches_per_period,
         round_trips,
         server_calls: server,
+        longest,
     };
     table.watched(name, size.watched, renewals, memory, lost);
     for g in guards {

@@ -97,11 +97,12 @@ impl Table {
     ) {
         let or_dash = |n: Option<f64>| n.map_or("–".to_owned(), |c| format!("{c:.0}"));
         self.push_watched(format!(
-            "| {backend} | {locks} | {:.0} | {:.1} | {} | {} | {bytes_per_lock:.0} B | {lost} |",
+            "| {backend} | {locks} | {:.0} | {:.1} | {} | {} | {:.1} ms | {bytes_per_lock:.0} B | {lost} |",
             per_period.locks,
             per_period.batches,
             or_dash(per_period.round_trips),
             or_dash(per_period.server_calls),
+            per_period.longest.as_secs_f64() * 1e3,
         ));
     }
 
@@ -133,8 +134,8 @@ impl Table {
             println!("{row}");
         }
         println!("\n### Locks held with the watchdog (ttl 9 s, a prolong every 3 s)\n");
-        println!("| backend | locks | locks prolonged per 3 s | watchdog batches per 3 s | round trips per 3 s | server calls per 3 s | client memory per lock | lost |");
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        println!("| backend | locks | locks prolonged per 3 s | watchdog batches per 3 s | round trips per 3 s | server calls per 3 s | longest batch | client memory per lock | lost |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for row in &self.watched {
             println!("{row}");
         }
@@ -154,4 +155,6 @@ pub(crate) struct Renewals {
     pub(crate) round_trips: Option<f64>,
     /// Calls the server counted, where it can.
     pub(crate) server_calls: Option<f64>,
+    /// The longest `prolongate_many` call.
+    pub(crate) longest: std::time::Duration,
 }

@@ -129,7 +129,7 @@ pub struct Counting {
     obtains: AtomicU64,
     prolongs: AtomicU64,
     batches: AtomicU64,
-    batch_sizes: std::sync::Mutex<Vec<usize>>,
+    batch_sizes: std::sync::Mutex<Vec<(usize, Duration)>>,
 }
 
 impl Counting {
@@ -159,8 +159,8 @@ impl Counting {
         self.batches.load(Ordering::Relaxed)
     }
 
-    /// The size of every `prolongate_many` call so far, in order.
-    pub fn batch_sizes(&self) -> Vec<usize> {
+    /// The size and the duration of every `prolongate_many` call so far, in order.
+    pub fn batch_sizes(&self) -> Vec<(usize, Duration)> {
         self.batch_sizes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -189,13 +189,15 @@ impl LockBackend for Counting {
         reqs: &[ProlongRequest<'_>],
     ) -> Vec<lock_core::Result<ProlongOutcome>> {
         self.batches.fetch_add(1, Ordering::Relaxed);
+        self.prolongs
+            .fetch_add(reqs.len() as u64, Ordering::Relaxed);
+        let started = Instant::now();
+        let answers = self.inner.prolongate_many(reqs).await;
         self.batch_sizes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(reqs.len());
-        self.prolongs
-            .fetch_add(reqs.len() as u64, Ordering::Relaxed);
-        self.inner.prolongate_many(reqs).await
+            .push((reqs.len(), started.elapsed()));
+        answers
     }
     async fn release(&self, req: ReleaseRequest<'_>) -> lock_core::Result<ReleaseOutcome> {
         self.inner.release(req).await
