@@ -147,11 +147,11 @@ impl Names {
         let statement = prolongs_statement(
             &self.function,
             [
-                &list(texts(&batch.keys), "text"),
-                &list(numbers(&batch.locks), "int8"),
-                &list(texts(&batch.tokens), "text"),
-                &list(numbers(&batch.ttls), "int8"),
-                &list(numbers(&batch.graces), "int8"),
+                &list(texts(&batch.keys), "pg_catalog.text"),
+                &list(numbers(&batch.locks), "pg_catalog.int8"),
+                &list(texts(&batch.tokens), "pg_catalog.text"),
+                &list(numbers(&batch.ttls), "pg_catalog.int8"),
+                &list(numbers(&batch.graces), "pg_catalog.int8"),
                 &session.deadline_ms.to_string(),
                 &session.durable.to_string(),
             ],
@@ -169,16 +169,31 @@ impl Names {
 /// order of the arrays (a function scan feeds the lateral call row by row), which the
 /// client sorts by advisory lock id, so that two batches that share keys take their
 /// locks in the same order and never deadlock. One answer per row, in that order.
+///
+/// Each row gets what is left of the batch's deadline, counted from the statement's start
+/// (`statement_timestamp()`), as its own deadline: a batch queued behind other sessions
+/// key after key ends on the server by the deadline too, as one call does, rather than
+/// wait the whole deadline once per key after its client has given up (a prepared
+/// statement runs under the session's `statement_timeout`, often none). Every function,
+/// operator and type is named in `pg_catalog`: no search_path can replace them.
 fn prolongs_statement(function: &str, args: [&str; 7]) -> String {
     let [keys, locks, tokens, ttls, graces, deadline, durable] = args;
+    let left = format!(
+        "GREATEST(1, pg_catalog.float8mi({deadline}::pg_catalog.float8, \
+         pg_catalog.float8mul(1000, pg_catalog.date_part('epoch', pg_catalog.timestamptz_mi(\
+         pg_catalog.clock_timestamp(), pg_catalog.statement_timestamp())))))::pg_catalog.int8"
+    );
     format!(
         "SELECT r.o_outcome, r.o_ms, r.o_holder, r.o_fencing, r.o_holds \
-         FROM ROWS FROM (pg_catalog.unnest({keys}::text[]), \
-         pg_catalog.unnest({locks}::int8[]), pg_catalog.unnest({tokens}::text[]), \
-         pg_catalog.unnest({ttls}::int8[]), pg_catalog.unnest({graces}::int8[])) \
+         FROM ROWS FROM (pg_catalog.unnest({keys}::pg_catalog.text[]), \
+         pg_catalog.unnest({locks}::pg_catalog.int8[]), \
+         pg_catalog.unnest({tokens}::pg_catalog.text[]), \
+         pg_catalog.unnest({ttls}::pg_catalog.int8[]), \
+         pg_catalog.unnest({graces}::pg_catalog.int8[])) \
          WITH ORDINALITY AS a(key, lock, token, ttl, grace, n) \
-         CROSS JOIN LATERAL {function}('prolong'::text, a.key, a.lock, a.token, a.ttl, \
-         a.grace, NULL::text, 0::int8, {deadline}::int8, {durable}::boolean) r ORDER BY a.n"
+         CROSS JOIN LATERAL {function}('prolong'::pg_catalog.text, a.key, a.lock, a.token, \
+         a.ttl, a.grace, NULL::pg_catalog.text, 0::pg_catalog.int8, {left}, \
+         {durable}::pg_catalog.bool) r ORDER BY a.n"
     )
 }
 

@@ -289,6 +289,21 @@ async fn a_search_path_before_pg_catalog_cannot_replace_what_the_sql_calls() {
         {
             failures.push(format!("{form:?}: {first:?}, {other_key:?}, {same_key:?}"));
         }
+        // The watchdog's batch statement, too: each key its own row, each on time.
+        let reqs = [(&k1, &a), (&k2, &b)].map(|(key, token)| ProlongRequest {
+            key,
+            token,
+            ttl: ttl(30_000),
+        });
+        let batch: Vec<_> = shadowed
+            .prolongate_many(&reqs)
+            .await
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        if batch != [Ok(ProlongOutcome::Prolonged), Ok(ProlongOutcome::Prolonged)] {
+            failures.push(format!("{form:?} batch: {batch:?}"));
+        }
     }
     sqlx::raw_sql(&format!("DROP SCHEMA {evil} CASCADE"))
         .execute(&f.admin)
@@ -489,6 +504,81 @@ async fn a_call_queued_past_its_deadline_gives_up_in_time() {
         LockState::Free
     );
     f.drop_schema().await;
+}
+
+/// A renewal batch queued behind other sessions, key after key, ends on the server by its
+/// deadline too: each lock's wait gets what is left of the batch's deadline, not the whole
+/// of it again. Here 8 keys are each held by a session that lets go 300 ms after the one
+/// before: with a full 400 ms per key, the statement would stay on the server (holding
+/// the advisory locks it took) for 2.4 s, long after its client gave up at 400 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_batch_queued_key_after_key_ends_on_the_server_by_its_deadline() {
+    let f = Fresh::new().await;
+    let b = f
+        .migrated(f.builder().timeout(Duration::from_millis(400)))
+        .await;
+    let token = Token::generate().unwrap();
+    let keys: Vec<Key> = (0..8).map(|i| Key::new(format!("q{i}")).unwrap()).collect();
+    for key in &keys {
+        assert!(matches!(
+            obtain(&b, key, &token, 30_000).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+    }
+    // In the order the batch takes them: by advisory lock id.
+    let mut ids: Vec<(i64, &Key)> = keys
+        .iter()
+        .map(|k| (advisory_id(&f.schema, k.as_str()), k))
+        .collect();
+    ids.sort();
+    let mut holders = Vec::new();
+    for (_, key) in &ids {
+        holders.push(f.hold_key(key.as_str()).await);
+    }
+    let letting_go = tokio::spawn(async move {
+        for tx in holders {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tx.commit().await.unwrap();
+        }
+    });
+    let started = Instant::now();
+    let reqs: Vec<_> = keys
+        .iter()
+        .map(|key| ProlongRequest {
+            key,
+            token: &token,
+            ttl: ttl(30_000),
+        })
+        .collect();
+    let answers = b.prolongate_many(&reqs).await;
+    assert!(started.elapsed() < Duration::from_millis(1_000));
+    for answer in answers {
+        let err = answer.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    }
+    tokio::time::sleep_until((started + Duration::from_millis(1_200)).into()).await;
+    // This test's batch: other tests run batches of their own meanwhile.
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
+         AND query LIKE '%ROWS FROM%' AND strpos(query, $1) > 0 AND pid <> pg_backend_pid()",
+    )
+    .bind(format!("\"{}\"", f.schema))
+    .fetch_one(&f.admin)
+    .await
+    .unwrap();
+    letting_go.await.unwrap();
+    f.drop_schema().await;
+    assert_eq!(
+        running, 0,
+        "the batch's statement still runs on the server long after its deadline"
+    );
+}
+
+/// The advisory lock id of `key` in `schema.locks`, as the backend computes it.
+fn advisory_id(schema: &str, key: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{schema}.locks {key}").as_bytes());
+    i64::from_be_bytes(digest[..8].try_into().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
