@@ -84,18 +84,23 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn script_flush_is_transparent() {
-    let server = PrivateRedis::start();
-    let locker = locker(&server.url).await;
-    let guard = take(&locker, "job").await;
-    let client = redis::Client::open(server.url.as_str()).unwrap();
+/// `SCRIPT FLUSH` on the server at `url`: it forgets every loaded script.
+async fn script_flush(url: &str) {
+    let client = redis::Client::open(url).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut admin)
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_is_transparent() {
+    let server = PrivateRedis::start();
+    let locker = locker(&server.url).await;
+    let guard = take(&locker, "job").await;
+    script_flush(&server.url).await;
     assert_eq!(
         guard.prolongate(Duration::from_secs(30)).await.unwrap(),
         ProlongOutcome::Prolonged
@@ -127,13 +132,7 @@ async fn a_renewal_batch_after_script_flush_still_prolongs_every_lock() {
             lock_core::ObtainOutcome::Acquired { .. }
         ));
     }
-    let client = redis::Client::open(server.url.as_str()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    script_flush(&server.url).await;
     let reqs: Vec<_> = keys
         .iter()
         .map(|key| lock_core::ProlongRequest {
