@@ -517,12 +517,12 @@ async fn watched<F, Fut>(
     tokio::time::sleep(period / 2).await;
     let (prolongs, batches, calls) = (
         counting.prolongs(),
-        counting.batch_sizes().len(),
+        counting.batches().len(),
         server_calls().await,
     );
     tokio::time::sleep(period * 2).await;
     let per_period = (counting.prolongs() - prolongs) as f64 / 2.0;
-    let sizes = counting.batch_sizes();
+    let sizes = counting.batches();
     let batches_per_period = (sizes.len() - batches) as f64 / 2.0;
     let round_trips = batch_limit.map(|limit| {
         sizes[batches..]

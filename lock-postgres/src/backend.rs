@@ -388,7 +388,8 @@ impl PostgresBackend {
     /// (see `sql.rs`).
     async fn send(&self, op: Operation, sql: &Sql<'_>, deadline: Instant) -> Result<Vec<Reply>> {
         let replies = self.attempt(op, sql, deadline, self.statements).await?;
-        let settings = replies.first().is_some_and(|r| r.outcome == "settings");
+        // Any row: a batch's rows each judge the session with what is left of the deadline.
+        let settings = replies.iter().any(|r| r.outcome == "settings");
         if settings && self.statements == Statements::Prepared {
             tracing::debug!(
                 "the session's isolation level or statement_timeout differ from what a call \
@@ -405,17 +406,17 @@ impl PostgresBackend {
     async fn attempt(
         &self,
         op: Operation,
-        call: &Sql<'_>,
+        sql: &Sql<'_>,
         deadline: Instant,
         form: Statements,
     ) -> Result<Vec<Reply>> {
         self.within(op, deadline, self.ensure_schema()).await??;
-        let rows = match self.statement(op, call, deadline, form).await {
+        let rows = match self.statement(op, sql, deadline, form).await {
             Err(e) if is_missing_schema(&e) && self.auto_migrate => {
                 tracing::warn!(table = %self.table(), "lock table missing, creating it again");
                 self.shared.migrated.store(false, Ordering::Release);
                 self.within(op, deadline, self.ensure_schema()).await??;
-                self.statement(op, call, deadline, form).await
+                self.statement(op, sql, deadline, form).await
             }
             Err(e) if is_missing_schema(&e) => {
                 self.shared.migrated.store(false, Ordering::Release);

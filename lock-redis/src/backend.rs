@@ -319,8 +319,9 @@ impl LockBackend for RedisBackend {
     /// one round trip within the backend's deadline (see `Lua::prolong_many`); the WATCH
     /// variant and a cluster prolong each lock on its own, all in flight together.
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
-        let Engine::Lua(lua) = &self.inner.engine else {
-            return prolongate_each(self, reqs).await;
+        let lua = match &self.inner.engine {
+            Engine::Lua(lua) if !lua.link.is_cluster() => lua,
+            _ => return prolongate_each(self, reqs).await,
         };
         let mut answers = Vec::with_capacity(reqs.len());
         for chunk in reqs.chunks(Self::BATCH) {
@@ -339,9 +340,8 @@ impl LockBackend for RedisBackend {
             let sent =
                 tokio::time::timeout(self.timeout, lua.prolong_many(&batch).instrument(span));
             match sent.await {
-                Ok(None) => return prolongate_each(self, reqs).await,
-                Ok(Some(Ok(each))) => answers.extend(each),
-                Ok(Some(Err(e))) => answers.extend(std::iter::repeat_n(Err(e), chunk.len())),
+                Ok(Ok(each)) => answers.extend(each),
+                Ok(Err(e)) => answers.extend(std::iter::repeat_n(Err(e), chunk.len())),
                 Err(_) => {
                     lua.link.timed_out();
                     let e = self.deadline_error(Operation::Prolongate);

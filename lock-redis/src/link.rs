@@ -76,25 +76,29 @@ impl Link {
 
     /// Runs `pipe` on the connection of a single server or of the sentinels' primary, with
     /// a `WAIT` for the replicas asked for (if any) at its end, on the connection that
-    /// wrote: each command's reply, in order, the `WAIT`'s checked and left out. `None` on
-    /// a cluster, where one pipeline cannot reach every key.
+    /// wrote: each command's reply, in order, the `WAIT`'s checked and left out. Not on a
+    /// cluster, where one pipeline cannot reach every key (callers check `is_cluster`).
     pub(crate) async fn pipeline(
         &self,
         pipe: &mut redis::Pipeline,
         name: &'static str,
         op: Operation,
-    ) -> Option<Result<Vec<redis::RedisResult<Value>>>> {
+    ) -> Result<Vec<redis::RedisResult<Value>>> {
         if let Some(acks) = self.acks {
             pipe.add_command(acks.command());
         }
         let reply = match &self.kind {
             LinkKind::Server { conn, .. } => pipe.query_async(&mut conn.clone()).await,
-            LinkKind::Cluster(_) => return None,
+            LinkKind::Cluster(_) => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    name,
+                    op,
+                    "a pipeline cannot reach every node of a cluster",
+                ))
+            }
             LinkKind::Sentinel(s) => {
-                let mut conn = match s.connection(name, op).await {
-                    Ok(conn) => conn,
-                    Err(e) => return Some(Err(e)),
-                };
+                let mut conn = s.connection(name, op).await?;
                 let reply = pipe.query_async(&mut conn).await;
                 if let Err(e) = &reply {
                     s.failed(e);
@@ -102,20 +106,16 @@ impl Link {
                 reply
             }
         };
-        let mut replies: Vec<redis::RedisResult<Value>> = match reply {
-            Ok(replies) => replies,
-            Err(e) => return Some(Err(map_error(name, op, e))),
-        };
+        let mut replies: Vec<redis::RedisResult<Value>> =
+            reply.map_err(|e| map_error(name, op, e))?;
         if let Some(acks) = self.acks {
             let acked = replies
                 .pop()
                 .and_then(|r| r.ok())
                 .and_then(|v| redis::from_redis_value(v).ok());
-            if let Err(e) = acks.check(acked, name, op) {
-                return Some(Err(e));
-            }
+            acks.check(acked, name, op)?;
         }
-        Some(Ok(replies))
+        Ok(replies)
     }
 
     /// After a write of `keys`' record: waits for the replicas asked for (if any) on the

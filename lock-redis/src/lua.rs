@@ -105,12 +105,11 @@ impl Lua {
     /// `SCRIPT LOAD` first, so that no `EVALSHA` behind it meets `NOSCRIPT`, then one
     /// `EVALSHA` per lock, then one `WAIT` for them all when replicas are asked for. One
     /// round trip however many locks (redis-rs writes the pipeline at once and reads the
-    /// replies in order). `None` on a cluster, whose locks live on many servers: each
-    /// lock then goes on its own, all of them in flight together.
+    /// replies in order). Not on a cluster, whose locks live on many servers.
     pub(crate) async fn prolong_many(
         &self,
         batch: &[(LockKeys, Request<'_>)],
-    ) -> Option<Result<Vec<Result<ProlongOutcome>>>> {
+    ) -> Result<Vec<Result<ProlongOutcome>>> {
         let op = Operation::Prolongate;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -121,10 +120,7 @@ impl Lua {
         for (keys, req) in batch {
             pipe.add_command(self.command(keys, req));
         }
-        let replies = match self.link.pipeline(&mut pipe, NAME, op).await? {
-            Ok(replies) => replies,
-            Err(e) => return Some(Err(e)),
-        };
+        let replies = self.link.pipeline(&mut pipe, NAME, op).await?;
         let mut answers = Vec::with_capacity(batch.len());
         for ((_, req), reply) in batch.iter().zip(replies) {
             let words = reply
@@ -139,7 +135,7 @@ impl Lua {
         while answers.len() < batch.len() {
             answers.push(Err(protocol(NAME, op, "the pipeline ended early")));
         }
-        Some(Ok(answers))
+        Ok(answers)
     }
 }
 

@@ -128,8 +128,8 @@ pub struct Counting {
     inner: Arc<dyn LockBackend>,
     obtains: AtomicU64,
     prolongs: AtomicU64,
-    batches: AtomicU64,
-    batch_sizes: std::sync::Mutex<Vec<(usize, Duration)>>,
+    /// Each `prolongate_many` call: its size and how long it took.
+    batches: std::sync::Mutex<Vec<(usize, Duration)>>,
 }
 
 impl Counting {
@@ -139,8 +139,7 @@ impl Counting {
             inner,
             obtains: AtomicU64::new(0),
             prolongs: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
-            batch_sizes: std::sync::Mutex::default(),
+            batches: std::sync::Mutex::default(),
         }
     }
 
@@ -154,14 +153,10 @@ impl Counting {
         self.prolongs.load(Ordering::Relaxed)
     }
 
-    /// `prolongate_many` calls so far (the watchdog's batches).
-    pub fn batches(&self) -> u64 {
-        self.batches.load(Ordering::Relaxed)
-    }
-
-    /// The size and the duration of every `prolongate_many` call so far, in order.
-    pub fn batch_sizes(&self) -> Vec<(usize, Duration)> {
-        self.batch_sizes
+    /// Every `prolongate_many` call so far (the watchdog's batches), in order: its size
+    /// and how long it took.
+    pub fn batches(&self) -> Vec<(usize, Duration)> {
+        self.batches
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -188,12 +183,11 @@ impl LockBackend for Counting {
         &self,
         reqs: &[ProlongRequest<'_>],
     ) -> Vec<lock_core::Result<ProlongOutcome>> {
-        self.batches.fetch_add(1, Ordering::Relaxed);
         self.prolongs
             .fetch_add(reqs.len() as u64, Ordering::Relaxed);
         let started = Instant::now();
         let answers = self.inner.prolongate_many(reqs).await;
-        self.batch_sizes
+        self.batches
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((reqs.len(), started.elapsed()));
