@@ -286,13 +286,14 @@ impl Slots {
     }
 }
 
-/// Reads slot `i`: one `pread` of a page, or of the whole slot when its line is longer.
+/// Reads slot `i`: one `pread` of 1 KiB (a record with a short holder fits in a few hundred
+/// bytes), or of the whole slot when its line is longer.
 fn read_slot(file: &File, i: usize) -> io::Result<Vec<u8>> {
-    const PAGE: usize = 4096;
+    const FIRST: usize = 1024;
     let offset = (i * SLOT) as u64;
-    let mut bytes = vec![0u8; PAGE];
+    let mut bytes = vec![0u8; FIRST];
     let n = file.read_at(&mut bytes, offset)?;
-    if n == PAGE && !bytes.contains(&b'\n') {
+    if n == FIRST && !bytes.contains(&b'\n') {
         bytes.resize(SLOT, 0);
         let mut len = n;
         while len < SLOT {
