@@ -94,6 +94,11 @@ pub const PROLONG_MANY_CONCURRENCY: usize = 32;
 /// [`PROLONG_MANY_CONCURRENCY`] in flight: the default [`LockBackend::prolongate_many`],
 /// for a backend that overrides it only where it has something better (the Redis backend
 /// on a cluster, whose keys no single pipeline reaches).
+///
+/// It yields to the runtime after each group of calls, so a backend whose calls finish
+/// without ever awaiting (the file backend, a backend doing blocking I/O) never holds its
+/// thread for a whole batch: the watchdog fires the lost signal of a lock whose validity
+/// runs out during the batch between two groups, not after the last.
 pub async fn prolongate_each<B: LockBackend + ?Sized>(
     backend: &B,
     reqs: &[ProlongRequest<'_>],
@@ -102,6 +107,7 @@ pub async fn prolongate_each<B: LockBackend + ?Sized>(
     for chunk in reqs.chunks(PROLONG_MANY_CONCURRENCY) {
         let calls: Vec<_> = chunk.iter().map(|req| backend.prolongate(*req)).collect();
         answers.extend(futures_util::future::join_all(calls).await);
+        tokio::task::yield_now().await;
     }
     answers
 }
@@ -175,7 +181,10 @@ pub trait LockBackend: fmt::Debug + Send + Sync + 'static {
     /// [`PROLONG_MANY_CONCURRENCY`] at a time: correct for every backend, and what a
     /// wrapper that intercepts `prolongate` (a fault injector, a metrics layer) should
     /// keep. A backend with a cheaper way (a pipeline, one statement over many rows)
-    /// overrides it; the conformance suite checks both the same way.
+    /// overrides it; the conformance suite checks both the same way. An override must not
+    /// hold its thread for the whole batch without awaiting: the watchdog fires the lost
+    /// signal of a lock whose validity runs out mid-batch only when the call yields (the
+    /// default yields after each group of calls).
     ///
     /// # Errors
     /// Per request, as for [`LockBackend::prolongate`].

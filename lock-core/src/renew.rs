@@ -15,7 +15,8 @@
 //! prolong fails is tried again alone, a tenth of its ttl later, until its validity runs
 //! out; after a success it is back on the grid.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -272,20 +273,28 @@ async fn renew(registry: Arc<Registry>, due: Vec<Arc<Shared>>) {
 }
 
 /// Fires the lost signal of each guard of a batch in flight as its validity runs out;
-/// returns when the last one has (unless the batch's answer came first).
+/// returns when the last one has (unless the batch's answer came first). Every guard whose
+/// validity has ended is marked in one go, without awaiting between them: a backend that
+/// blocks its thread between two polls must not stretch that into one guard per poll.
 async fn expire_in_flight(batch: &[(Arc<Shared>, Ttl)]) {
-    let mut order: Vec<&Arc<Shared>> = batch.iter().map(|(s, _)| s).collect();
-    order.sort_by_key(|s| s.until());
-    for shared in order {
-        // A prolong by hand may move it meanwhile.
-        loop {
-            let until = shared.until();
+    // Earliest validity end first; an entry is checked again when it comes up, since a
+    // prolong by hand may have moved it meanwhile.
+    let mut ends: BinaryHeap<Reverse<(Instant, usize)>> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, (shared, _))| Reverse((shared.until(), i)))
+        .collect();
+    while let Some(&Reverse((until, i))) = ends.peek() {
+        if until > Instant::now() {
             tokio::time::sleep_until(until).await;
-            if shared.until() <= Instant::now() {
-                break;
-            }
+            continue;
         }
-        if !shared.is_given_back() {
+        ends.pop();
+        let shared = &batch[i].0;
+        let now_until = shared.until();
+        if now_until > Instant::now() {
+            ends.push(Reverse((now_until, i)));
+        } else if !shared.is_given_back() {
             shared.mark_lost("its validity ran out while a prolong was still in flight");
         }
     }

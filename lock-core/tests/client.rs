@@ -347,6 +347,66 @@ async fn watched_locks_renew_together_one_batch_a_period() {
     );
 }
 
+/// A backend whose prolong blocks its thread (a local file system, a user's backend doing
+/// blocking I/O): each call returns only when it is done, so the default
+/// `prolongate_many` never awaits anything between calls.
+#[derive(Debug, Default)]
+struct Blocking {
+    inner: MemoryBackend,
+}
+
+#[async_trait]
+impl LockBackend for Blocking {
+    fn name(&self) -> &'static str {
+        "blocking"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+    }
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        self.inner.obtain(req).await
+    }
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        std::thread::sleep(ms(2));
+        self.inner.prolongate(req).await
+    }
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.inner.release(req).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.inner.force_release(key).await
+    }
+}
+
+/// A renewal batch of a backend that blocks its thread takes 1,000 × 2 ms = 2 s; the
+/// locks' validity (600 ms) runs out during it. The lost signal must fire when it does,
+/// not when the batch is over. Real time: the blocking is on the thread's clock.
+#[tokio::test]
+async fn a_batch_of_blocking_prolongs_does_not_hold_the_lost_signal_back() {
+    let ttl = ms(600);
+    let locker = Locker::new(Arc::new(Blocking::default()));
+    let mut guards = Vec::new();
+    for i in 0..999 {
+        guards.push(held(locker.lock(format!("k{i}")).ttl(ttl).watchdog()).await);
+    }
+    // The last lock's validity ends at the latest `ttl` after this instant.
+    let started = std::time::Instant::now();
+    let last = held(locker.lock("last").ttl(ttl).watchdog()).await;
+    tokio::time::timeout(secs(30), last.lost())
+        .await
+        .expect("the last lock's lost signal fires");
+    let lost_after = started.elapsed();
+    // Late by one group of calls at most (32 × 2 ms); before the fix, by the whole batch.
+    assert!(
+        lost_after < ttl + ms(500),
+        "lost signalled {lost_after:?} after the grant, its validity ended after {ttl:?}"
+    );
+    drop(guards);
+}
+
 /// The watchdog's task runs on the runtime of the guard that started it; when that runtime
 /// ends, the next watched guard starts a new one on its own runtime.
 #[test]

