@@ -21,6 +21,9 @@ struct Spy {
     /// Calls of `prolongate_many` (each also counts its requests in `prolongs`).
     batches: AtomicUsize,
     obtain_delay: Duration,
+    /// Blocks the thread this long in each prolong (a local file system, a backend doing
+    /// blocking I/O): the call returns only when it is done, never awaiting in between.
+    prolong_blocks: Duration,
     notify: bool,
     subscribes: AtomicUsize,
     /// Force-releases the key when someone subscribes to it (a release that happens
@@ -39,20 +42,19 @@ impl LockBackend for Spy {
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);
         let outcome = self.inner.obtain(req).await;
-        tokio::time::sleep(self.obtain_delay).await;
+        if !self.obtain_delay.is_zero() {
+            tokio::time::sleep(self.obtain_delay).await;
+        }
         outcome
     }
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         self.prolongs.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.prolong_blocks);
         self.inner.prolongate(req).await
     }
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
         self.batches.fetch_add(1, Ordering::SeqCst);
-        let mut answers = Vec::with_capacity(reqs.len());
-        for req in reqs {
-            answers.push(self.prolongate(*req).await);
-        }
-        answers
+        lock_core::prolongate_each(self, reqs).await
     }
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         self.inner.release(req).await
@@ -347,47 +349,17 @@ async fn watched_locks_renew_together_one_batch_a_period() {
     );
 }
 
-/// A backend whose prolong blocks its thread (a local file system, a user's backend doing
-/// blocking I/O): each call returns only when it is done, so the default
-/// `prolongate_many` never awaits anything between calls.
-#[derive(Debug, Default)]
-struct Blocking {
-    inner: MemoryBackend,
-}
-
-#[async_trait]
-impl LockBackend for Blocking {
-    fn name(&self) -> &'static str {
-        "blocking"
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-    }
-    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        self.inner.obtain(req).await
-    }
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        std::thread::sleep(ms(2));
-        self.inner.prolongate(req).await
-    }
-    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        self.inner.release(req).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
-    }
-}
-
 /// A renewal batch of a backend that blocks its thread takes 1,000 × 2 ms = 2 s; the
-/// locks' validity (600 ms) runs out during it. The lost signal must fire when it does,
-/// not when the batch is over. Real time: the blocking is on the thread's clock.
+/// locks' validity (1.5 s, renewed from 0.5 s on) runs out during it. The lost signal must
+/// fire when it does, not when the batch is over. Real time: the blocking is on the
+/// thread's clock.
 #[tokio::test]
 async fn a_batch_of_blocking_prolongs_does_not_hold_the_lost_signal_back() {
-    let ttl = ms(600);
-    let locker = Locker::new(Arc::new(Blocking::default()));
+    let ttl = ms(1500);
+    let (_, locker) = spy(Spy {
+        prolong_blocks: ms(2),
+        ..Spy::default()
+    });
     let mut guards = Vec::new();
     for i in 0..999 {
         guards.push(held(locker.lock(format!("k{i}")).ttl(ttl).watchdog()).await);
