@@ -1,8 +1,10 @@
-//! The guard a caller holds while it owns a lock, and its watchdog.
+//! The guard a caller holds while it owns a lock.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,267 +12,12 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
 use crate::detached::{detached, GiveBack, Obtain};
-use crate::renew::{Renewals, Slot};
+use crate::hold::{Grant, Hold};
+use crate::registry::{Claim, Registry};
 use crate::{
-    Attempt, Error, Fencing, HolderInfo, Key, LockBackend, ObtainOutcome, ProlongOutcome,
-    ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
+    Attempt, Error, ErrorKind, Fencing, Key, ObtainOutcome, Operation, ProlongOutcome,
+    ProlongRequest, ReleaseOutcome, Result, Ttl,
 };
-
-/// The locks a [`Locker`](crate::Locker) still holds, for `release_all`.
-///
-/// A slab rather than a map: a guard's id is its slot, so registering and deregistering on
-/// every obtain and release cost no hashing.
-#[derive(Debug, Default)]
-pub(crate) struct Registry {
-    slab: Mutex<Slab>,
-    /// When each watched guard renews next: the watchdog (renew.rs).
-    pub(crate) renewals: Renewals,
-}
-
-#[derive(Debug, Default)]
-struct Slab {
-    slots: Vec<Option<Arc<Shared>>>,
-    free: Vec<usize>,
-    len: usize,
-}
-
-impl Registry {
-    fn insert(&self, make: impl FnOnce(usize) -> Arc<Shared>) -> Arc<Shared> {
-        let mut slab = lock(&self.slab);
-        let id = match slab.free.pop() {
-            Some(id) => id,
-            None => {
-                slab.slots.push(None);
-                slab.slots.len() - 1
-            }
-        };
-        let shared = make(id);
-        slab.slots[id] = Some(Arc::clone(&shared));
-        slab.len += 1;
-        shared
-    }
-
-    fn remove(&self, id: usize) {
-        let mut slab = lock(&self.slab);
-        if slab.slots.get_mut(id).and_then(Option::take).is_some() {
-            slab.free.push(id);
-            slab.len -= 1;
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        lock(&self.slab).len
-    }
-
-    /// Takes every guard still registered; each is marked released so that its own
-    /// `release` or drop does nothing more.
-    pub(crate) fn drain(&self) -> Vec<Arc<Shared>> {
-        let all: Vec<_> = {
-            let mut slab = lock(&self.slab);
-            let all = slab.slots.drain(..).flatten().collect();
-            slab.free.clear();
-            slab.len = 0;
-            all
-        };
-        all.into_iter().filter(|s| s.take_for_release()).collect()
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// What a guard and its watchdog share.
-pub(crate) struct Shared {
-    id: usize,
-    pub(crate) backend: Arc<dyn LockBackend>,
-    pub(crate) key: Key,
-    pub(crate) token: Token,
-    pub(crate) fencing: Fencing,
-    holder: Arc<HolderInfo>,
-    state: Mutex<Validity>,
-    /// Given back (by its own release, its drop, or `release_all`): nothing more to do.
-    released: AtomicBool,
-    /// Cancelled when the guard is given back: stops its expiry timer.
-    stop: CancellationToken,
-    /// The watchdog's period as a fraction of the ttl, when the locker's watchdog keeps the
-    /// validity (and so fires `lost` when it runs out).
-    pub(crate) watchdog: Option<f64>,
-    /// Where the guard waits in the watchdog's queue (only touched under its lock).
-    pub(crate) renew_slot: Mutex<Slot>,
-    registry: Weak<Registry>,
-}
-
-#[derive(Debug)]
-struct Validity {
-    /// By the local monotonic clock, read before the request that set it was sent.
-    until: Instant,
-    ttl: Ttl,
-    lost: LostSignal,
-}
-
-/// The lost signal, made only when someone listens: most guards are released without
-/// anyone asking, and a cancellation token is an allocation.
-#[derive(Debug)]
-struct LostSignal {
-    lost: bool,
-    token: Option<CancellationToken>,
-}
-
-impl LostSignal {
-    /// The token, and whether it was made just now.
-    fn token(&mut self) -> (CancellationToken, bool) {
-        if let Some(token) = &self.token {
-            return (token.clone(), false);
-        }
-        let token = CancellationToken::new();
-        if self.lost {
-            token.cancel();
-        }
-        self.token = Some(token.clone());
-        (token, true)
-    }
-
-    /// Marks it lost; true the first time.
-    fn fire(&mut self) -> bool {
-        if let Some(token) = &self.token {
-            token.cancel();
-        }
-        !std::mem::replace(&mut self.lost, true)
-    }
-}
-
-impl Shared {
-    /// Marks the guard released, and takes it off the watchdog's queue; false when it
-    /// already was (by `release_all` or itself).
-    fn take_for_release(&self) -> bool {
-        self.stop.cancel();
-        let first = !self.released.swap(true, Ordering::AcqRel);
-        if first && self.watchdog.is_some() {
-            if let Some(registry) = self.registry.upgrade() {
-                registry.renewals.remove(self);
-            }
-        }
-        first
-    }
-
-    /// Whether it was given back (released, dropped, or by `release_all`).
-    pub(crate) fn is_given_back(&self) -> bool {
-        self.released.load(Ordering::Acquire)
-    }
-
-    /// Whether the lost signal fired (not counting a validity that ran out unseen).
-    pub(crate) fn is_marked_lost(&self) -> bool {
-        lock(&self.state).lost.lost
-    }
-
-    fn deregister(&self) {
-        if let Some(registry) = self.registry.upgrade() {
-            registry.remove(self.id);
-        }
-    }
-
-    pub(crate) fn until(&self) -> Instant {
-        lock(&self.state).until
-    }
-
-    pub(crate) fn ttl(&self) -> Ttl {
-        lock(&self.state).ttl
-    }
-
-    /// The lost signal; made on first use, together with the timer that fires it when the
-    /// validity runs out (a watchdog guard's watchdog does that itself).
-    fn lost_token(self: &Arc<Self>) -> CancellationToken {
-        let (token, fresh) = lock(&self.state).lost.token();
-        if fresh && self.watchdog.is_none() {
-            spawn_expiry_timer(Arc::clone(self));
-        }
-        token
-    }
-
-    /// Whether the lock is lost, its validity having run out counting as lost.
-    fn is_lost(&self) -> bool {
-        let expired = {
-            let state = lock(&self.state);
-            if state.lost.lost {
-                return true;
-            }
-            state.until <= Instant::now()
-        };
-        if expired && !self.released.load(Ordering::Acquire) {
-            self.mark_lost("its validity ran out before it was prolonged");
-            return true;
-        }
-        false
-    }
-
-    /// Extends the validity to `ttl` from `sent_at` (never shortens it).
-    fn renewed(&self, sent_at: Instant, ttl: Ttl) {
-        let mut state = lock(&self.state);
-        state.until = state.until.max(sent_at + ttl.as_duration());
-        state.ttl = ttl;
-    }
-
-    pub(crate) fn mark_lost(&self, why: &str) {
-        if lock(&self.state).lost.fire() {
-            tracing::warn!(key = %self.key, fencing = %self.fencing, backend = self.backend.name(), "lock lost: {why}");
-        }
-    }
-
-    async fn prolongate(&self, ttl: Ttl) -> Result<ProlongOutcome> {
-        let sent_at = Instant::now();
-        let req = ProlongRequest {
-            key: &self.key,
-            token: &self.token,
-            ttl,
-        };
-        let outcome = self.backend.prolongate(req).await?;
-        self.apply(outcome, sent_at, ttl);
-        Ok(outcome)
-    }
-
-    /// Takes in the answer of a prolong to `ttl` sent at `sent_at`.
-    pub(crate) fn apply(&self, outcome: ProlongOutcome, sent_at: Instant, ttl: Ttl) {
-        match outcome {
-            ProlongOutcome::Prolonged => self.renewed(sent_at, ttl),
-            ProlongOutcome::ProlongedLate => {
-                tracing::warn!(key = %self.key, fencing = %self.fencing, "prolonged late: the lock had expired, nobody took it meanwhile");
-                self.renewed(sent_at, ttl);
-            }
-            ProlongOutcome::Lost => self.mark_lost("a prolong answered Lost"),
-        }
-    }
-
-    pub(crate) async fn release(&self, delay_after: Option<Ttl>) -> Result<ReleaseOutcome> {
-        self.deregister();
-        let req = ReleaseRequest {
-            key: &self.key,
-            token: &self.token,
-            delay_after,
-        };
-        let outcome = self.backend.release(req).await?;
-        match outcome {
-            ReleaseOutcome::Lost => self.mark_lost("the release answered Lost"),
-            ReleaseOutcome::ReleasedLate => {
-                tracing::warn!(key = %self.key, fencing = %self.fencing, "released late: the lock had expired before the release")
-            }
-            ReleaseOutcome::Released | ReleaseOutcome::Decremented { .. } => {}
-        }
-        Ok(outcome)
-    }
-}
-
-impl fmt::Debug for Shared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("backend", &self.backend.name())
-            .field("key", &self.key)
-            .field("token", &self.token)
-            .field("fencing", &self.fencing)
-            .field("lost", &lock(&self.state).lost.lost)
-            .finish()
-    }
-}
 
 /// Proof that the caller holds a lock, from [`LockBuilder`](crate::LockBuilder).
 ///
@@ -287,127 +34,140 @@ impl fmt::Debug for Shared {
 /// that obtained or last prolonged the lock was sent, so it errs on the safe side and never
 /// depends on comparing two machines' wall clocks.
 pub struct LockGuard {
-    shared: Arc<Shared>,
+    claim: Arc<Claim>,
+    registry: Arc<Registry>,
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        shared_parts: GuardParts,
-        registry: &Arc<Registry>,
-        watchdog: Option<f64>,
-    ) -> Self {
-        let GuardParts {
-            backend,
-            key,
-            token,
-            fencing,
-            holder,
-            sent_at,
-            ttl,
-            lost,
-        } = shared_parts;
-        let shared_lost = lost.is_some();
-        let shared = registry.insert(|id| {
-            Arc::new(Shared {
-                id,
-                backend,
-                key,
-                token,
-                fencing,
-                holder,
-                state: Mutex::new(Validity {
-                    until: sent_at + ttl.as_duration(),
-                    ttl,
-                    lost: LostSignal {
-                        lost: false,
-                        token: lost,
-                    },
-                }),
-                released: AtomicBool::new(false),
-                stop: CancellationToken::new(),
-                watchdog,
-                renew_slot: Mutex::new(None),
-                registry: Arc::downgrade(registry),
-            })
-        });
-        match watchdog {
-            Some(_) => Renewals::schedule(registry, &shared, sent_at),
-            // A shared lost signal (a reentrant guard's) already has listeners.
-            None if shared_lost => spawn_expiry_timer(Arc::clone(&shared)),
-            None => {}
+    /// The guard of a fresh acquisition, registered, and on the watchdog's queue when
+    /// `watchdog` is set.
+    pub(crate) fn new(grant: Grant, registry: &Arc<Registry>, watchdog: Option<f64>) -> Self {
+        let hold = Hold::new(grant, watchdog);
+        registry.renewals.schedule(&hold);
+        LockGuard {
+            claim: registry.insert(hold),
+            registry: Arc::clone(registry),
         }
-        LockGuard { shared }
+    }
+
+    fn hold(&self) -> &Arc<Hold> {
+        &self.claim.hold
+    }
+
+    /// Restarts what keeps this guard's lost signal on time (the expiry timer, the
+    /// watchdog's task) if it ended with the runtime that ran it.
+    fn keep_watch(&self) {
+        let hold = self.hold();
+        hold.arm_timer();
+        if hold.watchdog.is_some() {
+            self.registry.renewals.ensure_running();
+        }
     }
 
     /// Obtains the same lock again with the same owner token: a reentrant hold.
     ///
-    /// The new guard shares this one's fencing token and lost signal; each guard gives back
-    /// one hold, and the lock is free once both are released. If this guard's hold had
-    /// expired meanwhile and nobody took the key, the answer is a fresh acquisition with a
-    /// new fencing token: the expired hold no longer counts, so this guard is then detached
-    /// (lost, and its release does nothing) and the new guard is the only holder.
+    /// The new guard shares this one's fencing token, validity, lost signal and watchdog
+    /// (a prolong by either, or by the watchdog, renews both: the backend keeps one expiry
+    /// per token); each guard gives back one hold, and the lock is free once all are
+    /// released. If the hold had expired meanwhile and nobody took the key, the answer is a
+    /// fresh acquisition with a new fencing token: the expired hold no longer counts, so
+    /// every guard of it (this one and any other reentered from it) is detached: lost, and
+    /// its release sends nothing, since it would free the fresh acquisition made with the
+    /// same token. The new guard is then the only holder. A `Busy` answer means another
+    /// token holds the key: this guard's lock is lost, and its lost signal fires.
     ///
     /// # Errors
-    /// The backend's error.
+    /// [`ErrorKind::InvalidInput`] when this guard was detached (a reentrant obtain replaced
+    /// its expired hold: reenter from the guard that holds the fresh one), or the backend's
+    /// error.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future gives back the hold it may have been granted, after
-    /// the grant (the obtain finishes in a task of its own).
+    /// the grant (the obtain finishes in a task of its own). The validity of this guard then
+    /// counts as if the obtain had reset the ttl (it may have).
     pub async fn reenter(&self) -> Result<Attempt<LockGuard>> {
-        let shared = &self.shared;
-        let registry = shared.registry.upgrade().unwrap_or_default();
-        let ttl = shared.ttl();
-        let sent_at = Instant::now();
-        let call = Obtain {
-            backend: Arc::clone(&shared.backend),
-            key: shared.key.clone(),
-            token: shared.token,
-            ttl,
-            holder: Arc::clone(&shared.holder),
+        let hold = self.hold();
+        self.keep_watch();
+        if !hold.add_guard() {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                hold.backend.name(),
+                Operation::Obtain,
+                "this guard's lock was lost and replaced by a fresh acquisition with the same \
+                 token; reenter from the guard that holds it",
+            ));
+        }
+        // Counted before the call, so that a release of the other guards meanwhile does not
+        // end the hold under it; counted out again unless the grant is this hold's.
+        let reserved = Reserved {
+            hold: Arc::clone(hold),
+            registry: Arc::clone(&self.registry),
+            armed: true,
         };
-        let (fencing, lost) = match call.run(GiveBack::OneHold).await? {
+        // Declared before the ticket, so dropped after it: it re-times the watchdog by the
+        // validity the ticket leaves, on every way out of this function.
+        let retime = Retime::new(self);
+        let ticket = hold.begin(hold.ttl());
+        let call = Obtain {
+            backend: Arc::clone(&hold.backend),
+            key: hold.key.clone(),
+            token: hold.token,
+            ttl: ticket.ttl,
+            holder: Arc::clone(&hold.holder),
+        };
+        match call.run(GiveBack::OneHold).await? {
             ObtainOutcome::Reacquired { .. } => {
-                // The backend reset the lock's ttl: this guard's validity grows with it.
-                shared.renewed(sent_at, ttl);
-                (shared.fencing, Some(shared.lost_token()))
+                // The backend reset the lock's ttl: the validity of every guard grows.
+                ticket.finish(Some(ProlongOutcome::Prolonged));
+                drop(retime);
+                Ok(Attempt::Obtained(reserved.into_guard()))
             }
             ObtainOutcome::Acquired { fencing, .. } => {
-                // Same token, so this guard's release would free the new holder's lock.
-                if shared.take_for_release() {
-                    shared.deregister();
-                }
-                shared.mark_lost("it expired, and reenter() obtained the lock afresh");
-                (fencing, None)
+                let sent_at = ticket.sent_at;
+                let ttl = ticket.ttl;
+                hold.detach("it expired, and reenter() obtained the lock afresh");
+                drop((ticket, reserved, retime));
+                self.registry.renewals.remove(hold);
+                let grant = Grant {
+                    backend: Arc::clone(&hold.backend),
+                    key: hold.key.clone(),
+                    token: hold.token,
+                    fencing,
+                    holder: Arc::clone(&hold.holder),
+                    sent_at,
+                    ttl,
+                };
+                Ok(Attempt::Obtained(LockGuard::new(
+                    grant,
+                    &self.registry,
+                    hold.watchdog,
+                )))
             }
-            ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
-        };
-        let parts = GuardParts {
-            backend: Arc::clone(&shared.backend),
-            key: shared.key.clone(),
-            token: shared.token,
-            fencing,
-            holder: Arc::clone(&shared.holder),
-            sent_at,
-            ttl,
-            lost,
-        };
-        Ok(Attempt::Obtained(LockGuard::new(parts, &registry, None)))
+            ObtainOutcome::Busy(busy) => {
+                hold.mark_lost(
+                    "a reentrant obtain with its token answered Busy: another token holds the key",
+                );
+                drop((ticket, reserved, retime));
+                Ok(Attempt::Busy(busy))
+            }
+        }
     }
 
     /// The locked key, without the locker's prefix.
     pub fn key(&self) -> &Key {
-        &self.shared.key
+        &self.hold().key
     }
 
     /// The fencing token of this acquisition: pass it to the resource you protect.
     pub fn fencing(&self) -> Fencing {
-        self.shared.fencing
+        self.hold().fencing
     }
 
     /// Time left before the lock expires unless prolonged, by the local monotonic clock
-    /// (conservative: counted from before the last successful request was sent).
+    /// (conservative: counted from before the last successful request was sent, and never
+    /// past the shortest lease a prolong in flight or one that failed may have set).
     pub fn remaining(&self) -> Duration {
-        self.shared
+        self.hold()
             .until()
             .saturating_duration_since(Instant::now())
     }
@@ -416,7 +176,7 @@ impl LockGuard {
     /// validity ([`LockGuard::remaining`]) ran out before a prolong renewed it. Once lost,
     /// always lost, even if a late prolong then answers `ProlongedLate`.
     pub fn is_lost(&self) -> bool {
-        self.shared.is_lost()
+        self.hold().is_lost()
     }
 
     /// Resolves the moment the lock is known to be lost; at once if it already is. Never
@@ -428,6 +188,9 @@ impl LockGuard {
     /// flight. That moment comes before the backend can grant the lock to anyone else, by
     /// its own clock, as long as the two clocks run at the same rate; timer resolution adds
     /// about a millisecond.
+    ///
+    /// The future may be made anywhere, even outside a Tokio runtime; it keeps time once it
+    /// is polled in one.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -445,30 +208,63 @@ impl LockGuard {
     ///
     /// # Cancel safety
     /// Cancel safe: the future only waits; drop it and call again at will.
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.shared.lost_token().cancelled_owned()
+    pub fn lost(&self) -> LostFuture {
+        LostFuture {
+            hold: Arc::clone(self.hold()),
+            registry: Arc::clone(&self.registry),
+            wait: Box::pin(self.hold().lost_token().cancelled_owned()),
+            armed: false,
+        }
     }
 
     /// The lost signal as a [`CancellationToken`], to hand to other tasks. It fires under
     /// the same rules as [`LockGuard::lost`].
+    ///
+    /// Taken outside a Tokio runtime, the token fires on a `Lost` answer, but fires at the
+    /// validity's end only once the guard is used inside a runtime ([`LockGuard::lost`],
+    /// [`LockGuard::prolongate`], [`LockGuard::reenter`], or this method again). It never
+    /// panics.
     pub fn lost_token(&self) -> CancellationToken {
-        self.shared.lost_token()
+        let token = self.hold().lost_token();
+        self.keep_watch();
+        token
     }
 
-    /// Extends the lock to `ttl` from now.
+    /// Extends the lock to `ttl` from now: longer or shorter than before, and the validity
+    /// ([`LockGuard::remaining`]), the lost signal and the watchdog's next renewal follow it
+    /// (a watched guard is renewed with the new ttl from then on).
     ///
-    /// `Lost` fires [`LockGuard::lost`]; `ProlongedLate` is logged as a warning.
+    /// `Lost` fires [`LockGuard::lost`]; `ProlongedLate` is logged as a warning. A prolong
+    /// that fails may have been applied: the validity then becomes no longer than `ttl`
+    /// from the moment it was sent.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a ttl out of range, or
-    /// the backend's error.
+    /// [`ErrorKind::InvalidInput`] for a ttl out of range, or the backend's error.
     ///
     /// # Cancel safety
-    /// Dropping the future may or may not have prolonged the lock; either way the guard
-    /// still holds it until [`LockGuard::remaining`] runs out, and calling again is safe.
+    /// Dropping the future may or may not have prolonged the lock; the guard counts its
+    /// validity as the shorter of the two, and calling again is safe.
     pub async fn prolongate(&self, ttl: Duration) -> Result<ProlongOutcome> {
         let ttl = Ttl::new(ttl)?;
-        self.shared.prolongate(ttl).await
+        let hold = self.hold();
+        self.keep_watch();
+        let _retime = Retime::new(self);
+        let ticket = hold.begin(ttl);
+        let req = ProlongRequest {
+            key: &hold.key,
+            token: &hold.token,
+            ttl,
+        };
+        match hold.backend.prolongate(req).await {
+            Ok(outcome) => {
+                ticket.finish(Some(outcome));
+                Ok(outcome)
+            }
+            Err(e) => {
+                ticket.finish(None);
+                Err(e)
+            }
+        }
     }
 
     /// Gives the lock back.
@@ -487,8 +283,7 @@ impl LockGuard {
     /// owner's included, is busy until it ends. Ignored when reentrant holds remain.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a delay out of range,
-    /// or the backend's error.
+    /// [`ErrorKind::InvalidInput`] for a delay out of range, or the backend's error.
     ///
     /// # Cancel safety
     /// As for [`LockGuard::release`].
@@ -498,77 +293,129 @@ impl LockGuard {
     }
 
     async fn release_with(self, delay: Option<Ttl>) -> Result<ReleaseOutcome> {
-        if !self.shared.take_for_release() {
+        let Some(given) = self.registry.give_back(&self.claim) else {
             // Already given back by `Locker::release_all`.
             return Ok(ReleaseOutcome::Lost);
-        }
-        let span = tracing::debug_span!("lock.release", backend = self.shared.backend.name(), key = %self.shared.key);
-        let shared = Arc::clone(&self.shared);
-        let call = async move { shared.release(delay).await };
+        };
+        let span = tracing::debug_span!("lock.release", backend = self.hold().backend.name(), key = %self.hold().key);
+        let call = async move { given.release(delay).await };
         detached(call.instrument(span)).await
     }
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.shared, f)
+        fmt::Debug::fmt(&**self.hold(), f)
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.shared.take_for_release() {
+        let Some(given) = self.registry.give_back(&self.claim) else {
+            return;
+        };
+        if given.hold().is_detached() {
             return;
         }
-        self.shared.deregister();
-        let shared = Arc::clone(&self.shared);
+        let key = given.hold().key.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                tracing::warn!(key = %shared.key, "lock guard dropped while held: releasing it in the background");
+                tracing::warn!(%key, "lock guard dropped while held: releasing it in the background");
                 runtime.spawn(async move {
-                    if let Err(e) = shared.release(None).await {
-                        tracing::warn!(key = %shared.key, "background release failed, the lock expires after its ttl: {e}");
+                    if let Err(e) = given.release(None).await {
+                        tracing::warn!(%key, "background release failed, the lock expires after its ttl: {e}");
                     }
                 });
             }
             Err(_) => {
-                tracing::warn!(key = %shared.key, "lock guard dropped while held outside a tokio runtime: it expires after its ttl");
+                tracing::warn!(%key, "lock guard dropped while held outside a tokio runtime: it expires after its ttl");
             }
         }
     }
 }
 
-/// The pieces a new guard is built from.
-pub(crate) struct GuardParts {
-    pub(crate) backend: Arc<dyn LockBackend>,
-    pub(crate) key: Key,
-    pub(crate) token: Token,
-    pub(crate) fencing: Fencing,
-    pub(crate) holder: Arc<HolderInfo>,
-    pub(crate) sent_at: Instant,
-    pub(crate) ttl: Ttl,
-    /// The lost signal to share (a reentrant guard shares its parent's).
-    pub(crate) lost: Option<CancellationToken>,
+/// A guard counted in its hold ahead of a reentrant obtain; counted out again when dropped
+/// before it became a guard.
+struct Reserved {
+    hold: Arc<Hold>,
+    registry: Arc<Registry>,
+    armed: bool,
 }
 
-/// Fires the lost signal of a guard without a watchdog when its validity runs out, unless
-/// a prolong moved it first; stops when the guard is given back.
-fn spawn_expiry_timer(shared: Arc<Shared>) {
-    tokio::spawn(async move {
-        loop {
-            let until = shared.until();
-            tokio::select! {
-                _ = shared.stop.cancelled() => return,
-                _ = tokio::time::sleep_until(until) => {}
-            }
-            if shared.until() <= Instant::now() {
-                if !shared.released.load(Ordering::Acquire) {
-                    shared.mark_lost("its validity ran out before it was prolonged");
-                }
-                return;
+impl Reserved {
+    fn into_guard(mut self) -> LockGuard {
+        self.armed = false;
+        LockGuard {
+            claim: self.registry.insert(Arc::clone(&self.hold)),
+            registry: Arc::clone(&self.registry),
+        }
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.armed && self.hold.remove_guard() && self.hold.watchdog.is_some() {
+            self.registry.renewals.remove(&self.hold);
+        }
+    }
+}
+
+/// Moves a watched hold's next renewal to match its validity once a call by hand changed
+/// it, however that call ends (answered, failed, cancelled).
+struct Retime {
+    hold: Arc<Hold>,
+    registry: Arc<Registry>,
+}
+
+impl Retime {
+    fn new(guard: &LockGuard) -> Self {
+        Retime {
+            hold: Arc::clone(guard.hold()),
+            registry: Arc::clone(&guard.registry),
+        }
+    }
+}
+
+impl Drop for Retime {
+    fn drop(&mut self) {
+        if !self.hold.is_marked_lost() {
+            self.registry.renewals.schedule(&self.hold);
+        }
+    }
+}
+
+/// What [`LockGuard::lost`] returns: resolves when the lock is known to be lost.
+///
+/// On its first poll it starts what keeps it on time (the expiry timer, the watchdog) on
+/// the runtime that polls it, if none runs.
+pub struct LostFuture {
+    hold: Arc<Hold>,
+    registry: Arc<Registry>,
+    wait: Pin<Box<WaitForCancellationFutureOwned>>,
+    armed: bool,
+}
+
+impl Future for LostFuture {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.armed {
+            self.armed = true;
+            self.hold.arm_timer();
+            if self.hold.watchdog.is_some() {
+                self.registry.renewals.ensure_running();
             }
         }
-    });
+        self.wait.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for LostFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LostFuture")
+            .field("key", &self.hold.key)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Validates a watchdog fraction.

@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::detached::{detached, give_back_detached, GiveBack, Obtain};
-use crate::guard::{check_fraction, GuardParts, Registry};
+use crate::guard::check_fraction;
+use crate::hold::Grant;
+use crate::registry::Registry;
 use crate::{
     Busy, Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockGuard, ObtainOutcome,
     Operation, ReleaseOutcome, Result, Retry, Token, Ttl,
@@ -234,30 +236,17 @@ impl Locker {
     /// future is dropped (its results are then lost, not the releases).
     pub async fn release_all(&self) -> Vec<(Key, Result<ReleaseOutcome>)> {
         let held = self.registry.drain();
-        let keys: Vec<Key> = held.iter().map(|s| s.key.clone()).collect();
+        let keys: Vec<Key> = held.iter().map(|given| given.hold().key.clone()).collect();
         let releases = async move {
             let mut outcomes = Vec::with_capacity(held.len());
-            for shared in held {
-                outcomes.push(shared.release(None).await);
+            for given in held {
+                outcomes.push(given.release(None).await);
             }
             Ok(outcomes)
         };
         match detached(releases).await {
             Ok(outcomes) => keys.into_iter().zip(outcomes).collect(),
-            Err(e) => keys
-                .into_iter()
-                .map(|k| {
-                    (
-                        k,
-                        Err(Error::new(
-                            e.kind(),
-                            e.backend(),
-                            e.operation(),
-                            e.message(),
-                        )),
-                    )
-                })
-                .collect(),
+            Err(e) => keys.into_iter().map(|k| (k, Err(e.clone()))).collect(),
         }
     }
 
@@ -514,7 +503,7 @@ impl Plan<'_> {
                     ),
                 ));
             }
-            let parts = GuardParts {
+            let grant = Grant {
                 backend: Arc::clone(backend),
                 key: self.key.clone(),
                 token: self.token,
@@ -522,10 +511,9 @@ impl Plan<'_> {
                 holder: Arc::clone(&self.holder),
                 sent_at,
                 ttl: self.ttl,
-                lost: None,
             };
             return Ok(Attempt::Obtained(LockGuard::new(
-                parts,
+                grant,
                 &self.locker.registry,
                 self.watchdog,
             )));

@@ -1,56 +1,57 @@
-//! The watchdog: one task per [`Locker`](crate::Locker) renews every watched guard, many
-//! at a time.
+//! The watchdog: one task per [`Locker`](crate::Locker) renews every watched hold (a
+//! watched guard and the guards reentered from it), many at a time.
 //!
-//! A watched guard is due a fraction of its ttl (its *period*) after the request that last
-//! granted or prolonged it was sent. Due times are rounded *down* onto a grid of that
-//! period, anchored at the first watched guard of the locker: guards of the same period
-//! come due at the same instants and go out together in one
+//! A watched hold is due a fraction of its ttl (its *period*) after the start of its
+//! current validity: after the request that last granted or prolonged it was sent, or
+//! earlier when a prolong by hand shortened it. Due times are rounded *down* onto a grid
+//! of that period, anchored at the first watched hold of the locker: holds of the same
+//! period come due at the same instants and go out together in one
 //! [`LockBackend::prolongate_many`](crate::LockBackend::prolongate_many), one pipeline or
-//! one statement however many they are. The price: a guard's first renewal comes early,
+//! one statement however many they are. The price: a hold's first renewal comes early,
 //! anywhere in its first period; after that each renews once a period, and a renewal is
 //! never later than the period asks.
 //!
 //! A batch in flight never holds the lost signal back: while it waits for its answer, the
-//! validity of each of its guards still runs out on time and fires `lost`. A guard whose
+//! validity of each of its holds still runs out on time and fires `lost`. A hold whose
 //! prolong fails is tried again alone, a tenth of its ttl later, until its validity runs
-//! out; after a success it is back on the grid.
+//! out; after a success it is back on the grid. A backend that panics fails the batch like
+//! an error; a batch whose runtime ends under it puts its holds back in the queue, and the
+//! next use of a watched guard, on any runtime, starts the task again.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::guard::{Registry, Shared};
-use crate::{Error, ErrorKind, Operation, ProlongOutcome, ProlongRequest, Ttl};
+use crate::hold::{Hold, Ticket};
+use crate::{Error, ErrorKind, Operation, ProlongOutcome, ProlongRequest};
 
-/// When each watched guard of one locker renews next.
+/// When each watched hold of one locker renews next.
 #[derive(Debug, Default)]
 pub(crate) struct Renewals {
     schedule: Mutex<Schedule>,
-    /// Wakes the task when a guard comes due before everything it sleeps for.
+    /// Wakes the task when a hold comes due before everything it sleeps for.
     wake: Notify,
 }
 
 #[derive(Debug, Default)]
 struct Schedule {
     /// By (when, a sequence number that keeps entries of one instant apart).
-    queue: BTreeMap<(Instant, u64), Arc<Shared>>,
+    queue: BTreeMap<(Instant, u64), Arc<Hold>>,
     seq: u64,
-    /// Where every grid starts: the first watched guard's grant.
+    /// Where every grid starts: the first watched hold's grant.
     epoch: Option<Instant>,
     /// The renewing task that runs, by number; it ends when the queue is empty. The task's
     /// runtime may end first (a test's runtime, a `block_on` that returns): its drop then
-    /// clears this, and the next guard starts a task on its own runtime.
+    /// clears this, and the next use of a watched guard starts a task on its own runtime.
     running: Option<u64>,
     tasks: u64,
 }
-
-/// Where a guard sits in the queue, kept in the guard so that its release can take it out.
-pub(crate) type Slot = Option<(Instant, u64)>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -60,84 +61,110 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 const MIN_PERIOD: Duration = Duration::from_millis(1);
 
 impl Renewals {
-    /// Schedules the next renewal of `shared`, one period after `from` (when the request
-    /// that last renewed it was sent) rounded down onto the grid, and starts the task if
-    /// none runs. Does nothing for a guard given back meanwhile.
-    pub(crate) fn schedule(registry: &Arc<Registry>, shared: &Arc<Shared>, from: Instant) {
-        let Some(fraction) = shared.watchdog else {
+    /// Schedules the next renewal of `hold` one period after the start of its current
+    /// validity (its end less its ttl), rounded down onto the grid, and starts the task if
+    /// none runs. A prolong that shortened the validity brings the renewal forward with it.
+    /// Does nothing for a hold that is over.
+    pub(crate) fn schedule(self: &Arc<Self>, hold: &Arc<Hold>) {
+        let Some(fraction) = hold.watchdog else {
             return;
         };
-        let period = shared.ttl().as_duration().mul_f64(fraction).max(MIN_PERIOD);
-        Self::insert(registry, shared, |epoch| {
-            let epoch = *epoch.get_or_insert(from);
-            on_grid(epoch, from + period, period)
+        let ttl = hold.ttl().as_duration();
+        let period = ttl.mul_f64(fraction).max(MIN_PERIOD);
+        let until = hold.until();
+        let due = until.checked_sub(ttl - period.min(ttl)).unwrap_or(until);
+        self.insert(hold, |epoch| {
+            let epoch = *epoch.get_or_insert(due.checked_sub(period).unwrap_or(due));
+            on_grid(epoch, due, period).min(due)
         });
     }
 
-    /// Schedules a retry of `shared` at `at`, off the grid.
-    fn retry(registry: &Arc<Registry>, shared: &Arc<Shared>, at: Instant) {
-        Self::insert(registry, shared, |_| at);
+    /// Schedules a retry of `hold` at `at`, off the grid.
+    fn retry(self: &Arc<Self>, hold: &Arc<Hold>, at: Instant) {
+        self.insert(hold, |_| at);
     }
 
     fn insert(
-        registry: &Arc<Registry>,
-        shared: &Arc<Shared>,
+        self: &Arc<Self>,
+        hold: &Arc<Hold>,
         at: impl FnOnce(&mut Option<Instant>) -> Instant,
     ) {
-        let this = &registry.renewals;
-        let mut schedule = lock(&this.schedule);
-        // Under the schedule's lock: a release marks the guard first and then takes it out
-        // under this lock, so either it sees this entry or this sees the mark.
-        if shared.is_given_back() {
-            return;
-        }
-        let at = at(&mut schedule.epoch);
-        let seq = schedule.seq;
-        schedule.seq += 1;
-        let first = schedule
-            .queue
-            .first_key_value()
-            .is_none_or(|(k, _)| at < k.0);
-        schedule.queue.insert((at, seq), Arc::clone(shared));
-        if let Some(old) = lock(&shared.renew_slot).replace((at, seq)) {
-            schedule.queue.remove(&old);
-        }
-        match schedule.running {
-            None => {
-                let task = schedule.tasks;
-                schedule.tasks += 1;
-                schedule.running = Some(task);
-                let running = Running {
-                    registry: Arc::clone(registry),
-                    task,
-                };
-                tokio::spawn(run(running));
+        let start = {
+            let mut schedule = lock(&self.schedule);
+            // Under the schedule's lock: a release ends the hold first and then takes it
+            // out under this lock, so either it sees this entry or this sees the end.
+            if hold.is_over() {
+                return;
             }
-            Some(_) if first => this.wake.notify_one(),
-            Some(_) => {}
+            let at = at(&mut schedule.epoch);
+            let seq = schedule.seq;
+            schedule.seq += 1;
+            let first = schedule
+                .queue
+                .first_key_value()
+                .is_none_or(|(k, _)| at < k.0);
+            schedule.queue.insert((at, seq), Arc::clone(hold));
+            if let Some(old) = lock(&hold.renew_slot).replace((at, seq)) {
+                schedule.queue.remove(&old);
+            }
+            let start = self.claim_start(&mut schedule);
+            if start.is_none() && first {
+                self.wake.notify_one();
+            }
+            start
+        };
+        if let Some(start) = start {
+            start.spawn();
         }
     }
 
-    /// Takes a given-back guard out of the queue.
-    pub(crate) fn remove(&self, shared: &Shared) {
+    /// Marks a new task as running if none runs, something is queued and a runtime is
+    /// there to run it; the caller spawns it once the schedule's lock is let go (a runtime
+    /// that is shutting down drops a task at once, and its drop takes that lock).
+    fn claim_start(self: &Arc<Self>, schedule: &mut Schedule) -> Option<Start> {
+        if schedule.running.is_some() || schedule.queue.is_empty() {
+            return None;
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let task = schedule.tasks;
+        schedule.tasks += 1;
+        schedule.running = Some(task);
+        let running = Running {
+            renewals: Arc::clone(self),
+            task,
+        };
+        Some(Start { runtime, running })
+    }
+
+    /// Starts the task again if it ended with its runtime while holds still wait: called
+    /// whenever a watched guard is used, on whatever runtime that is.
+    pub(crate) fn ensure_running(self: &Arc<Self>) {
+        let start = self.claim_start(&mut lock(&self.schedule));
+        if let Some(start) = start {
+            start.spawn();
+        }
+    }
+
+    /// Takes a hold that is over out of the queue.
+    pub(crate) fn remove(&self, hold: &Hold) {
         let mut schedule = lock(&self.schedule);
-        if let Some(slot) = lock(&shared.renew_slot).take() {
+        if let Some(slot) = lock(&hold.renew_slot).take() {
             schedule.queue.remove(&slot);
         }
     }
 
-    /// The guards due at `now`, and when the next one is; `None` (and the task's end)
+    /// The holds due at `now`, and when the next one is; `None` (and the task's end)
     /// when nothing is left.
-    fn take_due(&self, now: Instant) -> (Vec<Arc<Shared>>, Option<Instant>) {
+    fn take_due(&self, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
         let mut schedule = lock(&self.schedule);
         let mut due = Vec::new();
         while let Some(entry) = schedule.queue.first_entry() {
             if entry.key().0 > now {
                 break;
             }
-            let shared = entry.remove();
-            *lock(&shared.renew_slot) = None;
-            due.push(shared);
+            let hold = entry.remove();
+            *lock(&hold.renew_slot) = None;
+            due.push(hold);
         }
         let next = schedule.queue.first_key_value().map(|(k, _)| k.0);
         if next.is_none() {
@@ -157,31 +184,47 @@ fn on_grid(epoch: Instant, due: Instant, period: Duration) -> Instant {
     epoch + Duration::from_nanos(offset)
 }
 
-/// The renewing task's hold on the registry; dropped with the task, however it ends.
+/// A task to spawn, claimed under the schedule's lock.
+struct Start {
+    runtime: tokio::runtime::Handle,
+    running: Running,
+}
+
+impl Start {
+    fn spawn(self) {
+        drop(self.runtime.spawn(run(self.running)));
+    }
+}
+
+/// The renewing task's mark in the schedule; dropped with the task, however it ends.
 struct Running {
-    registry: Arc<Registry>,
+    renewals: Arc<Renewals>,
     task: u64,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut schedule = lock(&self.registry.renewals.schedule);
+        let mut schedule = lock(&self.renewals.schedule);
         if schedule.running == Some(self.task) {
             schedule.running = None;
         }
     }
 }
 
-/// The task: sends each batch as it comes due, until no watched guard is left.
+/// The task: sends each batch as it comes due, until no watched hold is left.
 async fn run(running: Running) {
-    let registry = &running.registry;
-    let renewals = &registry.renewals;
+    let renewals = &running.renewals;
     loop {
         let (due, next) = renewals.take_due(Instant::now());
         if !due.is_empty() {
             let backend = due[0].backend.name();
             let span = tracing::debug_span!("lock.watchdog", backend, locks = due.len());
-            tokio::spawn(renew(Arc::clone(registry), due).instrument(span));
+            let batch = Batch {
+                renewals: Arc::clone(renewals),
+                holds: due,
+                done: false,
+            };
+            tokio::spawn(renew(batch).instrument(span));
         }
         let Some(next) = next else { return };
         tokio::select! {
@@ -191,43 +234,75 @@ async fn run(running: Running) {
     }
 }
 
-/// Prolongs one batch and schedules each guard's next renewal by its answer.
-async fn renew(registry: Arc<Registry>, due: Vec<Arc<Shared>>) {
-    let now = Instant::now();
-    let mut batch: Vec<(Arc<Shared>, Ttl)> = Vec::with_capacity(due.len());
-    for shared in due {
-        if shared.is_given_back() || shared.is_marked_lost() {
-            continue;
+/// The holds of one batch, out of the queue while it runs. A batch that never finishes
+/// (its runtime ended under it) puts them back, due at once, so that the next task renews
+/// them, or finds them expired and fires their lost signal.
+struct Batch {
+    renewals: Arc<Renewals>,
+    holds: Vec<Arc<Hold>>,
+    done: bool,
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if self.done {
+            return;
         }
-        if shared.until() <= now {
-            shared.mark_lost("its validity ran out before the watchdog could prolong it");
-            continue;
+        let now = Instant::now();
+        for hold in &self.holds {
+            self.renewals.retry(hold, now);
         }
-        let ttl = shared.ttl();
-        batch.push((shared, ttl));
     }
-    let Some((first, _)) = batch.first() else {
+}
+
+/// Prolongs one batch and schedules each hold's next renewal by its answer.
+async fn renew(mut batch: Batch) {
+    let now = Instant::now();
+    let mut tickets: Vec<Ticket> = Vec::with_capacity(batch.holds.len());
+    for hold in &batch.holds {
+        if hold.is_over() || hold.is_marked_lost() {
+            continue;
+        }
+        if hold.until() <= now {
+            hold.mark_lost("its validity ran out before the watchdog could prolong it");
+            continue;
+        }
+        tickets.push(hold.begin(hold.ttl()));
+    }
+    let renewals = Arc::clone(&batch.renewals);
+    let Some(first) = tickets.first() else {
+        batch.done = true;
         return;
     };
-    let backend = Arc::clone(&first.backend);
-    let reqs: Vec<ProlongRequest<'_>> = batch
+    let backend = Arc::clone(&first.hold().backend);
+    let reqs: Vec<ProlongRequest<'_>> = tickets
         .iter()
-        .map(|(s, ttl)| ProlongRequest {
-            key: &s.key,
-            token: &s.token,
-            ttl: *ttl,
+        .map(|t| ProlongRequest {
+            key: &t.hold().key,
+            token: &t.hold().token,
+            ttl: t.ttl,
         })
         .collect();
-    let sent_at = Instant::now();
+    // A backend that panics (a user's backend, a wrapper's bug) must not take the lost
+    // signal of every lock of the batch with it: the panic is an error for each request.
+    let call = std::panic::AssertUnwindSafe(backend.prolongate_many(&reqs)).catch_unwind();
     let answers = tokio::select! {
-        answers = backend.prolongate_many(&reqs) => answers,
-        // Every guard of the batch is lost or given back: nothing waits for the answer.
-        () = expire_in_flight(&batch) => return,
+        answers = call => answers.unwrap_or_else(|panic| {
+            let why = panic_message(&*panic);
+            vec![Err(Error::new(ErrorKind::Protocol, backend.name(), Operation::Prolongate, format!("the backend panicked: {why}"))); reqs.len()]
+        }),
+        // Every hold of the batch is lost or over: nothing waits for the answer.
+        () = expire_in_flight(&tickets) => {
+            batch.done = true;
+            return;
+        }
     };
     drop(reqs);
+    batch.done = true;
     let mut answers = answers.into_iter();
     let mut failed: Option<(usize, Error)> = None;
-    for (shared, ttl) in &batch {
+    let total = tickets.len();
+    for ticket in tickets {
         let answer = answers.next().unwrap_or_else(|| {
             Err(Error::new(
                 ErrorKind::Protocol,
@@ -236,27 +311,29 @@ async fn renew(registry: Arc<Registry>, due: Vec<Arc<Shared>>) {
                 "prolongate_many gave fewer answers than it had requests",
             ))
         });
-        // Lost while in flight (its validity ran out first) or given back: done with it.
-        if shared.is_given_back() || shared.is_marked_lost() {
-            continue;
-        }
+        let hold = Arc::clone(ticket.hold());
+        let ttl = ticket.ttl;
         match answer {
             Ok(outcome) => {
-                shared.apply(outcome, sent_at, *ttl);
-                if outcome != ProlongOutcome::Lost {
-                    Renewals::schedule(&registry, shared, sent_at);
+                ticket.finish(Some(outcome));
+                if outcome != ProlongOutcome::Lost && !hold.is_marked_lost() {
+                    renewals.schedule(&hold);
                 }
             }
             Err(e) => {
-                let left = shared.until().saturating_duration_since(Instant::now());
+                ticket.finish(None);
+                if hold.is_over() || hold.is_marked_lost() {
+                    continue;
+                }
+                let left = hold.until().saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    shared.mark_lost(&format!(
+                    hold.mark_lost(&format!(
                         "the watchdog could not prolong it before it ran out: {e}"
                     ));
                     continue;
                 }
                 let pause = (ttl.as_duration() / 10).max(MIN_PERIOD).min(left);
-                Renewals::retry(&registry, shared, Instant::now() + pause);
+                renewals.retry(&hold, Instant::now() + pause);
                 match &mut failed {
                     Some((n, _)) => *n += 1,
                     None => failed = Some((1, e)),
@@ -265,24 +342,30 @@ async fn renew(registry: Arc<Registry>, due: Vec<Arc<Shared>>) {
         }
     }
     if let Some((n, e)) = failed {
-        tracing::warn!(
-            "watchdog could not prolong {n} of {} locks, retrying each: {e}",
-            batch.len()
-        );
+        tracing::warn!("watchdog could not prolong {n} of {total} locks, retrying each: {e}");
     }
 }
 
-/// Fires the lost signal of each guard of a batch in flight as its validity runs out;
-/// returns when the last one has (unless the batch's answer came first). Every guard whose
+/// What a panic carried, for the error that replaces it.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// Fires the lost signal of each hold of a batch in flight as its validity runs out;
+/// returns when the last one has (unless the batch's answer came first). Every hold whose
 /// validity has ended is marked in one go, without awaiting between them: a backend that
-/// blocks its thread between two polls must not stretch that into one guard per poll.
-async fn expire_in_flight(batch: &[(Arc<Shared>, Ttl)]) {
+/// blocks its thread between two polls must not stretch that into one hold per poll.
+async fn expire_in_flight(tickets: &[Ticket]) {
     // Earliest validity end first; an entry is checked again when it comes up, since a
     // prolong by hand may have moved it meanwhile.
-    let mut ends: BinaryHeap<Reverse<(Instant, usize)>> = batch
+    let mut ends: BinaryHeap<Reverse<(Instant, usize)>> = tickets
         .iter()
         .enumerate()
-        .map(|(i, (shared, _))| Reverse((shared.until(), i)))
+        .map(|(i, t)| Reverse((t.hold().until(), i)))
         .collect();
     while let Some(&Reverse((until, i))) = ends.peek() {
         if until > Instant::now() {
@@ -290,12 +373,15 @@ async fn expire_in_flight(batch: &[(Arc<Shared>, Ttl)]) {
             continue;
         }
         ends.pop();
-        let shared = &batch[i].0;
-        let now_until = shared.until();
+        let hold = tickets[i].hold();
+        let now_until = hold.until();
+        if hold.is_over() {
+            continue;
+        }
         if now_until > Instant::now() {
             ends.push(Reverse((now_until, i)));
-        } else if !shared.is_given_back() {
-            shared.mark_lost("its validity ran out while a prolong was still in flight");
+        } else {
+            hold.mark_lost("its validity ran out while a prolong was still in flight");
         }
     }
 }

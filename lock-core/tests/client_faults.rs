@@ -29,6 +29,8 @@ struct Faulty {
     release_in_flight: Duration,
     /// Prolongs never come back.
     prolong_hangs: bool,
+    /// Prolongs panic (a user's backend with a bug).
+    prolong_panics: bool,
     /// Prolongs of this key fail (`Unavailable`) this many times, then work.
     prolong_fails: Option<(&'static str, usize)>,
     prolong_failures: AtomicUsize,
@@ -71,6 +73,7 @@ impl LockBackend for Faulty {
         if self.prolong_hangs {
             pending::<()>().await;
         }
+        assert!(!self.prolong_panics, "a backend bug: prolongate panicked");
         if let Some((key, times)) = self.prolong_fails {
             if req.key.as_str() == key
                 && self.prolong_failures.fetch_add(1, Ordering::SeqCst) < times
@@ -347,4 +350,199 @@ fn locker_with_failing(key: &'static str) -> (Arc<Faulty>, Locker) {
         prolong_fails: Some((key, usize::MAX)),
         ..Faulty::default()
     })
+}
+
+/// Another process: a locker of its own over the same backend.
+fn other(faulty: &Arc<Faulty>) -> Locker {
+    Locker::new(Arc::clone(faulty) as Arc<dyn LockBackend>)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_prolong_shortens_the_validity_and_the_lost_signal() {
+    let (faulty, locker) = locker(Faulty::default());
+    let guard = held(locker.lock("k").ttl(ms(10_000))).await;
+    let lost = guard.lost_token();
+    assert_eq!(
+        guard.prolongate(ms(100)).await.unwrap(),
+        ProlongOutcome::Prolonged
+    );
+    assert!(guard.remaining() <= ms(100), "{:?}", guard.remaining());
+    tokio::time::sleep(ms(101)).await;
+    assert!(
+        lost.is_cancelled(),
+        "lost() must fire when the shorter lease ends"
+    );
+    tokio::time::sleep(ms(100)).await;
+    let taken = other(&faulty).lock("k").try_obtain().await.unwrap();
+    assert!(!taken.is_busy(), "the backend let the lock go after 100 ms");
+    assert!(guard.is_lost() && guard.remaining().is_zero());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_prolong_of_a_watched_guard_renews_on_the_shorter_period() {
+    let (faulty, locker) = locker(Faulty::default());
+    let guard = held(locker.lock("k").ttl(ms(10_000)).watchdog()).await;
+    let lost = guard.lost_token();
+    assert_eq!(
+        guard.prolongate(ms(100)).await.unwrap(),
+        ProlongOutcome::Prolonged
+    );
+    tokio::time::sleep(ms(1_000)).await;
+    let busy = other(&faulty).lock("k").try_obtain().await.unwrap();
+    assert!(
+        busy.is_busy(),
+        "the watchdog keeps the shorter lease renewed"
+    );
+    assert!(!lost.is_cancelled() && !guard.is_lost());
+    assert!(guard.remaining() <= ms(100), "{:?}", guard.remaining());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_prolong_may_have_shortened_the_lease() {
+    let (_, locker) = locker(Faulty {
+        prolong_fails: Some(("k", 1)),
+        ..Faulty::default()
+    });
+    let guard = held(locker.lock("k").ttl(ms(10_000))).await;
+    assert!(guard.prolongate(ms(100)).await.is_err());
+    assert!(
+        guard.remaining() <= ms(100),
+        "the failed prolong may have been applied: {:?}",
+        guard.remaining()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reenter_after_expiry_detaches_every_guard_of_the_old_hold() {
+    let (faulty, locker) = locker(Faulty::default());
+    let parent = held(locker.lock("k").ttl(ms(100))).await;
+    let first = parent.reenter().await.unwrap().obtained().unwrap();
+    tokio::time::sleep(ms(150)).await;
+    let fresh = first.reenter().await.unwrap().obtained().unwrap();
+    assert!(fresh.fencing() > parent.fencing(), "a fresh acquisition");
+    assert!(parent.is_lost() && first.is_lost());
+    let releases = faulty.releases.load(Ordering::SeqCst);
+    assert_eq!(parent.release().await.unwrap(), ReleaseOutcome::Lost);
+    drop(first);
+    tokio::time::sleep(ms(10)).await;
+    assert_eq!(
+        faulty.releases.load(Ordering::SeqCst),
+        releases,
+        "no guard of the old hold may release: it would free the fresh acquisition"
+    );
+    assert!(other(&faulty)
+        .lock("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .is_busy());
+    assert!(!fresh.is_lost());
+    assert_eq!(fresh.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reenter_answered_busy_means_the_lock_is_lost() {
+    let (faulty, locker) = locker(Faulty::default());
+    let guard = held(locker.lock("k").ttl(ms(10_000))).await;
+    let key = Key::new("k").unwrap();
+    faulty.force_release(&key).await.unwrap();
+    let _thief = held(other(&faulty).lock("k")).await;
+    assert!(guard.reenter().await.unwrap().is_busy());
+    assert!(guard.is_lost(), "another token holds the key");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reentrant_child_of_a_watched_guard_is_renewed_with_it() {
+    let (_, locker) = locker(Faulty::default());
+    let parent = held(locker.lock("k").ttl(ms(300)).watchdog()).await;
+    let child = parent.reenter().await.unwrap().obtained().unwrap();
+    let lost = child.lost_token();
+    tokio::time::sleep(ms(2_000)).await;
+    assert!(!lost.is_cancelled() && !child.is_lost() && !parent.is_lost());
+    // The parent goes; the child keeps the watchdog.
+    assert!(matches!(
+        parent.release().await.unwrap(),
+        ReleaseOutcome::Decremented { holds: 1 }
+    ));
+    tokio::time::sleep(ms(2_000)).await;
+    assert!(!lost.is_cancelled() && !child.is_lost());
+    assert_eq!(child.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
+    assert_eq!(locker.held_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_panics_in_prolong_still_gets_its_lost_signal_on_time() {
+    let (_, locker) = locker(Faulty {
+        prolong_panics: true,
+        ..Faulty::default()
+    });
+    let started = Instant::now();
+    let guard = held(locker.lock("k").ttl(ms(1_000)).watchdog()).await;
+    tokio::time::timeout(ms(1_001), guard.lost())
+        .await
+        .expect("lost() fires at the validity's end although every renewal panicked");
+    assert!(started.elapsed() >= ms(1_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_guard_never_takes_the_next_guard_out_of_the_registry() {
+    // The memory backend answers without yielding: nothing else runs between the drop of
+    // `a` and the obtain of `b`.
+    let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    let first = held(locker.lock("a")).await;
+    drop(first);
+    // The background release of `a` has not run yet; `b` takes the slot `a` had.
+    let second = held(locker.lock("b")).await;
+    tokio::time::sleep(ms(50)).await;
+    assert_eq!(locker.held_count(), 1, "b is still held");
+    let released: Vec<_> = locker.release_all().await;
+    assert_eq!(released.len(), 1);
+    assert_eq!(released[0].0.as_str(), "b");
+    assert_eq!(state(&locker, "b").await, LockState::Free);
+    drop(second);
+}
+
+#[test]
+fn lost_outside_a_runtime_does_not_panic_and_keeps_time_in_one() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let (_, locker) = locker(Faulty::default());
+    let guard = runtime.block_on(held(locker.lock("k").ttl(ms(200))));
+    let token = guard.lost_token();
+    let lost = guard.lost();
+    let fired = runtime.block_on(async { tokio::time::timeout(ms(2_000), lost).await });
+    assert!(fired.is_ok(), "lost() made outside the runtime fires in it");
+    assert!(token.is_cancelled() && guard.is_lost());
+}
+
+#[test]
+fn a_watched_guard_whose_runtime_ended_mid_batch_still_hears_lost_on_the_next() {
+    let (_, locker) = locker(Faulty {
+        prolong_hangs: true,
+        ..Faulty::default()
+    });
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let guard = first.block_on(async {
+        let guard = held(locker.lock("k").ttl(ms(300)).watchdog()).await;
+        // The first renewal (at most a third of the ttl in) is in flight, and hangs.
+        tokio::time::sleep(ms(150)).await;
+        guard
+    });
+    drop(first);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let fired = second.block_on(async { tokio::time::timeout(ms(3_000), guard.lost()).await });
+    assert!(
+        fired.is_ok(),
+        "lost() must fire on the runtime the guard is used on"
+    );
+    assert!(guard.is_lost());
 }

@@ -1,0 +1,430 @@
+//! One acquisition of a lock, as the client sees it: the state a guard shares with the
+//! guards that reentered it.
+//!
+//! The backend keeps one record per token: one expiry and a count of holds. So do we. A
+//! guard and every guard obtained from it by `reenter()` share one [`Hold`]: one validity
+//! (what a prolong by any of them, or by the watchdog, renews), one lost signal, one
+//! watchdog. The hold ends when its last guard is given back, or when a reentrant obtain
+//! found it expired and obtained the key afresh (then every guard of the old hold is
+//! detached: lost, and its release must not reach the backend, where it would free the
+//! fresh acquisition made with the same token).
+//!
+//! # The validity follows the shortest lease the backend may hold
+//! The validity must never be later than the expiry the backend applied last. Two prolongs
+//! of one hold may be in flight at once (the watchdog's and one by hand, over two pooled
+//! connections) and the backend may apply them in either order, so an answer sets the
+//! validity to the earliest bound (sent-at + ttl) among the prolongs it overlapped, its own
+//! included. A prolong that failed or was cancelled may have been applied: the validity
+//! becomes no later than its bound. A shorter ttl therefore shortens the validity at once.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    Fencing, HolderInfo, Key, LockBackend, ProlongOutcome, ReleaseOutcome, ReleaseRequest, Result,
+    Token, Ttl,
+};
+
+/// The state one acquisition's guards share.
+pub(crate) struct Hold {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) key: Key,
+    pub(crate) token: Token,
+    pub(crate) fencing: Fencing,
+    pub(crate) holder: Arc<HolderInfo>,
+    /// The watchdog's period as a fraction of the ttl, when the watchdog renews this hold.
+    pub(crate) watchdog: Option<f64>,
+    state: Mutex<State>,
+    /// Wakes the expiry timer when the validity moves earlier or the hold ends.
+    changed: Notify,
+    /// Where the hold waits in the watchdog's queue; only touched under the queue's lock.
+    pub(crate) renew_slot: Mutex<Option<(Instant, u64)>>,
+}
+
+struct State {
+    /// By the local monotonic clock: the earliest moment the backend may let the lock go.
+    until: Instant,
+    /// The ttl of the last prolong that succeeded (the one the watchdog renews with).
+    ttl: Ttl,
+    lost: LostSignal,
+    /// Guards not yet given back.
+    guards: usize,
+    /// Every guard was given back, or a fresh acquisition replaced this hold.
+    over: bool,
+    /// A fresh acquisition with this token replaced this hold.
+    detached: bool,
+    prolongs: Vec<InFlight>,
+    tickets: u64,
+    /// An expiry timer task runs for this hold.
+    timer: bool,
+}
+
+/// A prolong (or reentrant obtain) of this hold that is in flight.
+struct InFlight {
+    id: u64,
+    /// Its own bound: sent-at + ttl.
+    bound: Instant,
+    /// The earliest bound among the calls it overlapped, its own included.
+    floor: Instant,
+}
+
+/// The lost signal, made only when someone listens: most guards are released without
+/// anyone asking, and a cancellation token is an allocation.
+#[derive(Debug, Default)]
+struct LostSignal {
+    lost: bool,
+    token: Option<CancellationToken>,
+}
+
+impl LostSignal {
+    fn token(&mut self) -> CancellationToken {
+        let lost = self.lost;
+        self.token
+            .get_or_insert_with(|| {
+                let token = CancellationToken::new();
+                if lost {
+                    token.cancel();
+                }
+                token
+            })
+            .clone()
+    }
+
+    /// Marks it lost; true the first time.
+    fn fire(&mut self) -> bool {
+        if let Some(token) = &self.token {
+            token.cancel();
+        }
+        !std::mem::replace(&mut self.lost, true)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a hold is made from: the granted obtain.
+pub(crate) struct Grant {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) key: Key,
+    pub(crate) token: Token,
+    pub(crate) fencing: Fencing,
+    pub(crate) holder: Arc<HolderInfo>,
+    /// When the obtain that granted it was sent.
+    pub(crate) sent_at: Instant,
+    pub(crate) ttl: Ttl,
+}
+
+impl Hold {
+    /// A hold with one guard.
+    pub(crate) fn new(grant: Grant, watchdog: Option<f64>) -> Arc<Hold> {
+        Arc::new(Hold {
+            backend: grant.backend,
+            key: grant.key,
+            token: grant.token,
+            fencing: grant.fencing,
+            holder: grant.holder,
+            watchdog,
+            state: Mutex::new(State {
+                until: grant.sent_at + grant.ttl.as_duration(),
+                ttl: grant.ttl,
+                lost: LostSignal::default(),
+                guards: 1,
+                over: false,
+                detached: false,
+                prolongs: Vec::new(),
+                tickets: 0,
+                timer: false,
+            }),
+            changed: Notify::new(),
+            renew_slot: Mutex::new(None),
+        })
+    }
+
+    /// Counts one more guard (a reentrant one); false when the hold is over.
+    pub(crate) fn add_guard(&self) -> bool {
+        let mut state = lock(&self.state);
+        if state.over {
+            return false;
+        }
+        state.guards += 1;
+        true
+    }
+
+    /// Counts one guard out; true when it was the last, and the hold is over.
+    pub(crate) fn remove_guard(&self) -> bool {
+        let last = {
+            let mut state = lock(&self.state);
+            state.guards = state.guards.saturating_sub(1);
+            let last = state.guards == 0 && !state.over;
+            if last {
+                state.over = true;
+            }
+            last
+        };
+        if last {
+            self.changed.notify_waiters();
+        }
+        last
+    }
+
+    /// Whether nothing more is to be done for it: every guard given back, or detached.
+    pub(crate) fn is_over(&self) -> bool {
+        lock(&self.state).over
+    }
+
+    /// Whether a fresh acquisition with the same token replaced it.
+    pub(crate) fn is_detached(&self) -> bool {
+        lock(&self.state).detached
+    }
+
+    /// Ends the hold for every guard of it: a fresh acquisition with the same token now
+    /// holds the key, so none of them may release or prolong it any more.
+    pub(crate) fn detach(&self, why: &str) {
+        {
+            let mut state = lock(&self.state);
+            state.detached = true;
+            state.over = true;
+        }
+        self.mark_lost(why);
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn until(&self) -> Instant {
+        lock(&self.state).until
+    }
+
+    pub(crate) fn ttl(&self) -> Ttl {
+        lock(&self.state).ttl
+    }
+
+    /// Whether the lost signal fired (not counting a validity that ran out unseen).
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        lock(&self.state).lost.lost
+    }
+
+    /// Whether the lock is lost, its validity having run out counting as lost (unless the
+    /// hold is over: a released lock is not lost).
+    pub(crate) fn is_lost(&self) -> bool {
+        let expired = {
+            let state = lock(&self.state);
+            if state.lost.lost {
+                return true;
+            }
+            !state.over && state.until <= Instant::now()
+        };
+        if expired {
+            self.mark_lost("its validity ran out before it was prolonged");
+        }
+        expired
+    }
+
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if lock(&self.state).lost.fire() {
+            tracing::warn!(key = %self.key, fencing = %self.fencing, backend = self.backend.name(), "lock lost: {why}");
+        }
+    }
+
+    /// The lost signal, with the timer that fires it when the validity runs out (started
+    /// here when none runs and a runtime is there to run it).
+    pub(crate) fn lost_token(self: &Arc<Self>) -> CancellationToken {
+        let token = lock(&self.state).lost.token();
+        self.arm_timer();
+        token
+    }
+
+    /// Starts the expiry timer if someone listens to the lost signal and none runs (it
+    /// may have ended with the runtime that ran it).
+    pub(crate) fn arm_timer(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        {
+            let mut state = lock(&self.state);
+            if state.timer || state.over || state.lost.lost || state.lost.token.is_none() {
+                return;
+            }
+            state.timer = true;
+        }
+        runtime.spawn(expiry_timer(Arc::clone(self)));
+    }
+
+    /// Starts a prolong (or a reentrant obtain, which resets the ttl the same way) of this
+    /// hold to `ttl`, sent now. The ticket must be finished with its answer; dropped
+    /// unfinished, it counts as a failed call.
+    pub(crate) fn begin(self: &Arc<Self>, ttl: Ttl) -> Ticket {
+        let sent_at = Instant::now();
+        let bound = sent_at + ttl.as_duration();
+        let mut state = lock(&self.state);
+        let id = state.tickets;
+        state.tickets += 1;
+        let mut floor = bound;
+        for other in &mut state.prolongs {
+            floor = floor.min(other.bound);
+            other.floor = other.floor.min(bound);
+        }
+        state.prolongs.push(InFlight { id, bound, floor });
+        Ticket {
+            hold: Arc::clone(self),
+            id,
+            sent_at,
+            ttl,
+            done: false,
+        }
+    }
+
+    /// Takes in the answer of the prolong `id` (`None`: it failed, or was cancelled, and
+    /// may or may not have been applied).
+    fn finish(&self, id: u64, ttl: Ttl, answer: Option<ProlongOutcome>) {
+        let moved_earlier = {
+            let mut state = lock(&self.state);
+            let Some(at) = state.prolongs.iter().position(|p| p.id == id) else {
+                return;
+            };
+            let call = state.prolongs.swap_remove(at);
+            let before = state.until;
+            match answer {
+                Some(ProlongOutcome::Prolonged | ProlongOutcome::ProlongedLate) => {
+                    state.until = call.floor;
+                    state.ttl = ttl;
+                }
+                // Lost: the signal fires below; the validity no longer matters.
+                Some(ProlongOutcome::Lost) => {}
+                None => state.until = state.until.min(call.bound),
+            }
+            state.until < before
+        };
+        match answer {
+            Some(ProlongOutcome::Lost) => self.mark_lost("a prolong answered Lost"),
+            Some(ProlongOutcome::ProlongedLate) => {
+                tracing::warn!(key = %self.key, fencing = %self.fencing, "prolonged late: the lock had expired, nobody took it meanwhile")
+            }
+            _ => {}
+        }
+        if moved_earlier {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Gives back one hold of the lock on the backend. `last`: no other guard of this hold
+    /// remains, so holds the backend still counts for the token (a reentrant grant whose
+    /// reply was lost) are given back too.
+    pub(crate) async fn release(
+        &self,
+        delay_after: Option<Ttl>,
+        last: bool,
+    ) -> Result<ReleaseOutcome> {
+        // A hold count is a u32, but a backend that keeps answering `Decremented` must not
+        // keep this call going for ever.
+        const MAX_ROUNDS: u32 = 1024;
+        let req = ReleaseRequest {
+            key: &self.key,
+            token: &self.token,
+            delay_after,
+        };
+        let mut outcome = self.backend.release(req).await?;
+        let mut rounds = 1;
+        while last && matches!(outcome, ReleaseOutcome::Decremented { .. }) && rounds < MAX_ROUNDS {
+            tracing::debug!(key = %self.key, "the backend counted holds no guard has: giving them back");
+            outcome = self.backend.release(req).await?;
+            rounds += 1;
+        }
+        match outcome {
+            ReleaseOutcome::Lost => self.mark_lost("the release answered Lost"),
+            ReleaseOutcome::ReleasedLate => {
+                tracing::warn!(key = %self.key, fencing = %self.fencing, "released late: the lock had expired before the release")
+            }
+            ReleaseOutcome::Released | ReleaseOutcome::Decremented { .. } => {}
+        }
+        let freed = matches!(
+            outcome,
+            ReleaseOutcome::Released | ReleaseOutcome::ReleasedLate
+        );
+        if freed && !last && !self.is_over() {
+            // A late release frees the lock whatever the hold count: the other guards of
+            // this hold no longer hold it.
+            self.mark_lost("a release by another guard of the same hold freed the lock");
+        }
+        Ok(outcome)
+    }
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("backend", &self.backend.name())
+            .field("key", &self.key)
+            .field("token", &self.token)
+            .field("fencing", &self.fencing)
+            .field("lost", &lock(&self.state).lost.lost)
+            .finish()
+    }
+}
+
+/// A prolong of a hold in flight; see [`Hold::begin`].
+pub(crate) struct Ticket {
+    hold: Arc<Hold>,
+    id: u64,
+    /// When it was sent.
+    pub(crate) sent_at: Instant,
+    /// The ttl it asks for.
+    pub(crate) ttl: Ttl,
+    done: bool,
+}
+
+impl Ticket {
+    /// The prolong's answer; `None` for a failure.
+    pub(crate) fn finish(mut self, answer: Option<ProlongOutcome>) {
+        self.done = true;
+        self.hold.finish(self.id, self.ttl, answer);
+    }
+
+    /// The hold it prolongs.
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.done {
+            self.hold.finish(self.id, self.ttl, None);
+        }
+    }
+}
+
+/// Fires the lost signal when the validity runs out; follows every move of the validity;
+/// ends when the hold is over or lost.
+async fn expiry_timer(hold: Arc<Hold>) {
+    struct Running<'a>(&'a Hold);
+    impl Drop for Running<'_> {
+        fn drop(&mut self) {
+            lock(&self.0.state).timer = false;
+        }
+    }
+    let _running = Running(&hold);
+    loop {
+        let changed = hold.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let until = {
+            let state = lock(&hold.state);
+            if state.over || state.lost.lost {
+                return;
+            }
+            state.until
+        };
+        if until <= Instant::now() {
+            hold.mark_lost("its validity ran out before it was prolonged");
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => {}
+            () = changed => {}
+        }
+    }
+}
