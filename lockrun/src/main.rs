@@ -7,12 +7,19 @@
 //! lockrun release --key nightly-report --force
 //! ```
 //!
+//! COMMAND runs in a process group of its own (unless standard input is a terminal, so that
+//! it can read it): every signal lockrun passes on goes to the whole group, processes
+//! COMMAND leaves behind get SIGTERM (SIGKILL after `--kill-after`) before the lock is
+//! released, and if lockrun itself dies, even by `kill -9`, a guardian process kills the
+//! group, so nothing runs on without the lock.
+//!
 //! Exit status: COMMAND's own (128 + N if a signal N ended it); 75 when the lock was not
 //! obtained within `--wait` (like `flock -E 75`); 76 when the lock was lost while COMMAND ran
 //! (COMMAND got SIGTERM, then SIGKILL after `--kill-after`); 78 for a configuration error;
 //! 69 when the backend failed; 127 / 126 when COMMAND cannot be found / run; 2 for a usage
 //! error.
 
+mod child;
 mod run;
 
 use std::ffi::OsString;
@@ -39,7 +46,10 @@ pub(crate) const EXIT_CONFIG: u8 = 78;
     about = "Run a command under a distributed lock (file, Redis or Postgres).",
     long_about = "Obtains the lock KEY (waiting up to --wait), runs COMMAND while a watchdog \
                   prolongs the lock, releases it when COMMAND ends and exits with COMMAND's \
-                  status.\n\nExit status: COMMAND's own (128+N if signal N ended it); 75 lock \
+                  status.\n\nCOMMAND runs in a process group of its own (unless standard \
+                  input is a terminal): signals reach its children too, processes it leaves \
+                  behind are stopped before the release, and if lockrun is killed a guardian \
+                  kills the group.\n\nExit status: COMMAND's own (128+N if signal N ended it); 75 lock \
                   not obtained in time; 76 lock lost while COMMAND ran (COMMAND got SIGTERM, \
                   then SIGKILL after --kill-after); 78 configuration error; 69 backend \
                   failure; 127/126 COMMAND not found / not executable; 2 usage error.",
@@ -113,6 +123,9 @@ enum Sub {
         #[arg(long)]
         force: bool,
     },
+    /// Internal: the guardian that kills COMMAND's process group if lockrun dies.
+    #[command(hide = true)]
+    Guard,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -166,6 +179,9 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    if let Some(Sub::Guard) = cli.sub {
+        return child::guard();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -178,6 +194,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.sub {
+            Some(Sub::Guard) => child::guard(),
             Some(Sub::Inspect) => look(&cli.common, Look::Inspect).await,
             Some(Sub::Release { force }) => {
                 if !force {

@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lock_config::LockConfig;
-use lock_core::{Attempt, Busy, Key, ReleaseOutcome};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use lock_core::{Attempt, Busy, Key, ReleaseOutcome, Ttl};
+use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::{fail, RunArgs, EXIT_BUSY, EXIT_LOST};
+use crate::child::Command;
+use crate::{fail, RunArgs, EXIT_BUSY, EXIT_CONFIG, EXIT_LOST};
 
 /// The signals passed on to COMMAND.
 const FORWARDED: [(SignalKind, Signal); 6] = [
@@ -29,6 +29,14 @@ pub(crate) async fn run(
     args: &RunArgs,
     command: Vec<OsString>,
 ) -> ExitCode {
+    // Checked before anything runs: refused after COMMAND, it would leave the lock held
+    // for a ttl.
+    if !args.delay_after.is_zero() {
+        if let Err(e) = Ttl::new(args.delay_after) {
+            eprintln!("lockrun: --delay-after: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
     let locker = match config.locker().await {
         Ok(l) => l,
         Err(e) => return fail(&e),
@@ -67,7 +75,7 @@ pub(crate) async fn run(
         }
     };
     let (program, rest) = command.split_first().expect("clap requires COMMAND");
-    let mut child = match tokio::process::Command::new(program).args(rest).spawn() {
+    let mut child = match Command::spawn(program, rest) {
         Ok(c) => c,
         Err(e) => {
             let status = if e.kind() == std::io::ErrorKind::NotFound {
@@ -78,12 +86,6 @@ pub(crate) async fn run(
             eprintln!("lockrun: cannot run {}: {e}", program.to_string_lossy());
             let _ = guard.release().await;
             return ExitCode::from(status);
-        }
-    };
-    let pid = child.id().map(|id| Pid::from_raw(id as i32));
-    let send = |sig: Signal| {
-        if let Some(pid) = pid {
-            let _ = kill(pid, sig);
         }
     };
     let lost = guard.lost();
@@ -100,18 +102,20 @@ pub(crate) async fn run(
                     program.to_string_lossy(),
                     args.kill_after
                 );
-                send(Signal::SIGTERM);
+                child.signal(Signal::SIGTERM);
                 match tokio::time::timeout(args.kill_after, child.wait()).await {
                     Ok(status) => break status,
                     Err(_) => {
-                        send(Signal::SIGKILL);
+                        child.signal(Signal::SIGKILL);
                         break child.wait().await;
                     }
                 }
             }
-            sig = next_signal(&mut signals) => send(sig),
+            sig = next_signal(&mut signals) => child.signal(sig),
         }
     };
+    // The lock covers COMMAND's own children too: none may run on after the release.
+    child.finish(args.kill_after).await;
     let code = match status {
         Ok(s) => s
             .code()

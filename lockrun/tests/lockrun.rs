@@ -333,3 +333,134 @@ fn help_never_shows_the_password_in_lock_url() {
         );
     }
 }
+
+/// Whether process `pid` runs (a zombie waiting to be reaped does not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
+            state != "Z" && state != "X"
+        }
+        Err(_) => false,
+    }
+}
+
+/// The pids a COMMAND wrote to `file`, one per line, once it has written `n` of them.
+fn pids(file: &std::path::Path, n: usize) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.len() >= n {
+                return pids;
+            }
+        }
+        assert!(Instant::now() < deadline, "COMMAND never wrote its pids");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn gone_within(pids: &[i32], within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while pids.iter().any(|&p| alive(p)) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// A COMMAND that starts a child of its own, writes both pids to `file`, and waits.
+fn forking_command(file: &std::path::Path) -> String {
+    format!(
+        "sleep 60 & echo $! >> {f}; echo $$ >> {f}; wait",
+        f = file.display()
+    )
+}
+
+#[test]
+fn killing_lockrun_kills_the_command_and_its_children() {
+    let env = Env::new("file");
+    let file = std::env::temp_dir().join(format!("lockrun-pids-{}", unique()));
+    let mut run = env.spawn(&["--", "sh", "-c", &forking_command(&file)]);
+    let pids = pids(&file, 2);
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = run.wait();
+    let gone = gone_within(&pids, Duration::from_secs(10));
+    for &p in &pids {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        gone,
+        "COMMAND and its child ran on after lockrun was killed: {pids:?}"
+    );
+}
+
+#[test]
+fn a_lost_lock_stops_the_commands_children_before_lockrun_exits() {
+    let env = Env::new("file");
+    let file = std::env::temp_dir().join(format!("lockrun-pids-{}", unique()));
+    let mut run = env.spawn(&[
+        "--ttl",
+        "1s",
+        "--kill-after",
+        "5s",
+        "--",
+        "sh",
+        "-c",
+        &forking_command(&file),
+    ]);
+    let pids = pids(&file, 2);
+    assert!(env.output(&["release", "--force"]).status.success());
+    let status = wait_exit(&mut run, Duration::from_secs(30));
+    let running: Vec<i32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    for &p in &pids {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(status.code(), Some(76));
+    assert!(
+        running.is_empty(),
+        "still running after exit 76: {running:?}"
+    );
+}
+
+#[test]
+fn children_left_behind_are_stopped_before_the_release() {
+    let env = Env::new("file");
+    let file = std::env::temp_dir().join(format!("lockrun-pids-{}", unique()));
+    // COMMAND exits at once and leaves its child working.
+    let script = format!("sleep 60 & echo $! >> {}", file.display());
+    let out = env.output(&["--kill-after", "5s", "--", "sh", "-c", &script]);
+    let pids = pids(&file, 1);
+    let running = alive(pids[0]);
+    let _ = kill(Pid::from_raw(pids[0]), Signal::SIGKILL);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!running, "the child outlived lockrun and the lock");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("still run"));
+    assert_eq!(env.state()["state"], "free");
+}
+
+#[test]
+fn a_delay_after_out_of_range_is_refused_before_command_runs() {
+    let env = Env::new("file");
+    let file = std::env::temp_dir().join(format!("lockrun-ran-{}", unique()));
+    let script = format!("touch {}", file.display());
+    let out = env.output(&["--delay-after", "400d", "--", "sh", "-c", &script]);
+    let ran = file.exists();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(!ran, "COMMAND ran although its options were refused");
+    assert_eq!(env.state()["state"], "free");
+}
