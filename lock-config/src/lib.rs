@@ -75,7 +75,9 @@ fn config_error(message: impl Into<String>) -> Error {
 /// Durations are human strings (`30s`, `5m`, `1h`); `retry` is `none`, `linear:<interval>`,
 /// `exponential:<min>..<max>`, each optionally followed by `+notified`, or `notified`
 /// (the default: woken by the backend's release notification, with a jittered fallback poll).
-#[derive(Debug, Clone, Default, Deserialize)]
+///
+/// Its `Debug` output masks the URL's password (see [`redact`]).
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockConfig {
     /// The backend URL; see the crate docs.
@@ -95,6 +97,19 @@ pub struct LockConfig {
     /// The retry strategy while waiting.
     #[serde(default)]
     pub retry: Option<String>,
+}
+
+impl std::fmt::Debug for LockConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockConfig")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("grace", &self.grace)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl LockConfig {
@@ -498,5 +513,14 @@ mod tests {
             guard.remaining() > std::time::Duration::from_secs(240),
             "ttl 5m applied"
         );
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let config =
+            LockConfig::from_url("redis://locker:s3cret-pw@cache:6379/0?password=s3cret-q");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("cache:6379"), "{shown}");
     }
 }

@@ -2,6 +2,36 @@
 
 use std::time::Duration;
 
+/// The longest deadline a backend accepts for one call: an hour. A deadline bounds how long
+/// a caller waits for one obtain, prolong or release, so past a few seconds it only delays
+/// the answer; and a duration too large to add to a clock reading must never reach one.
+pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Checks a backend's deadline for one call: longer than zero and at most
+/// [`MAX_CALL_TIMEOUT`]. The error is a message for the backend's configuration error.
+///
+/// ```
+/// use std::time::Duration;
+/// assert!(lock_core::check_call_timeout(Duration::from_secs(2)).is_ok());
+/// assert!(lock_core::check_call_timeout(Duration::ZERO).is_err());
+/// assert!(lock_core::check_call_timeout(Duration::MAX).is_err());
+/// ```
+///
+/// # Errors
+/// What is wrong, for the user to read.
+pub fn check_call_timeout(timeout: Duration) -> Result<Duration, String> {
+    if timeout.is_zero() {
+        Err("the deadline of a call must be longer than zero".to_owned())
+    } else if timeout > MAX_CALL_TIMEOUT {
+        Err(format!(
+            "the deadline of a call must be at most {}s, got {timeout:?}",
+            MAX_CALL_TIMEOUT.as_secs()
+        ))
+    } else {
+        Ok(timeout)
+    }
+}
+
 /// Parses `text` as a duration; `None` if it is not one.
 ///
 /// ```

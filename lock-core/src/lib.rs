@@ -72,7 +72,7 @@ pub use backend::{
     prolongate_each, Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest,
     ReleaseSubscription, PROLONG_MANY_CONCURRENCY,
 };
-pub use duration::parse_duration;
+pub use duration::{check_call_timeout, parse_duration, MAX_CALL_TIMEOUT};
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::{LockGuard, LostFuture};
 pub use holder::HolderInfo;

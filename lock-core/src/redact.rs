@@ -16,40 +16,38 @@
 ///     "postgres://u@h/db?password=***&sslmode=require"
 /// );
 /// ```
+///
+/// A password with unescaped `@`, `/`, `?` or `#` in it is still masked whole: the user info
+/// ends at the *last* `@`. The price: a URL without user info but with an `@` and a `:` in
+/// its path or query shows less than it could (`h:***@…`), never more.
 pub fn redact_url(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return redact_query(url);
     };
-    let mut out = match base.split_once("://") {
-        Some((scheme, rest)) => {
-            let authority_end = rest.find('/').unwrap_or(rest.len());
-            match rest[..authority_end].rfind('@') {
-                Some(at) => {
-                    let userinfo = &rest[..at];
-                    let masked = match userinfo.split_once(':') {
-                        Some((user, _)) => format!("{user}:***"),
-                        None => userinfo.to_owned(),
-                    };
-                    format!("{scheme}://{masked}{}", &rest[at..])
-                }
-                None => base.to_owned(),
-            }
-        }
-        None => base.to_owned(),
+    let Some(at) = rest.rfind('@') else {
+        return format!("{scheme}://{}", redact_query(rest));
     };
-    if let Some(query) = query {
-        let pairs: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => pair.to_owned(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&pairs.join("&"));
-    }
-    out
+    let userinfo = &rest[..at];
+    let masked = match userinfo.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => userinfo.to_owned(),
+    };
+    format!("{scheme}://{masked}@{}", redact_query(&rest[at + 1..]))
+}
+
+/// `text` with the value of any `password=` query option masked.
+fn redact_query(text: &str) -> String {
+    let Some((base, query)) = text.split_once('?') else {
+        return text.to_owned();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", pairs.join("&"))
 }
 
 #[cfg(test)]
@@ -71,6 +69,13 @@ mod tests {
                 "postgres://h/d?PASSWORD=***",
             ),
             ("file:///var/lock", "file:///var/lock"),
+            ("redis://u:pa?ss=secret@h/0", "redis://u:***@h/0"),
+            ("redis://u:pa/secret@h/0?x=1", "redis://u:***@h/0?x=1"),
+            ("redis://u:pa#secret@h/0", "redis://u:***@h/0"),
+            (
+                "redis://u:secret@h/0?password=secret",
+                "redis://u:***@h/0?password=***",
+            ),
             ("no url at all", "no url at all"),
         ] {
             assert_eq!(redact_url(url), shown);

@@ -93,13 +93,19 @@ impl Retry {
         }
         match self.schedule {
             Schedule::Never => None,
-            Schedule::Linear(interval) => Some(interval.mul_f64(0.5 + fastrand::f64())),
+            Schedule::Linear(interval) => Some(scale(interval, 0.5 + fastrand::f64())),
             Schedule::Exponential { min, max } => {
                 let step = min.saturating_mul(1u32 << retry.min(31)).min(max);
-                Some(step.mul_f64(1.0 + fastrand::f64() / 2.0).min(max))
+                Some(scale(step, 1.0 + fastrand::f64() / 2.0).min(max))
             }
         }
     }
+}
+
+/// `d` times `factor` (non-negative), saturating at [`Duration::MAX`] where
+/// `Duration::mul_f64` would panic.
+fn scale(d: Duration, factor: f64) -> Duration {
+    Duration::try_from_secs_f64(d.as_secs_f64() * factor).unwrap_or(Duration::MAX)
 }
 
 impl Default for Retry {
@@ -137,6 +143,13 @@ mod tests {
             let i = Duration::from_millis(ms);
             let d = Retry::linear(i).delay(n).unwrap();
             prop_assert!(d >= i / 2 && d <= i.mul_f64(1.5));
+        }
+
+        #[test]
+        fn huge_intervals_saturate_instead_of_panicking(secs in (u64::MAX / 4)..=u64::MAX, n in 0u32..64) {
+            let huge = Duration::new(secs, 999_999_999);
+            prop_assert!(Retry::linear(huge).delay(n).unwrap() >= huge / 2);
+            prop_assert!(Retry::exponential(huge, Duration::MAX).delay(n).unwrap() >= huge);
         }
 
         #[test]

@@ -272,7 +272,22 @@ impl Slots {
             .enumerate()
             .filter_map(|(i, slot)| Some((i, slot.as_ref().ok()?.as_ref()?.seq)))
             .max_by_key(|&(_, seq)| seq);
-        let (slot, seq) = newest.map_or((1, 1), |(i, seq)| (1 - i, seq + 1));
+        let (slot, seq) = match newest {
+            None => (1, 1),
+            Some((i, seq)) => (
+                1 - i,
+                // A wrapped counter would leave the old record the newest for ever, every
+                // write after it lost. lock-file counts one per write from 1: no file it
+                // wrote gets here.
+                seq.checked_add(1).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the record's write counter (seq) is at its maximum, which lock-file \
+                         never writes",
+                    )
+                })?,
+            ),
+        };
         record.v = VERSION;
         record.seq = seq;
         let line = record.encode();
@@ -341,6 +356,10 @@ fn io_error(op: Operation, path: &Path, e: io::Error) -> Error {
             "the record is a symlink, which lock-file never follows",
         ),
         _ => match e.kind() {
+            io::ErrorKind::InvalidData => (
+                ErrorKind::Corrupt,
+                "the file was not written by lock-file: inspect it, then remove it",
+            ),
             io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => (
                 ErrorKind::PermissionDenied,
                 "check the lock directory's owner and mode",
@@ -510,5 +529,16 @@ mod tests {
             assert_eq!(now.current().unwrap().map(|r| r.fencing), Some(fencing));
         }
         assert_eq!(writes, 3);
+    }
+
+    #[test]
+    fn a_record_whose_seq_is_at_its_maximum_is_refused_not_wrapped() {
+        let mut newest = record("k", 1);
+        newest.seq = u64::MAX;
+        let slots = Slots([Ok(Some(newest)), Ok(None)]);
+        let err = slots.next(record("k", 2)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let err = io_error(Operation::Obtain, Path::new("/locks/k"), err);
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
     }
 }

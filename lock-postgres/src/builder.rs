@@ -248,9 +248,7 @@ impl PostgresBuilder {
             ))
         })?;
         let grace = self.grace.map(Grace::new).transpose()?;
-        if self.timeout.is_zero() {
-            return Err(config("the deadline of a call must be longer than zero"));
-        }
+        lock_core::check_call_timeout(self.timeout).map_err(config)?;
         let (pool, application_name) = match self.source {
             Source::Pool(pool) => {
                 let name = pool
@@ -402,6 +400,10 @@ mod tests {
             (
                 PostgresBackend::builder(url).timeout(Duration::ZERO),
                 "longer than zero",
+            ),
+            (
+                PostgresBackend::builder(url).timeout(Duration::MAX),
+                "at most 3600s",
             ),
             (
                 PostgresBackend::builder("mysql://x/y"),

@@ -219,12 +219,7 @@ impl RedisBuilder {
             Variant::Watch => watch::NAME,
         };
         let grace = self.grace.map(Grace::new).transpose()?;
-        if self.timeout.is_zero() {
-            return Err(config(
-                name,
-                "the deadline of a call must be longer than zero",
-            ));
-        }
+        lock_core::check_call_timeout(self.timeout).map_err(|e| config(name, e))?;
         if let Some((_, t)) = self.acks {
             if t.is_zero() || t >= self.timeout {
                 return Err(config(
