@@ -324,6 +324,10 @@ impl RedisBuilder {
             .push_sender(sharded.sender())
             .connection_timeout(Duration::from_secs(2))
             .response_timeout(self.timeout)
+            // Nothing is sent again behind our back: after a connection cut under a call the
+            // client would re-send a call the server may have applied (an obtain or a release
+            // applied twice). link.rs sends again only what a node refused before running it.
+            .retries(0)
             .node_address_map(map.for_cluster())
             .build()
             .map_err(|e| map_error(name, op, e))?;

@@ -48,23 +48,32 @@ impl Link {
         matches!(self.kind, LinkKind::Cluster(_))
     }
 
-    /// Runs `call`, an `EVALSHA` of `script`; a server that does not know the script
-    /// (`NOSCRIPT`: restarted, `SCRIPT FLUSH`, a failover or a new cluster node) gets it
-    /// with `SCRIPT LOAD`, and the call is sent again (a script that was not known was not
-    /// run, so this never applies a request twice).
+    /// Runs `call`, an `EVALSHA` of `script` on the record `keys` names; a server that does
+    /// not know the script (`NOSCRIPT`: restarted, `SCRIPT FLUSH`, a failover or a new
+    /// cluster node) gets it with `SCRIPT LOAD`, and the call is sent again (a script that
+    /// was not known was not run, so this never applies a request twice).
+    ///
+    /// When replicas are asked for, a `WAIT` goes in the same pipeline as the call, so on
+    /// the very connection that carried the write (sent on its own, it could go out on a
+    /// connection made after a reconnect or a failover, and ack at once); the second value
+    /// is how many replicas acked, for the caller to check when the call wrote.
     pub(crate) async fn invoke(
         &self,
         call: &redis::Cmd,
         script: &Script,
+        keys: &LockKeys,
         name: &'static str,
         op: Operation,
-    ) -> Result<Vec<String>> {
+    ) -> Result<(Vec<String>, Option<u32>)> {
+        let acks = self.acks;
         match &self.kind {
-            LinkKind::Server { conn, .. } => evalsha(call, script, &mut conn.clone()).await,
-            LinkKind::Cluster(c) => evalsha(call, script, &mut c.clone()).await,
+            LinkKind::Server { conn, .. } => {
+                evalsha_then_wait(call, script, acks, &mut conn.clone()).await
+            }
+            LinkKind::Cluster(c) => cluster_evalsha(call, script, acks, keys, c).await,
             LinkKind::Sentinel(s) => {
                 let mut conn = s.connection(name, op).await?;
-                let reply = evalsha(call, script, &mut conn).await;
+                let reply = evalsha_then_wait(call, script, acks, &mut conn).await;
                 if let Err(e) = &reply {
                     s.failed(e);
                 }
@@ -72,6 +81,19 @@ impl Link {
             }
         }
         .map_err(|e| map_error(name, op, e))
+    }
+
+    /// Checks the replicas a call that wrote reached, when replicas are asked for.
+    pub(crate) fn check_acks(
+        &self,
+        acked: Option<u32>,
+        name: &'static str,
+        op: Operation,
+    ) -> Result<()> {
+        match self.acks {
+            Some(acks) => acks.check(acked, name, op),
+            None => Ok(()),
+        }
     }
 
     /// Runs `pipe` on the connection of a single server or of the sentinels' primary, with
@@ -118,37 +140,6 @@ impl Link {
         Ok(replies)
     }
 
-    /// After a write of `keys`' record: waits for the replicas asked for (if any) on the
-    /// connection that wrote it.
-    pub(crate) async fn await_replicas(
-        &self,
-        keys: &LockKeys,
-        name: &'static str,
-        op: Operation,
-    ) -> Result<()> {
-        let Some(acks) = self.acks else {
-            return Ok(());
-        };
-        match &self.kind {
-            LinkKind::Server { conn, .. } => acks.await_on(&mut conn.clone(), name, op).await,
-            LinkKind::Sentinel(s) => {
-                let mut conn = s.connection(name, op).await?;
-                acks.await_on(&mut conn, name, op).await
-            }
-            LinkKind::Cluster(c) => {
-                // To the slot's primary: the connection the script's write went through.
-                let route = Route::new(slot(&keys.record), SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                let reply = c
-                    .clone()
-                    .route_command(acks.command(), routing)
-                    .await
-                    .map_err(|e| map_error(name, op, e))?;
-                acks.check(redis::from_redis_value(reply).ok(), name, op)
-            }
-        }
-    }
-
     /// `(node, id)` of each command connection: `CLIENT ID` on every node it reaches.
     pub(crate) async fn client_ids(&self, name: &'static str) -> Result<Vec<(String, i64)>> {
         let op = Operation::Inspect;
@@ -191,6 +182,133 @@ impl Link {
         if let LinkKind::Sentinel(s) = &self.kind {
             s.forget();
         }
+    }
+}
+
+/// `call`, then a `WAIT` when `acks` asks for one, in one pipeline on `conn`; `call` is
+/// sent again after a `SCRIPT LOAD` if the server did not know the script.
+async fn evalsha_then_wait(
+    call: &redis::Cmd,
+    script: &Script,
+    acks: Option<Acks>,
+    conn: &mut impl ConnectionLike,
+) -> redis::RedisResult<(Vec<String>, Option<u32>)> {
+    let Some(acks) = acks else {
+        return Ok((evalsha(call, script, conn).await?, None));
+    };
+    for loaded in [false, true] {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(call.clone()).add_command(acks.command());
+        let mut replies: Vec<redis::RedisResult<Value>> = pipe.query_async(conn).await?;
+        let waited = replies.pop();
+        let reply = replies.pop().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Client, "a pipeline of two gave no reply"))
+        })?;
+        match reply {
+            Err(e) if !loaded && is_noscript(&e) => {
+                script.load_async(conn).await?;
+            }
+            reply => {
+                let acked = waited
+                    .and_then(|r| r.ok())
+                    .and_then(|v| redis::from_redis_value(v).ok());
+                return Ok((redis::from_redis_value(reply?)?, acked));
+            }
+        }
+    }
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "the server answered NOSCRIPT right after SCRIPT LOAD",
+    )))
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// [`evalsha_then_wait`] on a cluster, to the primary of the record's slot. The cluster
+/// client re-sends nothing by itself (its retries are off: after a connection cut under a
+/// call it would send again a call the server may have applied, and an obtain or a release
+/// is not idempotent). What a node refused *before running it* is sent again here, after a
+/// pause in which the client refreshes its map of slots: `MOVED`, `ASK`, `TRYAGAIN`,
+/// `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY`, or no connection to the node yet.
+/// The call's deadline bounds the loop.
+async fn cluster_evalsha(
+    call: &redis::Cmd,
+    script: &Script,
+    acks: Option<Acks>,
+    keys: &LockKeys,
+    conn: &ClusterConnection,
+) -> redis::RedisResult<(Vec<String>, Option<u32>)> {
+    const MAX_PAUSE: Duration = Duration::from_millis(100);
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let reply = match acks {
+            None => evalsha(call, script, &mut conn.clone())
+                .await
+                .map(|r| (r, None)),
+            Some(acks) => {
+                let route = Route::new(slot(&keys.record), SlotAddr::Master);
+                cluster_pipeline(call, script, acks, route, conn).await
+            }
+        };
+        match reply {
+            Err(e) if never_ran(&e) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            reply => return reply,
+        }
+    }
+}
+
+/// `call` and a `WAIT` in one pipeline to the node `route` names.
+async fn cluster_pipeline(
+    call: &redis::Cmd,
+    script: &Script,
+    acks: Acks,
+    route: Route,
+    conn: &ClusterConnection,
+) -> redis::RedisResult<(Vec<String>, Option<u32>)> {
+    for loaded in [false, true] {
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.clone()).add_command(acks.command());
+        let target = SingleNodeRoutingInfo::SpecificNode(route);
+        match conn.clone().route_pipeline(pipe, 0, 2, target).await {
+            Err(e) if !loaded && is_noscript(&e) => {
+                script.load_async(&mut conn.clone()).await?;
+            }
+            Err(e) => return Err(e),
+            Ok(mut replies) => {
+                let acked = replies.pop().and_then(|v| redis::from_redis_value(v).ok());
+                let reply = replies.pop().ok_or_else(|| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "a pipeline of two gave no reply",
+                    ))
+                })?;
+                return Ok((redis::from_redis_value(reply)?, acked));
+            }
+        }
+    }
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "the server answered NOSCRIPT right after SCRIPT LOAD",
+    )))
+}
+
+/// Whether the cluster refused the call before any node ran it, so that sending it again
+/// cannot apply it twice. An I/O error never counts: the call may have run.
+fn never_ran(e: &redis::RedisError) -> bool {
+    use redis::RetryMethod as M;
+    match e.kind() {
+        redis::ErrorKind::Server(_) => matches!(
+            e.retry_method(),
+            M::MovedRedirect | M::AskRedirect | M::WaitAndRetry | M::RefreshSlotsAndRetry
+        ),
+        redis::ErrorKind::ClusterConnectionNotFound => true,
+        _ => false,
     }
 }
 

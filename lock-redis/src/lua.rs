@@ -94,9 +94,12 @@ impl Lua {
     pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
         let op = req.operation();
         let call = self.command(keys, req);
-        let reply: Vec<String> = self.link.invoke(&call, &self.script, NAME, op).await?;
+        let (reply, acked) = self
+            .link
+            .invoke(&call, &self.script, keys, NAME, op)
+            .await?;
         if wrote(req, &reply) {
-            self.link.await_replicas(keys, NAME, op).await?;
+            self.link.check_acks(acked, NAME, op)?;
         }
         decode(req, &reply)
     }

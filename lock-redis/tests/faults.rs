@@ -550,3 +550,58 @@ async fn connecting_to_a_server_that_never_answers_gives_up_at_the_deadline() {
         "took {took:?}"
     );
 }
+
+/// A call that is not idempotent must never be re-sent behind the caller's back: the
+/// cluster client re-sent a release whose reply was cut off after the server applied it,
+/// and a lock held twice was freed (while its other guard still held it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_off_after_it_was_applied_is_never_sent_again_on_a_cluster() {
+    use lock_conformance::Harness;
+    use lock_core::{HolderInfo, LockState, ObtainRequest, ReleaseRequest, Token, Ttl};
+    for variant in BOTH {
+        let faulty = support::harness::Redis::cluster(variant)
+            .behind_faults()
+            .await
+            .expect("the cluster behind proxies");
+        let key = Key::new("held-twice").unwrap();
+        let token = Token::generate().unwrap();
+        let holder = HolderInfo::current();
+        let obtain = ObtainRequest {
+            key: &key,
+            token: &token,
+            ttl: Ttl::new(Duration::from_secs(30)).unwrap(),
+            holder: &holder,
+        };
+        for _ in 0..2 {
+            let got = faulty.backend.obtain(obtain).await.unwrap();
+            assert!(!matches!(got, lock_core::ObtainOutcome::Busy(_)), "{got:?}");
+        }
+        // The release reaches the server; its reply waits in the proxy, and the
+        // connection is cut under it.
+        faulty.faults.delay_replies(Duration::from_millis(400));
+        let backend = Arc::clone(&faulty.backend);
+        let release = tokio::spawn(async move {
+            let req = ReleaseRequest {
+                key: &key,
+                token: &token,
+                delay_after: None,
+            };
+            backend.release(req).await
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        faulty.faults.cut();
+        faulty.faults.heal();
+        let answer = release.await.unwrap();
+        let key = Key::new("held-twice").unwrap();
+        let state = faulty.direct.inspect(&key).await.unwrap();
+        assert!(
+            matches!(state, LockState::Held { holds: 1, .. }),
+            "{variant:?}: one release, one hold less; the answer was {answer:?}, the state \
+             is {state:?}"
+        );
+        assert!(
+            !matches!(answer, Ok(ReleaseOutcome::Released)),
+            "{variant:?}: answered Released while a hold remains"
+        );
+    }
+}
