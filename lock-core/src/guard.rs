@@ -125,9 +125,11 @@ impl LockGuard {
             ObtainOutcome::Acquired { fencing, .. } => {
                 let sent_at = ticket.sent_at;
                 let ttl = ticket.ttl;
-                hold.detach("it expired, and reenter() obtained the lock afresh");
-                drop((ticket, reserved, retime));
+                drop(reserved);
+                let cap = hold.detach("it expired, and reenter() obtained the lock afresh");
+                drop((ticket, retime));
                 self.registry.renewals.remove(hold);
+                self.registry.forget(hold);
                 let grant = Grant {
                     backend: Arc::clone(&hold.backend),
                     key: hold.key.clone(),
@@ -136,6 +138,7 @@ impl LockGuard {
                     holder: Arc::clone(&hold.holder),
                     sent_at,
                     ttl,
+                    cap,
                 };
                 Ok(Attempt::Obtained(LockGuard::new(
                     grant,
@@ -234,7 +237,8 @@ impl LockGuard {
     /// ([`LockGuard::remaining`]), the lost signal and the watchdog's next renewal follow it
     /// (a watched guard is renewed with the new ttl from then on).
     ///
-    /// `Lost` fires [`LockGuard::lost`]; `ProlongedLate` is logged as a warning. A prolong
+    /// `Lost` fires [`LockGuard::lost`]; `ProlongedLate` is logged as a warning. A guard
+    /// detached by [`LockGuard::reenter`] sends nothing and answers `Lost`. A prolong
     /// that fails may have been applied: the validity then becomes no longer than `ttl`
     /// from the moment it was sent.
     ///
@@ -247,6 +251,10 @@ impl LockGuard {
     pub async fn prolongate(&self, ttl: Duration) -> Result<ProlongOutcome> {
         let ttl = Ttl::new(ttl)?;
         let hold = self.hold();
+        if hold.is_detached() {
+            // The token now holds a fresh acquisition, which is not this guard's to prolong.
+            return Ok(ProlongOutcome::Lost);
+        }
         self.keep_watch();
         let _retime = Retime::new(self);
         let ticket = hold.begin(ttl);

@@ -117,6 +117,8 @@ pub(crate) struct Grant {
     /// When the obtain that granted it was sent.
     pub(crate) sent_at: Instant,
     pub(crate) ttl: Ttl,
+    /// A bound the validity must not pass (a prolong with the same token still in flight).
+    pub(crate) cap: Option<Instant>,
 }
 
 impl Hold {
@@ -130,7 +132,11 @@ impl Hold {
             holder: grant.holder,
             watchdog,
             state: Mutex::new(State {
-                until: grant.sent_at + grant.ttl.as_duration(),
+                until: grant
+                    .cap
+                    .map_or(grant.sent_at + grant.ttl.as_duration(), |cap| {
+                        cap.min(grant.sent_at + grant.ttl.as_duration())
+                    }),
                 ttl: grant.ttl,
                 lost: LostSignal::default(),
                 guards: 1,
@@ -183,15 +189,19 @@ impl Hold {
     }
 
     /// Ends the hold for every guard of it: a fresh acquisition with the same token now
-    /// holds the key, so none of them may release or prolong it any more.
-    pub(crate) fn detach(&self, why: &str) {
-        {
+    /// holds the key, so none of them may release or prolong it any more. Returns the
+    /// earliest bound of its prolongs still in flight: sent with the same token, any of them
+    /// may yet land on the fresh acquisition, whose validity must not outlast it.
+    pub(crate) fn detach(&self, why: &str) -> Option<Instant> {
+        let in_flight = {
             let mut state = lock(&self.state);
             state.detached = true;
             state.over = true;
-        }
+            state.prolongs.iter().map(|p| p.bound).min()
+        };
         self.mark_lost(why);
         self.changed.notify_waiters();
+        in_flight
     }
 
     pub(crate) fn until(&self) -> Instant {

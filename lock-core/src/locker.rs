@@ -511,6 +511,7 @@ impl Plan<'_> {
                 holder: Arc::clone(&self.holder),
                 sent_at,
                 ttl: self.ttl,
+                cap: None,
             };
             return Ok(Attempt::Obtained(LockGuard::new(
                 grant,

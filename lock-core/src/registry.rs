@@ -72,6 +72,20 @@ impl Registry {
         }
     }
 
+    /// Takes every claim on `hold` out: a detached hold holds nothing any more. Its guards
+    /// still count themselves out of the hold when they are given back.
+    pub(crate) fn forget(&self, hold: &Arc<Hold>) {
+        let mut slab = lock(&self.slab);
+        let Slab { slots, free, len } = &mut *slab;
+        for (id, slot) in slots.iter_mut().enumerate() {
+            if slot.as_ref().is_some_and(|c| Arc::ptr_eq(&c.hold, hold)) {
+                *slot = None;
+                free.push(id);
+                *len -= 1;
+            }
+        }
+    }
+
     /// How many guards hold a claim.
     pub(crate) fn len(&self) -> usize {
         lock(&self.slab).len

@@ -66,6 +66,11 @@ impl Renewals {
     /// none runs. A prolong that shortened the validity brings the renewal forward with it.
     /// Does nothing for a hold that is over.
     pub(crate) fn schedule(self: &Arc<Self>, hold: &Arc<Hold>) {
+        self.schedule_after(hold, None);
+    }
+
+    /// As [`Renewals::schedule`], but no sooner than `earliest`.
+    fn schedule_after(self: &Arc<Self>, hold: &Arc<Hold>, earliest: Option<Instant>) {
         let Some(fraction) = hold.watchdog else {
             return;
         };
@@ -73,9 +78,12 @@ impl Renewals {
         let period = ttl.mul_f64(fraction).max(MIN_PERIOD);
         let until = hold.until();
         let due = until.checked_sub(ttl - period.min(ttl)).unwrap_or(until);
+        // After the rounding down, which can land before `earliest`.
+        let not_before = earliest.map(|earliest| earliest.min(until));
         self.insert(hold, |epoch| {
             let epoch = *epoch.get_or_insert(due.checked_sub(period).unwrap_or(due));
-            on_grid(epoch, due, period).min(due)
+            let at = on_grid(epoch, due, period).min(due);
+            not_before.map_or(at, |not_before| at.max(not_before))
         });
     }
 
@@ -317,7 +325,11 @@ async fn renew(mut batch: Batch) {
             Ok(outcome) => {
                 ticket.finish(Some(outcome));
                 if outcome != ProlongOutcome::Lost && !hold.is_marked_lost() {
-                    renewals.schedule(&hold);
+                    // A validity capped by a call still in flight (a prolong by hand that
+                    // hangs) leaves the next renewal due at once, and renewing cannot lift
+                    // the cap: the next one comes no sooner than a tenth of the ttl.
+                    let pause = (ttl.as_duration() / 10).max(MIN_PERIOD);
+                    renewals.schedule_after(&hold, Some(Instant::now() + pause));
                 }
             }
             Err(e) => {
