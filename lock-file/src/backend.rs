@@ -26,7 +26,11 @@ use crate::record::{Record, Stored, SLOT, VERSION};
 /// Each call does one short read-modify-write of one small file under `flock`, on the
 /// calling task's thread: the file lock is held for microseconds (no holder of the *lock*
 /// ever holds the *file* lock while it works), so handing each call to a blocking pool would
-/// cost more than it saves.
+/// cost more than it saves. The file lock itself is never waited for on the thread: a
+/// record another process holds (one stopped or frozen in the middle of its write) is tried
+/// again on the runtime's timer, and after [`FileBackend::FILE_LOCK_WAIT`] the call ends
+/// with a retry-safe [`ErrorKind::Unavailable`], so that a lock whose renewal waits behind
+/// it still hears its lost signal on time.
 #[derive(Debug, Clone)]
 pub struct FileBackend {
     dir: PathBuf,
@@ -36,6 +40,10 @@ pub struct FileBackend {
 impl FileBackend {
     /// The backend's name in errors and reports.
     pub const NAME: &'static str = "file";
+
+    /// How long a call waits for the file lock of a record another process holds (for
+    /// microseconds, unless it was stopped mid-write) before it fails, retry-safe.
+    pub const FILE_LOCK_WAIT: Duration = Duration::from_secs(2);
 
     /// Locks in `dir`, created (owner-only, 0700) if missing.
     ///
@@ -137,7 +145,7 @@ impl FileBackend {
 
     /// Opens and exclusively locks the record of `key`, lets the contract's rules decide on
     /// it (with the clock read after the file lock was taken), writes what they decided.
-    fn modify<O>(
+    async fn modify<O>(
         &self,
         key: &Key,
         op: Operation,
@@ -145,7 +153,7 @@ impl FileBackend {
     ) -> Result<O> {
         let path = self.record_path(key);
         let file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
-        file.lock().map_err(|e| io_error(op, &path, e))?;
+        file_lock(&file, Mode::Exclusive, &path, op).await?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
         let before = current(&slots, &path, key, op)?.map(Record::into_stored);
         let decision = decide(before.as_ref(), Clock::now());
@@ -216,6 +224,50 @@ impl Clock {
             ms: u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
             micros: u64::try_from(since.as_micros()).unwrap_or(u64::MAX),
         }
+    }
+}
+
+/// How a record's file lock is taken.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// To read it.
+    Shared,
+    /// To read and write it.
+    Exclusive,
+}
+
+/// Takes `file`'s lock without ever blocking the thread: another process holds it for
+/// microseconds, so it is tried again on the timer (from 100 µs, doubling up to 10 ms),
+/// for at most [`FileBackend::FILE_LOCK_WAIT`].
+async fn file_lock(file: &File, mode: Mode, path: &Path, op: Operation) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + FileBackend::FILE_LOCK_WAIT;
+    let mut pause = Duration::from_micros(100);
+    loop {
+        let tried = match mode {
+            Mode::Shared => file.try_lock_shared(),
+            Mode::Exclusive => file.try_lock(),
+        };
+        match tried {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_error(op, path, e)),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                FileBackend::NAME,
+                op,
+                format!(
+                    "{}: another process has held the record's file lock for over {:?}, \
+                     which lock-file never does (a process stopped or frozen while it \
+                     wrote?); the call is safe to retry",
+                    path.display(),
+                    FileBackend::FILE_LOCK_WAIT
+                ),
+            ));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(10));
     }
 }
 
@@ -407,6 +459,7 @@ impl LockBackend for FileBackend {
                 write: decision.write,
             }
         })
+        .await
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
@@ -415,6 +468,7 @@ impl LockBackend for FileBackend {
         self.modify(req.key, Operation::Prolongate, |record, clock| {
             rules::prolong(record, clock.rules(), &token, req.ttl, grace)
         })
+        .await
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
@@ -422,6 +476,7 @@ impl LockBackend for FileBackend {
         self.modify(req.key, Operation::Release, |record, clock| {
             rules::release(record, clock.rules(), &token, req.delay_after)
         })
+        .await
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
@@ -432,7 +487,7 @@ impl LockBackend for FileBackend {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LockState::Free),
             Err(e) => return Err(io_error(op, &path, e)),
         };
-        file.lock_shared().map_err(|e| io_error(op, &path, e))?;
+        file_lock(&file, Mode::Shared, &path, op).await?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
         let record = current(&slots, &path, key, op)?.map(Record::into_stored);
         Ok(rules::view(record.as_ref(), Clock::now().rules()).into_state())
@@ -442,7 +497,7 @@ impl LockBackend for FileBackend {
         let path = self.record_path(key);
         let op = Operation::ForceRelease;
         let file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
-        file.lock().map_err(|e| io_error(op, &path, e))?;
+        file_lock(&file, Mode::Exclusive, &path, op).await?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
         // A corrupt record is exactly what an operator breaks: it is replaced, not refused.
         let previous = slots

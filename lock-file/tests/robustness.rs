@@ -375,3 +375,62 @@ async fn version_1_records_are_still_read_and_upgraded() {
         ObtainOutcome::Acquired { .. }
     ));
 }
+
+/// A process stopped while it held a record's file lock (the microseconds of its write)
+/// must neither block the runtime's thread nor hang the call: the call ends, retry-safe,
+/// after `FILE_LOCK_WAIT`, and other tasks run meanwhile. On its own thread, so that a
+/// call that blocks the thread fails the test instead of hanging it.
+#[test]
+fn a_record_whose_file_lock_is_never_let_go_fails_in_time_without_blocking_the_thread() {
+    let (tmp, backend) = setup();
+    let key = Key::new("stuck").unwrap();
+    let (done, result) = std::sync::mpsc::channel();
+    let record = backend.record_path(&key);
+    // The file and its lock, as a stopped process would hold them.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&record)
+        .unwrap();
+    file.lock().unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(async {
+            let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counter = Arc::clone(&ticks);
+            let ticker = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+            let started = std::time::Instant::now();
+            let answer = obtain(&backend, &key).await;
+            ticker.abort();
+            (
+                answer,
+                started.elapsed(),
+                ticks.load(std::sync::atomic::Ordering::SeqCst),
+            )
+        });
+        let _ = done.send(outcome);
+    });
+    let (answer, took, ticks) = result
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the obtain hung on the file lock");
+    drop(file);
+    drop(tmp);
+    let err = answer.expect_err("nobody could read the record");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.is_retry_safe());
+    assert!(took >= FileBackend::FILE_LOCK_WAIT, "{took:?}");
+    assert!(
+        ticks >= 20,
+        "the runtime's thread was blocked: {ticks} ticks in {took:?}"
+    );
+}
