@@ -38,6 +38,9 @@ pub(crate) struct Notifier {
     /// Who waits on which channel: a message wakes one of them, in turn.
     waiters: Waiters,
     state: Arc<Mutex<Connection>>,
+    /// Dropped with the notifier (with its backend): ends the task that reads the pub/sub
+    /// connection, and so the connection, which would otherwise live on until a message.
+    closed: tokio::sync::watch::Sender<()>,
 }
 
 #[derive(Default)]
@@ -117,6 +120,7 @@ impl Sharded {
             sink: tokio::sync::Mutex::new(None),
             waiters: self.waiters,
             state: self.state,
+            closed: tokio::sync::watch::Sender::new(()),
         }
     }
 }
@@ -129,6 +133,7 @@ impl Notifier {
             sink: tokio::sync::Mutex::new(None),
             waiters: Waiters::default(),
             state: Arc::default(),
+            closed: tokio::sync::watch::Sender::new(()),
         }
     }
 
@@ -279,12 +284,16 @@ impl Notifier {
             st.generation
         };
         let (waiters, state) = (self.waiters.clone(), Arc::downgrade(&self.state));
+        let mut closed = self.closed.subscribe();
         tokio::spawn(async move {
-            while let Some(msg) = stream.next().await {
-                // The backend is gone: nobody to wake.
-                if state.strong_count() == 0 {
-                    return;
-                }
+            loop {
+                let msg = tokio::select! {
+                    msg = stream.next() => msg,
+                    // The backend is gone: nobody to wake; the connection closes with
+                    // this task.
+                    _ = closed.changed() => return,
+                };
+                let Some(msg) = msg else { break };
                 waiters.wake_one(msg.get_channel_name());
             }
             // The connection is gone: messages may have been missed, so wake everyone. (Behind

@@ -605,3 +605,41 @@ async fn a_release_cut_off_after_it_was_applied_is_never_sent_again_on_a_cluster
         );
     }
 }
+
+/// The number of pub/sub connections the server at `url` has.
+async fn pubsub_clients(url: &str) -> usize {
+    let mut admin = support::admin(url).await;
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_backend_closes_its_pubsub_connection() {
+    let server = PrivateRedis::start();
+    let key = Key::new("subscribed").unwrap();
+    for _ in 0..10 {
+        let backend = backend(&server.url, Variant::Lua).await;
+        let subscription = backend.subscribe(&key).await.unwrap();
+        assert!(subscription.is_some(), "the Lua variant notifies");
+        drop(subscription);
+        drop(backend);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = pubsub_clients(&server.url).await;
+        if open == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{open} pub/sub connections outlived their backends"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
