@@ -19,6 +19,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use lock_core::{Operation, ReleaseSubscription, Result, Waiters};
@@ -34,7 +35,7 @@ pub(crate) struct Notifier {
     backend: &'static str,
     /// The subscribing side of the connection, if one is open; held across the round trip
     /// of a (un)subscribe so those go out in order (on a cluster, only for the order).
-    sink: tokio::sync::Mutex<Option<PubSubSink>>,
+    sink: Arc<tokio::sync::Mutex<Option<PubSubSink>>>,
     /// Who waits on which channel: a message wakes one of them, in turn.
     waiters: Waiters,
     state: Arc<Mutex<Connection>>,
@@ -117,7 +118,7 @@ impl Sharded {
         Notifier {
             source: Source::Sharded(conn),
             backend,
-            sink: tokio::sync::Mutex::new(None),
+            sink: Arc::default(),
             waiters: self.waiters,
             state: self.state,
             closed: tokio::sync::watch::Sender::new(()),
@@ -130,7 +131,7 @@ impl Notifier {
         Notifier {
             source: Source::Plain(primary),
             backend,
-            sink: tokio::sync::Mutex::new(None),
+            sink: Arc::default(),
             waiters: Waiters::default(),
             state: Arc::default(),
             closed: tokio::sync::watch::Sender::new(()),
@@ -178,7 +179,7 @@ impl Notifier {
 
     async fn subscribe_on(
         &self,
-        primary: &Primary,
+        primary: &Arc<Primary>,
         sink: &mut Option<PubSubSink>,
         channel: &str,
     ) -> Result<ReleaseSubscription> {
@@ -194,7 +195,7 @@ impl Notifier {
             (self.take_stale(&mut st), fresh)
         };
         if sink.is_none() {
-            *sink = Some(self.connect(primary).await?);
+            *sink = Some(connect(&self.pipe(primary)).await?);
             // A new connection subscribes to everything still wanted, this channel included.
             let all = self.waiters.keys();
             if let Some(s) = sink.as_mut() {
@@ -267,45 +268,137 @@ impl Notifier {
         Ok(subscription)
     }
 
-    /// Opens the pub/sub connection and starts the task that hands its messages out.
-    async fn connect(&self, primary: &Primary) -> Result<PubSubSink> {
+    /// What the task reading a pub/sub connection needs to open the next one.
+    fn pipe(&self, primary: &Arc<Primary>) -> Pipe {
+        Pipe {
+            primary: Arc::clone(primary),
+            backend: self.backend,
+            waiters: self.waiters.clone(),
+            state: Arc::downgrade(&self.state),
+            sink: Arc::downgrade(&self.sink),
+            closed: self.closed.subscribe(),
+        }
+    }
+}
+
+/// A notifier's pub/sub side, as the task reading its connection holds it: weakly, so that
+/// the backend's drop ends the task.
+#[derive(Clone)]
+struct Pipe {
+    primary: Arc<Primary>,
+    backend: &'static str,
+    waiters: Waiters,
+    state: std::sync::Weak<Mutex<Connection>>,
+    sink: std::sync::Weak<tokio::sync::Mutex<Option<PubSubSink>>>,
+    closed: tokio::sync::watch::Receiver<()>,
+}
+
+/// How long opening a pub/sub connection and subscribing again may take after the last one
+/// dropped, before the next try.
+const RECONNECT_WITHIN: Duration = Duration::from_secs(2);
+
+/// Opens the pub/sub connection and starts the task that hands its messages out. (A boxed
+/// future of a named type: the task may open the next connection, so the future would
+/// otherwise contain itself.)
+fn connect(pipe: &Pipe) -> futures_util::future::BoxFuture<'_, Result<PubSubSink>> {
+    Box::pin(async move {
         let op = Operation::Subscribe;
-        let client = primary.client(self.backend, op).await?;
+        let client = pipe.primary.client(pipe.backend, op).await?;
         let pubsub = client.get_async_pubsub().await.map_err(|e| {
-            primary.failed(&e);
-            map_error(self.backend, op, e)
+            pipe.primary.failed(&e);
+            map_error(pipe.backend, op, e)
         })?;
         let (sink, mut stream) = pubsub.split();
+        let Some(state) = pipe.state.upgrade() else {
+            return Ok(sink);
+        };
         let generation = {
-            let mut st = lock(&self.state);
+            let mut st = lock(&state);
             st.generation += 1;
             st.connected = true;
             st.subscribed.clear();
             st.generation
         };
-        let (waiters, state) = (self.waiters.clone(), Arc::downgrade(&self.state));
-        let mut closed = self.closed.subscribe();
+        let mut pipe = pipe.clone();
         tokio::spawn(async move {
             loop {
                 let msg = tokio::select! {
                     msg = stream.next() => msg,
-                    // The backend is gone: nobody to wake; the connection closes with
-                    // this task.
-                    _ = closed.changed() => return,
+                    // The backend is gone: nobody to wake; the connection closes with this task.
+                    _ = pipe.closed.changed() => return,
                 };
                 let Some(msg) = msg else { break };
-                waiters.wake_one(msg.get_channel_name());
+                pipe.waiters.wake_one(msg.get_channel_name());
             }
             // The connection is gone: messages may have been missed, so wake everyone. (Behind
             // Sentinel the next connection asks for the primary again: it may have moved.)
-            if let Some(state) = state.upgrade() {
+            let Some(state) = pipe.state.upgrade() else {
+                return;
+            };
+            {
                 let mut st = lock(&state);
-                if st.generation == generation {
-                    st.connected = false;
-                    waiters.wake_all();
+                if st.generation != generation {
+                    return;
                 }
+                st.connected = false;
+                pipe.waiters.wake_all();
             }
+            drop(state);
+            resubscribe(pipe).await;
         });
         Ok(sink)
+    })
+}
+
+/// After the connection dropped: while anyone waits, opens a new one and subscribes again to
+/// every channel waited on, so that the waiters already waiting hear the next release (else
+/// they would hear nothing until a new waiter subscribed, and wait for their fallback
+/// poll). Tries again with a growing pause (50 ms to 1 s); stops when a subscription made
+/// the connection first, when nobody waits, or when the backend is gone.
+async fn resubscribe(mut pipe: Pipe) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            _ = pipe.closed.changed() => return,
+        }
+        pause = (pause * 2).min(Duration::from_secs(1));
+        let (Some(sink), Some(state)) = (pipe.sink.upgrade(), pipe.state.upgrade()) else {
+            return;
+        };
+        let mut sink = sink.lock().await;
+        if lock(&state).connected {
+            return;
+        }
+        let all = pipe.waiters.keys();
+        if all.is_empty() {
+            return;
+        }
+        let opened = tokio::time::timeout(RECONNECT_WITHIN, async {
+            let mut fresh = connect(&pipe).await?;
+            fresh
+                .subscribe(&all)
+                .await
+                .map_err(|e| map_error(pipe.backend, Operation::Subscribe, e))?;
+            Ok::<_, lock_core::Error>(fresh)
+        })
+        .await;
+        match opened {
+            Ok(Ok(fresh)) => {
+                lock(&state).subscribed = all.into_iter().collect();
+                *sink = Some(fresh);
+                // A release between the drop and now reached nobody.
+                pipe.waiters.wake_all();
+                return;
+            }
+            Ok(Err(e)) => {
+                lock(&state).connected = false;
+                tracing::debug!("pub/sub connection not back yet, waiters poll meanwhile: {e}");
+            }
+            Err(_) => {
+                lock(&state).connected = false;
+                tracing::debug!("pub/sub connection not back within {RECONNECT_WITHIN:?}");
+            }
+        }
     }
 }

@@ -643,3 +643,52 @@ async fn a_dropped_backend_closes_its_pubsub_connection() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_already_waiting_hear_releases_after_the_pubsub_connection_drops() {
+    let server = PrivateRedis::start();
+    let locker = locker(&server.url).await;
+    let holder = take(&locker, "handed-over").await;
+    // A fallback poll far longer than the test: only a notification hands the lock over.
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let got = locker
+                .lock("handed-over")
+                .retry(Retry::linear(Duration::from_secs(60)).notified())
+                .wait(Duration::from_secs(120))
+                .obtain()
+                .await
+                .unwrap();
+            (got.obtained().is_some(), std::time::Instant::now())
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pubsub_clients(&server.url).await == 0 {
+        assert!(std::time::Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut admin = support::admin(&server.url).await;
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // Time to subscribe again (the first try comes 50 ms after the drop).
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let released_at = std::time::Instant::now();
+    assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    let (got, at) = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter was never woken: deaf after its pub/sub connection dropped")
+        .unwrap();
+    assert!(got);
+    let waited = at.duration_since(released_at);
+    assert!(
+        waited < Duration::from_secs(5),
+        "handed over {waited:?} after the release"
+    );
+}
