@@ -665,7 +665,10 @@ async fn waiters_already_waiting_hear_releases_after_the_pubsub_connection_drops
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while pubsub_clients(&server.url).await == 0 {
-        assert!(std::time::Instant::now() < deadline, "the waiter never subscribed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never subscribed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
