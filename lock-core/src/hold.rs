@@ -260,7 +260,7 @@ impl Hold {
             }
             state.timer = true;
         }
-        runtime.spawn(expiry_timer(Arc::clone(self)));
+        runtime.spawn(expiry_timer(TimerMark(Arc::clone(self))));
     }
 
     /// Starts a prolong (or a reentrant obtain, which resets the ttl the same way) of this
@@ -296,6 +296,12 @@ impl Hold {
                 return;
             };
             let call = state.prolongs.swap_remove(at);
+            if state.over {
+                // Given back (or detached) while the prolong was in flight: its answer
+                // (`Lost`, once the release freed the record) is nobody's concern, and a
+                // released lock's lost signal never fires.
+                return;
+            }
             let before = state.until;
             match answer {
                 Some(ProlongOutcome::Prolonged | ProlongOutcome::ProlongedLate) => {
@@ -407,16 +413,21 @@ impl Drop for Ticket {
     }
 }
 
+/// A running expiry timer's mark in its hold, made before the task is spawned and owned by
+/// it: dropped with the task however it ends, even unpolled (its runtime ended first), so
+/// that the next use of the guard starts a new timer.
+struct TimerMark(Arc<Hold>);
+
+impl Drop for TimerMark {
+    fn drop(&mut self) {
+        lock(&self.0.state).timer = false;
+    }
+}
+
 /// Fires the lost signal when the validity runs out; follows every move of the validity;
 /// ends when the hold is over or lost.
-async fn expiry_timer(hold: Arc<Hold>) {
-    struct Running<'a>(&'a Hold);
-    impl Drop for Running<'_> {
-        fn drop(&mut self) {
-            lock(&self.0.state).timer = false;
-        }
-    }
-    let _running = Running(&hold);
+async fn expiry_timer(mark: TimerMark) {
+    let hold = &mark.0;
     loop {
         let changed = hold.changed.notified();
         tokio::pin!(changed);

@@ -574,6 +574,9 @@ async fn bad_input_is_refused_before_any_io() {
             .try_obtain()
             .await,
         locker.lock("k").watchdog_every(1.5).try_obtain().await,
+        // The bounds themselves: a period of nothing, or of the whole ttl.
+        locker.lock("k").watchdog_every(0.0).try_obtain().await,
+        locker.lock("k").watchdog_every(1.0).try_obtain().await,
     ];
     for (i, case) in cases.into_iter().enumerate() {
         assert_eq!(
@@ -591,6 +594,12 @@ async fn guard_debug_does_not_leak_the_token() {
     let guard = held(locker.lock("k")).await;
     let shown = format!("{guard:?}");
     assert!(shown.contains("Token(") && shown.contains('…'), "{shown}");
+    let lost = format!("{:?}", guard.lost());
+    assert!(
+        lost.starts_with("LostFuture") && lost.contains("\"k\""),
+        "{lost}"
+    );
+    assert!(!lost.contains("Token"), "{lost}");
     assert!(!shown.contains(&"0".repeat(32)));
 }
 

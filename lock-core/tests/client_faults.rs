@@ -29,6 +29,10 @@ struct Faulty {
     release_in_flight: Duration,
     /// Prolongs never come back.
     prolong_hangs: bool,
+    /// Prolongs take this long.
+    prolong_in_flight: Duration,
+    /// Prolongs asking for less than this are applied at once, and their reply is lost.
+    lose_short_prolong_replies: Duration,
     /// Prolongs panic (a user's backend with a bug).
     prolong_panics: bool,
     /// Prolongs of this key fail (`Unavailable`) this many times, then work.
@@ -74,6 +78,16 @@ impl LockBackend for Faulty {
             pending::<()>().await;
         }
         assert!(!self.prolong_panics, "a backend bug: prolongate panicked");
+        if req.ttl.as_duration() < self.lose_short_prolong_replies {
+            let _ = self.inner.prolongate(req).await;
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "faulty",
+                Operation::Prolongate,
+                "the reply was lost",
+            ));
+        }
+        tokio::time::sleep(self.prolong_in_flight).await;
         if let Some((key, times)) = self.prolong_fails {
             if req.key.as_str() == key
                 && self.prolong_failures.fetch_add(1, Ordering::SeqCst) < times
@@ -545,4 +559,150 @@ fn a_watched_guard_whose_runtime_ended_mid_batch_still_hears_lost_on_the_next() 
         "lost() must fire on the runtime the guard is used on"
     );
     assert!(guard.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reenter_cut_off_in_flight_gives_back_its_own_hold_only() {
+    let (faulty, locker) = locker(Faulty {
+        obtain_in_flight: ms(50),
+        ..Faulty::default()
+    });
+    let parent = held(locker.lock("k").ttl(ms(1_000)).watchdog()).await;
+    let cut = tokio::time::timeout(ms(10), parent.reenter()).await;
+    assert!(cut.is_err(), "cut off while its obtain was in flight");
+    // The obtain lands (a second hold), and its grant is given back: one hold, no more.
+    tokio::time::sleep(ms(200)).await;
+    assert!(
+        matches!(state(&locker, "k").await, LockState::Held { holds: 1, .. }),
+        "{:?}",
+        state(&locker, "k").await
+    );
+    assert!(!parent.is_lost());
+    assert_eq!(locker.held_count(), 1);
+    // The cut-off reenter left no guard behind: once the parent goes, the watchdog stops
+    // and nothing holds the lock.
+    assert_eq!(parent.release().await.unwrap(), ReleaseOutcome::Released);
+    tokio::time::sleep(ms(3_000)).await;
+    assert_eq!(state(&locker, "k").await, LockState::Free);
+    assert!(other(&faulty)
+        .lock("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .is_some());
+}
+
+#[test]
+fn a_watched_guard_used_on_a_new_runtime_is_renewed_again() {
+    let (_, locker) = locker(Faulty {
+        prolong_in_flight: ms(100),
+        ..Faulty::default()
+    });
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let guard = first.block_on(async {
+        let guard = held(locker.lock("k").ttl(ms(600)).watchdog()).await;
+        tokio::time::sleep(ms(250)).await;
+        guard
+    });
+    drop(first);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        // Any use of the guard on this runtime starts its watchdog again.
+        let lost = guard.lost_token();
+        tokio::time::sleep(ms(2_000)).await;
+        assert!(
+            !lost.is_cancelled() && !guard.is_lost(),
+            "the watchdog never came back: the lock ran out"
+        );
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_while_a_renewal_is_in_flight_never_fires_lost() {
+    let (_, locker) = locker(Faulty {
+        prolong_in_flight: ms(100),
+        ..Faulty::default()
+    });
+    let guard = held(locker.lock("k").ttl(ms(300)).watchdog()).await;
+    let lost = guard.lost_token();
+    // The first renewal goes out within 100 ms and is answered 100 ms later.
+    tokio::time::sleep(ms(120)).await;
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    tokio::time::sleep(ms(2_000)).await;
+    assert!(!lost.is_cancelled(), "lost() fired after a normal release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prolong_cut_off_in_flight_may_have_shortened_the_lease() {
+    let (_, locker) = locker(Faulty {
+        prolong_in_flight: ms(50),
+        ..Faulty::default()
+    });
+    let guard = held(locker.lock("k").ttl(ms(10_000))).await;
+    let cut = tokio::time::timeout(ms(10), guard.prolongate(ms(100))).await;
+    assert!(cut.is_err(), "cut off in flight");
+    assert!(guard.remaining() <= ms(100), "{:?}", guard.remaining());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_prolong_bounds_the_validity_while_another_is_in_flight() {
+    let (_, locker) = locker(Faulty {
+        prolong_in_flight: ms(50),
+        lose_short_prolong_replies: ms(200),
+        ..Faulty::default()
+    });
+    let guard = Arc::new(held(locker.lock("k").ttl(ms(10_000))).await);
+    let long = {
+        let guard = Arc::clone(&guard);
+        tokio::spawn(async move { guard.prolongate(ms(10_000)).await })
+    };
+    tokio::time::sleep(ms(10)).await;
+    // Applied at once, reply lost, while the long one is still on its way.
+    assert!(guard.prolongate(ms(100)).await.is_err());
+    assert!(
+        guard.remaining() <= ms(100),
+        "the short prolong may be the one that stands: {:?}",
+        guard.remaining()
+    );
+    assert_eq!(long.await.unwrap().unwrap(), ProlongOutcome::Prolonged);
+    assert!(guard.remaining() <= ms(100), "{:?}", guard.remaining());
+}
+
+#[tokio::test(start_paused = true)]
+async fn is_lost_counts_a_validity_that_ran_out_with_nobody_listening() {
+    let (_, locker) = locker(Faulty::default());
+    let guard = held(locker.lock("k").ttl(ms(100))).await;
+    assert!(!guard.is_lost());
+    tokio::time::sleep(ms(150)).await;
+    assert!(guard.is_lost());
+}
+
+#[test]
+fn the_expiry_timer_starts_again_on_a_new_runtime() {
+    let (_, locker) = locker(Faulty::default());
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let guard = first.block_on(async {
+        let guard = held(locker.lock("k").ttl(ms(300))).await;
+        // Its timer starts on this runtime, and ends with it.
+        let _ = guard.lost_token();
+        guard
+    });
+    drop(first);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let fired = second.block_on(async { tokio::time::timeout(ms(3_000), guard.lost()).await });
+    assert!(fired.is_ok(), "lost() never fired on the second runtime");
 }
