@@ -29,6 +29,8 @@ struct Spy {
     /// Force-releases the key when someone subscribes to it (a release that happens
     /// between a waiter's first attempt and its subscription).
     release_on_subscribe: bool,
+    /// Obtains answer a `Corrupt` error (not retry-safe).
+    corrupt: bool,
 }
 
 #[async_trait]
@@ -41,6 +43,14 @@ impl LockBackend for Spy {
     }
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);
+        if self.corrupt {
+            return Err(lock_core::Error::new(
+                ErrorKind::Corrupt,
+                "spy",
+                lock_core::Operation::Obtain,
+                "a record nobody can read",
+            ));
+        }
         let outcome = self.inner.obtain(req).await;
         if !self.obtain_delay.is_zero() {
             tokio::time::sleep(self.obtain_delay).await;
@@ -193,7 +203,11 @@ async fn a_release_between_the_first_attempt_and_the_subscription_is_not_missed(
 
 #[tokio::test(start_paused = true)]
 async fn waiting_obtain_polls_without_notification() {
-    let (_, locker) = spy(Spy::default());
+    // A backend that could notify: a strategy that does not ask for it never subscribes.
+    let (spy, locker) = spy(Spy {
+        notify: true,
+        ..Spy::default()
+    });
     let guard = held(locker.lock("k")).await;
     let waiter = {
         let locker = locker.clone();
@@ -213,6 +227,50 @@ async fn waiting_obtain_polls_without_notification() {
     tokio::time::sleep(ms(500)).await;
     let _ = guard.release().await.unwrap();
     assert!(waiter.await.unwrap());
+    assert_eq!(spy.subscribes.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_obtain_that_may_not_wait_never_subscribes() {
+    let (spy, locker) = spy(Spy {
+        notify: true,
+        ..Spy::default()
+    });
+    let _guard = held(locker.lock("k")).await;
+    let busy = locker
+        .lock("k")
+        .wait(Duration::ZERO)
+        .obtain()
+        .await
+        .unwrap();
+    assert!(busy.is_busy());
+    assert_eq!(spy.subscribes.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_that_is_not_retry_safe_ends_the_wait_at_once() {
+    let (spy, locker) = spy(Spy {
+        corrupt: true,
+        ..Spy::default()
+    });
+    let started = Instant::now();
+    let err = locker.lock("k").wait(secs(30)).obtain().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt);
+    assert_eq!(spy.obtains.load(Ordering::SeqCst), 1, "not retried");
+    assert!(started.elapsed() < ms(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn locker_debug_shows_its_settings() {
+    let locker = Locker::new(Arc::new(MemoryBackend::new()))
+        .with_prefix("billing:")
+        .with_ttl(secs(7))
+        .unwrap();
+    let shown = format!("{locker:?}");
+    assert!(
+        shown.starts_with("Locker") && shown.contains("billing:") && shown.contains("7000ms"),
+        "{shown}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -556,6 +614,31 @@ async fn with_lock_runs_the_closure_and_releases() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn with_lock_tells_the_closure_when_the_lock_is_lost() {
+    let backend = Arc::new(MemoryBackend::new());
+    let locker = Locker::new(backend.clone() as Arc<dyn LockBackend>)
+        .with_ttl(secs(3))
+        .unwrap();
+    let key = Key::new("k").unwrap();
+    let seen = locker
+        .with_lock("k", |held| async move {
+            let before = held.is_lost();
+            // Broken by an operator; the watchdog's next prolong answers Lost.
+            backend.force_release(&key).await.unwrap();
+            tokio::select! {
+                () = held.lost() => {}
+                () = tokio::time::sleep(secs(10)) => panic!("lost() never fired"),
+            }
+            (before, held.is_lost())
+        })
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert_eq!(seen, (false, true));
+}
+
+#[tokio::test(start_paused = true)]
 async fn bad_input_is_refused_before_any_io() {
     let (spy, locker) = spy(Spy::default());
     let cases = [
@@ -594,6 +677,13 @@ async fn guard_debug_does_not_leak_the_token() {
     let guard = held(locker.lock("k")).await;
     let shown = format!("{guard:?}");
     assert!(shown.contains("Token(") && shown.contains('…'), "{shown}");
+    let builder = format!("{:?}", locker.lock("k").ttl(secs(7)).dont_queue());
+    assert!(
+        builder.starts_with("LockBuilder")
+            && builder.contains("7000ms")
+            && builder.contains("dont_queue: true"),
+        "{builder}"
+    );
     let lost = format!("{:?}", guard.lost());
     assert!(
         lost.starts_with("LostFuture") && lost.contains("\"k\""),
