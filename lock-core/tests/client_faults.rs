@@ -568,6 +568,7 @@ async fn a_reenter_cut_off_in_flight_gives_back_its_own_hold_only() {
         ..Faulty::default()
     });
     let parent = held(locker.lock("k").ttl(ms(1_000)).watchdog()).await;
+    let lost = parent.lost_token();
     let cut = tokio::time::timeout(ms(10), parent.reenter()).await;
     assert!(cut.is_err(), "cut off while its obtain was in flight");
     // The obtain lands (a second hold), and its grant is given back: one hold, no more.
@@ -584,6 +585,10 @@ async fn a_reenter_cut_off_in_flight_gives_back_its_own_hold_only() {
     assert_eq!(parent.release().await.unwrap(), ReleaseOutcome::Released);
     tokio::time::sleep(ms(3_000)).await;
     assert_eq!(state(&locker, "k").await, LockState::Free);
+    assert!(
+        !lost.is_cancelled(),
+        "the released hold was renewed, and heard Lost"
+    );
     assert!(other(&faulty)
         .lock("k")
         .try_obtain()
