@@ -47,6 +47,17 @@ impl Obtain {
     /// Cancel safe: if this future is dropped, the obtain still completes in its task and a
     /// grant nobody read is given back per `orphan`, after the grant.
     pub(crate) async fn run(self, orphan: GiveBack) -> Result<ObtainOutcome> {
+        self.run_keeping(orphan, ()).await.0
+    }
+
+    /// As [`Obtain::run`], with `keep` owned by the call until the backend answers: handed
+    /// back with the answer, or, if the caller is gone by then, dropped where the call
+    /// finishes (after the grant is handed to its give-back), never before.
+    pub(crate) async fn run_keeping<K: Send + 'static>(
+        self,
+        orphan: GiveBack,
+        keep: K,
+    ) -> (Result<ObtainOutcome>, K) {
         let call = async move {
             let req = ObtainRequest {
                 key: &self.key,
@@ -57,7 +68,7 @@ impl Obtain {
             let outcome = self.backend.obtain(req).await;
             // If the caller is gone, the delivery is dropped where the call finishes: it gives
             // back its grant, after the grant, on the same path.
-            Delivery {
+            let delivery = Delivery {
                 outcome: Some(outcome),
                 undo: Some(Undo {
                     backend: self.backend,
@@ -65,9 +76,11 @@ impl Obtain {
                     token: self.token,
                     what: orphan,
                 }),
-            }
+            };
+            (delivery, keep)
         };
-        Finish::new(call.in_current_span()).await.take()
+        let (delivery, keep) = Finish::new(call.in_current_span()).await;
+        (delivery.take(), keep)
     }
 }
 

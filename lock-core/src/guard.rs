@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
-use crate::detached::{detached, GiveBack, Obtain};
+use crate::detached::{detached, give_back_detached, GiveBack, Obtain};
 use crate::hold::{Grant, Hold};
 use crate::registry::{Claim, Registry};
 use crate::{
@@ -78,8 +78,10 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidInput`] when this guard was detached (a reentrant obtain replaced
-    /// its expired hold: reenter from the guard that holds the fresh one), or the backend's
-    /// error.
+    /// its expired hold: reenter from the guard that holds the fresh one);
+    /// [`ErrorKind::Unavailable`] when the hold had expired and a release of it was still in
+    /// flight (it could free a fresh grant made with the same token, so the grant was given
+    /// back: obtain the lock anew); or the backend's error.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future gives back the hold it may have been granted, after
@@ -115,12 +117,32 @@ impl LockGuard {
             ttl: ticket.ttl,
             holder: Arc::clone(&hold.holder),
         };
-        match call.run(GiveBack::OneHold).await? {
+        // The ticket travels with the obtain: a caller that stops waiting leaves the obtain
+        // to finish in the background, and until it lands (it may reset the ttl after a
+        // later prolong) the ticket keeps its bound in every overlapping prolong's floor.
+        let (outcome, ticket) = call.run_keeping(GiveBack::OneHold, ticket).await;
+        match outcome? {
             ObtainOutcome::Reacquired { .. } => {
                 // The backend reset the lock's ttl: the validity of every guard grows.
                 ticket.finish(Some(ProlongOutcome::Prolonged));
                 drop(retime);
                 Ok(Attempt::Obtained(reserved.into_guard()))
+            }
+            ObtainOutcome::Acquired { .. } if hold.releasing() => {
+                // A release of this hold, sent before and still on its way, carries the
+                // same token: landing after this grant, it would free it under its new
+                // holder. The grant is given back, after it and on the same path.
+                hold.mark_lost("it expired, and a release of it was still in flight");
+                drop((ticket, reserved, retime));
+                give_back_detached(&hold.backend, &hold.key, &hold.token, GiveBack::AllHolds)
+                    .await?;
+                Err(Error::new(
+                    ErrorKind::Unavailable,
+                    hold.backend.name(),
+                    Operation::Obtain,
+                    "this guard's lock had expired and a release of it was still in flight; \
+                     the grant was given back: obtain the lock anew",
+                ))
             }
             ObtainOutcome::Acquired { fencing, .. } => {
                 let sent_at = ticket.sent_at;

@@ -59,6 +59,10 @@ struct State {
     detached: bool,
     prolongs: Vec<InFlight>,
     tickets: u64,
+    /// Releases of this hold sent and not yet answered (the caller may be gone: a release
+    /// finishes in the background). One may still land after a fresh acquisition made
+    /// with the same token, and free it.
+    releases: usize,
     /// An expiry timer task runs for this hold.
     timer: bool,
 }
@@ -144,6 +148,7 @@ impl Hold {
                 detached: false,
                 prolongs: Vec::new(),
                 tickets: 0,
+                releases: 0,
                 timer: false,
             }),
             changed: Notify::new(),
@@ -326,6 +331,11 @@ impl Hold {
         }
     }
 
+    /// Whether a release of this hold is still on its way to the backend.
+    pub(crate) fn releasing(&self) -> bool {
+        lock(&self.state).releases > 0
+    }
+
     /// Gives back one hold of the lock on the backend. `last`: no other guard of this hold
     /// remains, so holds the backend still counts for the token (a reentrant grant whose
     /// reply was lost) are given back too.
@@ -334,6 +344,16 @@ impl Hold {
         delay_after: Option<Ttl>,
         last: bool,
     ) -> Result<ReleaseOutcome> {
+        /// Counts the release in flight until its call ends, however it ends.
+        struct Releasing<'a>(&'a Hold);
+        impl Drop for Releasing<'_> {
+            fn drop(&mut self) {
+                let mut state = lock(&self.0.state);
+                state.releases = state.releases.saturating_sub(1);
+            }
+        }
+        lock(&self.state).releases += 1;
+        let _releasing = Releasing(self);
         // A hold count is a u32, but a backend that keeps answering `Decremented` must not
         // keep this call going for ever.
         const MAX_ROUNDS: u32 = 1024;

@@ -11,8 +11,9 @@
 //!
 //! and at the end, with every guard given back: nothing is held by nobody beyond one ttl.
 //!
-//! `LOCK_CLIENT_MODEL_CASES` sets the number of sequences (default 64; CI's count). A
-//! failure prints the shrunk sequence of steps.
+//! `LOCK_CLIENT_MODEL_CASES` sets the number of sequences (default 64; CI's count), and
+//! `LOCK_CLIENT_MODEL_SEED` their seed (fixed by default, so CI runs the same sequences
+//! every time; `random` for a deep run). A failure prints the shrunk sequence of steps.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -489,6 +490,18 @@ fn play_within_real_time(steps: &[Step]) -> std::result::Result<(), String> {
     }
 }
 
+/// CI's sequences are the same every run (a fixed seed), so that a rare case can never
+/// make CI flaky: it is found by a deep run, which `LOCK_CLIENT_MODEL_SEED=random` (or any
+/// number) makes.
+fn seed() -> proptest::test_runner::RngSeed {
+    use proptest::test_runner::RngSeed;
+    match std::env::var("LOCK_CLIENT_MODEL_SEED").ok().as_deref() {
+        Some("random") => RngSeed::Random,
+        Some(n) => n.parse().map_or(RngSeed::Random, RngSeed::Fixed),
+        None => RngSeed::Fixed(20_261_125),
+    }
+}
+
 fn cases() -> u32 {
     std::env::var("LOCK_CLIENT_MODEL_CASES")
         .ok()
@@ -499,6 +512,7 @@ fn cases() -> u32 {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
+        rng_seed: seed(),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -549,6 +563,38 @@ fn a_detached_guard_never_prolongs_the_fresh_acquisition() {
     play_within_real_time(&steps).unwrap();
 }
 
+/// Found by the model: a reenter cut off by its caller leaves its obtain to finish in the
+/// background, and that obtain landed after a later prolong: its reacquire reset the lease
+/// to the short ttl while the guard counted on the long prolong.
+#[test]
+fn a_cut_off_reenter_landing_after_a_prolong_bounds_the_validity() {
+    use Step::*;
+    let steps = vec![
+        Obtain {
+            key: 0,
+            ttl_ms: 29,
+            watchdog: false,
+            cut_ms: None,
+        },
+        Faults {
+            obtain: Some(Fault::Delay(27)),
+            prolong: None,
+            release: None,
+        },
+        Reenter {
+            guard: 0,
+            cut_ms: Some(0),
+        },
+        Prolong {
+            guard: 0,
+            ttl_ms: 632,
+            cut_ms: None,
+        },
+        Wait { ms: 24 },
+    ];
+    play_within_real_time(&steps).unwrap();
+}
+
 /// Found by the model: a reentrant obtain that hangs caps the hold's validity, and the
 /// watchdog's next renewal, rounded down onto its grid, came due before the clock moved:
 /// a busy loop.
@@ -584,6 +630,40 @@ fn a_hung_reentrant_obtain_does_not_spin_the_watchdog() {
             ttl_ms: 1475,
             cut_ms: None,
         },
+    ];
+    play_within_real_time(&steps).unwrap();
+}
+
+/// Found by the model: a release cut off in flight landed after the lock had expired and
+/// a reenter had obtained it afresh with the same token, and freed that fresh acquisition.
+#[test]
+fn a_release_in_flight_never_frees_a_fresh_reentrant_grant() {
+    use Step::*;
+    let steps = vec![
+        Obtain {
+            key: 0,
+            ttl_ms: 83,
+            watchdog: false,
+            cut_ms: None,
+        },
+        Reenter {
+            guard: 0,
+            cut_ms: None,
+        },
+        Faults {
+            obtain: None,
+            prolong: None,
+            release: Some(Fault::Delay(284)),
+        },
+        Release {
+            guard: 1,
+            cut_ms: Some(201),
+        },
+        Reenter {
+            guard: 0,
+            cut_ms: None,
+        },
+        Wait { ms: 80 },
     ];
     play_within_real_time(&steps).unwrap();
 }
