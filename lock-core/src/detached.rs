@@ -224,20 +224,40 @@ async fn give_back(
     token: &Token,
     what: GiveBack,
 ) -> Result<()> {
+    release_holds(backend, key, token, None, what)
+        .await
+        .map(drop)
+}
+
+/// Releases what `token` holds on `key`: one hold, or every hold it has (releasing again
+/// while the backend answers `Decremented`); the last answer. `delay_after` goes with each
+/// release: the contract applies it only to the one that frees the lock.
+///
+/// # Errors
+/// The backend's error; nothing more is released after it.
+pub(crate) async fn release_holds(
+    backend: &dyn LockBackend,
+    key: &Key,
+    token: &Token,
+    delay_after: Option<Ttl>,
+    what: GiveBack,
+) -> Result<ReleaseOutcome> {
     // A hold count is a u32, but a backend that keeps answering `Decremented` must not keep
-    // this task alive for ever: past this many rounds the rest expires with the ttl.
+    // this call going for ever: past this many rounds the rest expires with the ttl.
     const MAX_ROUNDS: u32 = 1024;
-    for _ in 0..MAX_ROUNDS {
-        let req = ReleaseRequest {
-            key,
-            token,
-            delay_after: None,
-        };
-        match backend.release(req).await? {
-            ReleaseOutcome::Decremented { .. } if what == GiveBack::AllHolds => continue,
-            _ => return Ok(()),
+    let req = ReleaseRequest {
+        key,
+        token,
+        delay_after,
+    };
+    let mut outcome = backend.release(req).await?;
+    for _ in 1..MAX_ROUNDS {
+        if what == GiveBack::OneHold || !matches!(outcome, ReleaseOutcome::Decremented { .. }) {
+            return Ok(outcome);
         }
+        tracing::debug!(%key, "the backend counts holds nobody has: giving them back");
+        outcome = backend.release(req).await?;
     }
     tracing::warn!(%key, "gave up giving back holds after {MAX_ROUNDS} releases; the rest expire with the ttl");
-    Ok(())
+    Ok(outcome)
 }

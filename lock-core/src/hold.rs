@@ -24,9 +24,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::detached::{release_holds, GiveBack};
 use crate::{
-    Fencing, HolderInfo, Key, LockBackend, ProlongOutcome, ReleaseOutcome, ReleaseRequest, Result,
-    Token, Ttl,
+    Fencing, HolderInfo, Key, LockBackend, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
 };
 
 /// The state one acquisition's guards share.
@@ -354,36 +354,19 @@ impl Hold {
         }
         lock(&self.state).releases += 1;
         let _releasing = Releasing(self);
-        // A hold count is a u32, but a backend that keeps answering `Decremented` must not
-        // keep this call going for ever.
-        const MAX_ROUNDS: u32 = 1024;
-        let req = ReleaseRequest {
-            key: &self.key,
-            token: &self.token,
-            delay_after,
+        let what = if last {
+            GiveBack::AllHolds
+        } else {
+            GiveBack::OneHold
         };
-        let mut outcome = self.backend.release(req).await?;
-        let mut rounds = 1;
-        while last && matches!(outcome, ReleaseOutcome::Decremented { .. }) && rounds < MAX_ROUNDS {
-            tracing::debug!(key = %self.key, "the backend counted holds no guard has: giving them back");
-            outcome = self.backend.release(req).await?;
-            rounds += 1;
-        }
+        let outcome =
+            release_holds(&*self.backend, &self.key, &self.token, delay_after, what).await?;
         match outcome {
             ReleaseOutcome::Lost => self.mark_lost("the release answered Lost"),
             ReleaseOutcome::ReleasedLate => {
                 tracing::warn!(key = %self.key, fencing = %self.fencing, "released late: the lock had expired before the release")
             }
             ReleaseOutcome::Released | ReleaseOutcome::Decremented { .. } => {}
-        }
-        let freed = matches!(
-            outcome,
-            ReleaseOutcome::Released | ReleaseOutcome::ReleasedLate
-        );
-        if freed && !last && !self.is_over() {
-            // A late release frees the lock whatever the hold count: the other guards of
-            // this hold no longer hold it.
-            self.mark_lost("a release by another guard of the same hold freed the lock");
         }
         Ok(outcome)
     }

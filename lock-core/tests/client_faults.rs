@@ -124,6 +124,14 @@ fn locker(faulty: Faulty) -> (Arc<Faulty>, Locker) {
     )
 }
 
+/// A runtime of its own, for the tests whose guards outlive the runtime that made them.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -519,10 +527,7 @@ async fn a_dropped_guard_never_takes_the_next_guard_out_of_the_registry() {
 
 #[test]
 fn lost_outside_a_runtime_does_not_panic_and_keeps_time_in_one() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let (_, locker) = locker(Faulty::default());
     let guard = runtime.block_on(held(locker.lock("k").ttl(ms(200))));
     let token = guard.lost_token();
@@ -538,10 +543,7 @@ fn a_watched_guard_whose_runtime_ended_mid_batch_still_hears_lost_on_the_next() 
         prolong_hangs: true,
         ..Faulty::default()
     });
-    let first = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let first = runtime();
     let guard = first.block_on(async {
         let guard = held(locker.lock("k").ttl(ms(300)).watchdog()).await;
         // The first renewal (at most a third of the ttl in) is in flight, and hangs.
@@ -549,10 +551,7 @@ fn a_watched_guard_whose_runtime_ended_mid_batch_still_hears_lost_on_the_next() 
         guard
     });
     drop(first);
-    let second = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let second = runtime();
     let fired = second.block_on(async { tokio::time::timeout(ms(3_000), guard.lost()).await });
     assert!(
         fired.is_ok(),
@@ -604,20 +603,14 @@ fn a_watched_guard_used_on_a_new_runtime_is_renewed_again() {
         prolong_in_flight: ms(100),
         ..Faulty::default()
     });
-    let first = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let first = runtime();
     let guard = first.block_on(async {
         let guard = held(locker.lock("k").ttl(ms(600)).watchdog()).await;
         tokio::time::sleep(ms(250)).await;
         guard
     });
     drop(first);
-    let second = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let second = runtime();
     second.block_on(async {
         // Any use of the guard on this runtime starts its watchdog again.
         let lost = guard.lost_token();
@@ -693,10 +686,7 @@ async fn is_lost_counts_a_validity_that_ran_out_with_nobody_listening() {
 #[test]
 fn the_expiry_timer_starts_again_on_a_new_runtime() {
     let (_, locker) = locker(Faulty::default());
-    let first = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let first = runtime();
     let guard = first.block_on(async {
         let guard = held(locker.lock("k").ttl(ms(300))).await;
         // Its timer starts on this runtime, and ends with it.
@@ -704,10 +694,7 @@ fn the_expiry_timer_starts_again_on_a_new_runtime() {
         guard
     });
     drop(first);
-    let second = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let second = runtime();
     let fired = second.block_on(async { tokio::time::timeout(ms(3_000), guard.lost()).await });
     assert!(fired.is_ok(), "lost() never fired on the second runtime");
 }
