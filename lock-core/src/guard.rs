@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
+use crate::clock;
 use crate::detached::{detached, give_back_detached, GiveBack, Obtain};
 use crate::hold::{Grant, Hold};
 use crate::registry::{Claim, Registry};
@@ -188,13 +188,12 @@ impl LockGuard {
         self.hold().fencing
     }
 
-    /// Time left before the lock expires unless prolonged, by the local monotonic clock
-    /// (conservative: counted from before the last successful request was sent, and never
-    /// past the shortest lease a prolong in flight or one that failed may have set).
+    /// Time left before the lock expires unless prolonged, by the local monotonic clock,
+    /// which here counts the time the machine spent suspended (conservative: counted from
+    /// before the last successful request was sent, and never past the shortest lease a
+    /// prolong in flight or one that failed may have set).
     pub fn remaining(&self) -> Duration {
-        self.hold()
-            .until()
-            .saturating_duration_since(Instant::now())
+        self.hold().until().saturating_duration_since(clock::now())
     }
 
     /// Whether the lock is known to be lost: a prolong or release answered `Lost`, or its

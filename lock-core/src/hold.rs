@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock;
 use crate::detached::{release_holds, GiveBack};
 use crate::{
     Fencing, HolderInfo, Key, LockBackend, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
@@ -46,7 +47,8 @@ pub(crate) struct Hold {
 }
 
 struct State {
-    /// By the local monotonic clock: the earliest moment the backend may let the lock go.
+    /// On the client's clock (`crate::clock`): the earliest moment the backend may let the
+    /// lock go.
     until: Instant,
     /// The ttl of the last prolong that succeeded (the one the watchdog renews with).
     ttl: Ttl,
@@ -230,7 +232,7 @@ impl Hold {
             if state.lost.lost {
                 return true;
             }
-            !state.over && state.until <= Instant::now()
+            !state.over && state.until <= clock::now()
         };
         if expired {
             self.mark_lost("its validity ran out before it was prolonged");
@@ -272,7 +274,7 @@ impl Hold {
     /// hold to `ttl`, sent now. The ticket must be finished with its answer; dropped
     /// unfinished, it counts as a failed call.
     pub(crate) fn begin(self: &Arc<Self>, ttl: Ttl) -> Ticket {
-        let sent_at = Instant::now();
+        let sent_at = clock::now();
         let bound = sent_at + ttl.as_duration();
         let mut state = lock(&self.state);
         let id = state.tickets;
@@ -442,12 +444,12 @@ async fn expiry_timer(mark: TimerMark) {
             }
             state.until
         };
-        if until <= Instant::now() {
+        if until <= clock::now() {
             hold.mark_lost("its validity ran out before it was prolonged");
             return;
         }
         tokio::select! {
-            () = tokio::time::sleep_until(until) => {}
+            () = clock::sleep_until(until) => {}
             () = changed => {}
         }
     }

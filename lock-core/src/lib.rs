@@ -48,6 +48,7 @@
 pub mod contract {}
 
 mod backend;
+mod clock;
 mod detached;
 mod duration;
 mod error;

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::clock;
 use crate::detached::{detached, give_back_detached, GiveBack, Obtain};
 use crate::guard::check_fraction;
 use crate::hold::Grant;
@@ -466,7 +467,7 @@ impl Plan<'_> {
         // Two rounds at most: the second only after an earlier attempt's lost grant was given
         // back (see `Reacquired` below).
         for _ in 0..2 {
-            let sent_at = Instant::now();
+            let sent_at = clock::now();
             let call = Obtain {
                 backend: Arc::clone(backend),
                 key: self.key.clone(),
@@ -491,7 +492,7 @@ impl Plan<'_> {
                     continue;
                 }
             };
-            if Instant::now() >= sent_at + self.ttl.as_duration() {
+            if clock::now() >= sent_at + self.ttl.as_duration() {
                 give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await?;
                 return Err(Error::new(
                     ErrorKind::ExpiredOnArrival,
@@ -541,7 +542,7 @@ impl Plan<'_> {
                 Err(e) if e.is_retry_safe() => Err(e),
                 done => return done,
             };
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(clock::now());
             let give_up = |last: std::result::Result<Busy, Error>| match last {
                 Ok(busy) => Ok(Attempt::Busy(busy)),
                 Err(e) => Err(e),
@@ -590,7 +591,7 @@ impl Plan<'_> {
 fn deadline_after(wait: Duration) -> Instant {
     // Thirty years: what tokio itself treats as "never".
     const NEVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
-    let now = Instant::now();
+    let now = clock::now();
     now.checked_add(wait.min(NEVER))
         .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }

@@ -28,6 +28,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::clock;
 use crate::hold::{Hold, Ticket};
 use crate::{Error, ErrorKind, Operation, ProlongOutcome, ProlongRequest};
 
@@ -223,7 +224,7 @@ impl Drop for Running {
 async fn run(running: Running) {
     let renewals = &running.renewals;
     loop {
-        let (due, next) = renewals.take_due(Instant::now());
+        let (due, next) = renewals.take_due(clock::now());
         if !due.is_empty() {
             let backend = due[0].backend.name();
             let span = tracing::debug_span!("lock.watchdog", backend, locks = due.len());
@@ -236,7 +237,7 @@ async fn run(running: Running) {
         }
         let Some(next) = next else { return };
         tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
+            _ = clock::sleep_until(next) => {}
             _ = renewals.wake.notified() => {}
         }
     }
@@ -256,7 +257,7 @@ impl Drop for Batch {
         if self.done {
             return;
         }
-        let now = Instant::now();
+        let now = clock::now();
         for hold in &self.holds {
             self.renewals.retry(hold, now);
         }
@@ -265,7 +266,7 @@ impl Drop for Batch {
 
 /// Prolongs one batch and schedules each hold's next renewal by its answer.
 async fn renew(mut batch: Batch) {
-    let now = Instant::now();
+    let now = clock::now();
     let mut tickets: Vec<Ticket> = Vec::with_capacity(batch.holds.len());
     for hold in &batch.holds {
         if hold.is_over() || hold.is_marked_lost() {
@@ -329,7 +330,7 @@ async fn renew(mut batch: Batch) {
                     // hangs) leaves the next renewal due at once, and renewing cannot lift
                     // the cap: the next one comes no sooner than a tenth of the ttl.
                     let pause = (ttl.as_duration() / 10).max(MIN_PERIOD);
-                    renewals.schedule_after(&hold, Some(Instant::now() + pause));
+                    renewals.schedule_after(&hold, Some(clock::now() + pause));
                 }
             }
             Err(e) => {
@@ -337,7 +338,7 @@ async fn renew(mut batch: Batch) {
                 if hold.is_over() || hold.is_marked_lost() {
                     continue;
                 }
-                let left = hold.until().saturating_duration_since(Instant::now());
+                let left = hold.until().saturating_duration_since(clock::now());
                 if left.is_zero() {
                     hold.mark_lost(&format!(
                         "the watchdog could not prolong it before it ran out: {e}"
@@ -345,7 +346,7 @@ async fn renew(mut batch: Batch) {
                     continue;
                 }
                 let pause = (ttl.as_duration() / 10).max(MIN_PERIOD).min(left);
-                renewals.retry(&hold, Instant::now() + pause);
+                renewals.retry(&hold, clock::now() + pause);
                 match &mut failed {
                     Some((n, _)) => *n += 1,
                     None => failed = Some((1, e)),
@@ -380,8 +381,8 @@ async fn expire_in_flight(tickets: &[Ticket]) {
         .map(|(i, t)| Reverse((t.hold().until(), i)))
         .collect();
     while let Some(&Reverse((until, i))) = ends.peek() {
-        if until > Instant::now() {
-            tokio::time::sleep_until(until).await;
+        if until > clock::now() {
+            clock::sleep_until(until).await;
             continue;
         }
         ends.pop();
@@ -390,7 +391,7 @@ async fn expire_in_flight(tickets: &[Ticket]) {
         if hold.is_over() {
             continue;
         }
-        if now_until > Instant::now() {
+        if now_until > clock::now() {
             ends.push(Reverse((now_until, i)));
         } else {
             hold.mark_lost("its validity ran out while a prolong was still in flight");
@@ -404,7 +405,7 @@ mod tests {
 
     #[test]
     fn due_times_round_down_onto_the_grid() {
-        let epoch = Instant::now();
+        let epoch = clock::now();
         let p = Duration::from_millis(100);
         let at = |ms: u64| epoch + Duration::from_millis(ms);
         assert_eq!(on_grid(epoch, at(100), p), at(100));

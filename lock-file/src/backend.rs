@@ -5,7 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::rules::{self, Decision};
@@ -15,6 +15,7 @@ use lock_core::{
     Result, Ttl, UrlOptions,
 };
 
+use crate::clock::Clock;
 use crate::names::file_name;
 use crate::record::{Record, Stored, SLOT, VERSION};
 
@@ -144,7 +145,8 @@ impl FileBackend {
     }
 
     /// Opens and exclusively locks the record of `key`, lets the contract's rules decide on
-    /// it (with the clock read after the file lock was taken), writes what they decided.
+    /// it (with the clock read after the file lock was taken, on the record's clock: see the
+    /// `clock` module), writes what they decided.
     async fn modify<O>(
         &self,
         key: &Key,
@@ -155,11 +157,15 @@ impl FileBackend {
         let file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
         file_lock(&file, Mode::Exclusive, &path, op).await?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
-        let before = current(&slots, &path, key, op)?.map(Record::into_stored);
-        let decision = decide(before.as_ref(), Clock::now());
+        let before = current(&slots, &path, key, op)?;
+        let clock = Clock::read(before.as_ref().and_then(|r| r.clock.as_ref()));
+        let decision = decide(before.map(Record::into_stored).as_ref(), clock);
         if let Some(record) = decision.write {
             slots
-                .write_next(&file, Record::from_stored(key.as_str(), record))
+                .write_next(
+                    &file,
+                    Record::from_stored(key.as_str(), record, clock.anchor()),
+                )
                 .map_err(|e| io_error(op, &path, e))?;
         }
         Ok(decision.outcome)
@@ -199,32 +205,6 @@ fn check_owner(dir: &Path) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The local wall clock, read once per operation.
-#[derive(Debug, Clone, Copy)]
-struct Clock {
-    ms: u64,
-    micros: u64,
-}
-
-impl Clock {
-    /// The rules' clock: milliseconds of the wall clock.
-    fn rules(self) -> rules::Clock {
-        rules::Clock::millis(self.ms)
-    }
-}
-
-impl Clock {
-    fn now() -> Self {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        Clock {
-            ms: u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
-            micros: u64::try_from(since.as_micros()).unwrap_or(u64::MAX),
-        }
-    }
 }
 
 /// How a record's file lock is taken.
@@ -489,8 +469,9 @@ impl LockBackend for FileBackend {
         };
         file_lock(&file, Mode::Shared, &path, op).await?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
-        let record = current(&slots, &path, key, op)?.map(Record::into_stored);
-        Ok(rules::view(record.as_ref(), Clock::now().rules()).into_state())
+        let record = current(&slots, &path, key, op)?;
+        let clock = Clock::read(record.as_ref().and_then(|r| r.clock.as_ref()));
+        Ok(rules::view(record.map(Record::into_stored).as_ref(), clock.rules()).into_state())
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
@@ -505,9 +486,9 @@ impl LockBackend for FileBackend {
             .ok()
             .flatten()
             .filter(|r| r.key == key.as_str())
-            .cloned()
-            .map(Record::into_stored);
-        let clock = Clock::now();
+            .cloned();
+        let clock = Clock::read(previous.as_ref().and_then(|r| r.clock.as_ref()));
+        let previous = previous.map(Record::into_stored);
         let decision = rules::force(previous.as_ref(), clock.rules());
         let broken = decision.outcome.into_state();
         // Without a readable record, a free one whose fencing token is the clock's floor.
@@ -516,7 +497,10 @@ impl LockBackend for FileBackend {
             state: rules::State::Free,
         });
         slots
-            .write_next(&file, Record::from_stored(key.as_str(), fresh))
+            .write_next(
+                &file,
+                Record::from_stored(key.as_str(), fresh, clock.anchor()),
+            )
             .map_err(|e| io_error(op, &path, e))?;
         tracing::info!(path = %path.display(), "lock broken by force_release");
         Ok(broken)
@@ -534,6 +518,7 @@ mod tests {
             seq: 0,
             key: key.to_owned(),
             fencing,
+            clock: None,
             state: State::Held {
                 token: "ab".repeat(16),
                 holder: HolderInfo::current()
@@ -595,5 +580,128 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         let err = io_error(Operation::Obtain, Path::new("/locks/k"), err);
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    }
+
+    /// A backend in a fresh directory, and two owners of one key.
+    struct Clocked {
+        _dir: tempfile::TempDir,
+        backend: FileBackend,
+        key: Key,
+        holder: HolderInfo,
+    }
+
+    impl Clocked {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let backend = FileBackend::new(dir.path().join("locks")).unwrap();
+            Clocked {
+                _dir: dir,
+                backend,
+                key: Key::new("clocked").unwrap(),
+                holder: HolderInfo::current(),
+            }
+        }
+
+        async fn obtain(&self, token: &lock_core::Token, ttl: Duration) -> ObtainOutcome {
+            let req = ObtainRequest {
+                key: &self.key,
+                token,
+                ttl: Ttl::new(ttl).unwrap(),
+                holder: &self.holder,
+            };
+            self.backend.obtain(req).await.unwrap()
+        }
+    }
+
+    fn token() -> lock_core::Token {
+        lock_core::Token::generate().unwrap()
+    }
+
+    /// `date -s` an hour ahead while a lock is held: the lock still runs its ttl, and its
+    /// holder prolongs it on time. On the wall clock alone, the step ended it at once.
+    #[tokio::test]
+    async fn a_wall_clock_step_neither_ends_nor_stretches_a_lock() {
+        use crate::clock::test_hook;
+        let t = Clocked::new();
+        let (a, b) = (token(), token());
+        let minute = Duration::from_secs(60);
+        assert!(matches!(
+            t.obtain(&a, minute).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+        test_hook::step_wall(Duration::from_secs(3600));
+        assert!(matches!(t.obtain(&b, minute).await, ObtainOutcome::Busy(_)));
+        let prolong = ProlongRequest {
+            key: &t.key,
+            token: &a,
+            ttl: Ttl::new(minute).unwrap(),
+        };
+        assert_eq!(
+            t.backend.prolongate(prolong).await.unwrap(),
+            ProlongOutcome::Prolonged
+        );
+        // A suspend runs the record's clock on, as it runs the client's validity on.
+        test_hook::sleep(2 * minute);
+        assert!(matches!(
+            t.obtain(&b, minute).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+    }
+
+    /// After a reboot no holder of the old boot lives, but a cooldown still runs on the
+    /// wall clock: a job that must not run twice within the hour does not run again
+    /// because the machine restarted.
+    #[tokio::test]
+    async fn a_cooldown_lasts_across_a_reboot_on_the_wall_clock() {
+        use crate::clock::test_hook;
+        let t = Clocked::new();
+        let (a, b) = (token(), token());
+        let minute = Duration::from_secs(60);
+        assert!(matches!(
+            t.obtain(&a, minute).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+        let release = ReleaseRequest {
+            key: &t.key,
+            token: &a,
+            delay_after: Some(Ttl::new(60 * minute).unwrap()),
+        };
+        assert_eq!(
+            t.backend.release(release).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+        test_hook::reboot("another-boot");
+        assert!(matches!(t.obtain(&b, minute).await, ObtainOutcome::Busy(_)));
+        test_hook::step_wall(61 * minute);
+        assert!(matches!(
+            t.obtain(&b, minute).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+    }
+
+    /// A record an older lock-file wrote (no anchor) is judged on the wall clock.
+    #[tokio::test]
+    async fn a_record_without_an_anchor_is_on_the_wall_clock() {
+        use crate::clock::test_hook;
+        let t = Clocked::new();
+        let (a, b) = (token(), token());
+        let minute = Duration::from_secs(60);
+        assert!(matches!(
+            t.obtain(&a, minute).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+        let path = t.backend.record_path(&t.key);
+        let file = open(&path, true).unwrap();
+        let slots = Slots::read(&file).unwrap();
+        let mut old = slots.current().unwrap().unwrap().clone();
+        assert!(old.clock.is_some(), "a new record carries its anchor");
+        old.clock = None;
+        slots.write_next(&file, old).unwrap();
+        assert!(matches!(t.obtain(&b, minute).await, ObtainOutcome::Busy(_)));
+        test_hook::step_wall(2 * minute);
+        assert!(matches!(
+            t.obtain(&b, minute).await,
+            ObtainOutcome::Acquired { .. }
+        ));
     }
 }

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod backend;
+mod clock;
 mod names;
 mod record;
 

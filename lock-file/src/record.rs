@@ -1,7 +1,8 @@
 //! The record kept in each lock file: one JSON line with a checksum, in one of two slots.
 //!
 //! ```text
-//! {"v":2,"seq":7,"key":"jobs/nightly","fencing":1732200000123456,"state":"held",
+//! {"v":2,"seq":7,"key":"jobs/nightly","fencing":1732200000123456,
+//!  "clock":{"boot":"<boot id>","boot_ms":86400123,"ms":1732200000123},"state":"held",
 //!  "token":"<32 hex>","holder":{"host":"web-1","pid":4242,"metadata":"run 17"},"holds":1,
 //!  "expires_ms":1732200030123,"forget_ms":1732200060123} 9f2c4e01aa37b6d2
 //! ```
@@ -25,6 +26,8 @@
 use lock_core::{rules, HolderInfo};
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Anchor;
+
 /// The record format's version.
 pub(crate) const VERSION: u32 = 2;
 
@@ -41,6 +44,11 @@ pub(crate) struct Record {
     pub(crate) seq: u64,
     pub(crate) key: String,
     pub(crate) fencing: u64,
+    /// What the clocks read at this write; the record's times are on the clock it anchors
+    /// (see the `clock` module). Absent in records of older versions: their times are on
+    /// the wall clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) clock: Option<Anchor>,
     #[serde(flatten)]
     pub(crate) state: State,
 }
@@ -73,6 +81,7 @@ struct Flat {
     seq: u64,
     key: String,
     fencing: u64,
+    clock: Option<Anchor>,
     state: Tag,
     token: Option<String>,
     holder: Option<HolderInfo>,
@@ -115,13 +124,14 @@ impl TryFrom<Flat> for Record {
             seq: flat.seq,
             key: flat.key,
             fencing: flat.fencing,
+            clock: flat.clock,
             state,
         })
     }
 }
 
 /// A record as the contract's rules see it: the token in hex, times in milliseconds of the
-/// wall clock.
+/// record's clock.
 pub(crate) type Stored = rules::Record<String, HolderInfo>;
 
 impl Record {
@@ -150,8 +160,9 @@ impl Record {
         }
     }
 
-    /// The record of `key` the rules decided on (`seq` is set when it is written).
-    pub(crate) fn from_stored(key: &str, stored: Stored) -> Self {
+    /// The record of `key` the rules decided on, its times on the clock `anchor` anchors
+    /// (`seq` is set when it is written).
+    pub(crate) fn from_stored(key: &str, stored: Stored, anchor: Option<Anchor>) -> Self {
         let state = match stored.state {
             rules::State::Free => State::Free,
             rules::State::Cooling { until } => State::Cooling { until_ms: until },
@@ -168,6 +179,7 @@ impl Record {
             seq: 0,
             key: key.to_owned(),
             fencing: stored.fencing,
+            clock: anchor,
             state,
         }
     }
@@ -259,6 +271,11 @@ mod tests {
                 seq: 3,
                 key: "jobs/\"nightly\"".into(),
                 fencing: 1_732_200_000_123_456,
+                clock: Some(Anchor {
+                    boot: "0b3c1e2a-5f1d-4a7e-9c3b-2d4e6f8a0b1c".into(),
+                    boot_ms: 86_400_123,
+                    ms: 1_732_200_000_123,
+                }),
                 state,
             };
             assert_eq!(Record::decode(&record.encode()), Ok(Some(record)));
