@@ -52,10 +52,12 @@ pub(crate) struct Shared {
     pub(crate) migrated: AtomicBool,
     pub(crate) migrating: tokio::sync::Mutex<()>,
     pub(crate) notifier: Notifier,
-    /// How many of this process's waiters wait for each key: the table counts the process
-    /// once per key (its `waiters` column), from the first to the last. An async mutex:
-    /// a count changes only together with the table's, in the order the changes were asked.
+    /// How many of this process's waiters wait for each key: the table lists the backend
+    /// once per key (its id in the row's `waiting`), from the first to the last. An async
+    /// mutex: an entry changes only together with the table's, in the order asked.
     pub(crate) waiting: tokio::sync::Mutex<HashMap<String, Waiting>>,
+    /// This backend's id in the rows' `waiting` (random; not a secret: it grants nothing).
+    pub(crate) waiter_id: String,
     pub(crate) application_name: String,
 }
 
@@ -201,7 +203,7 @@ impl PostgresBackend {
     }
 
     async fn check_shape(&self) -> Result<()> {
-        const EXPECTED: [(&str, &str); 9] = [
+        const EXPECTED: [(&str, &str); 10] = [
             ("key", "text"),
             ("state", "text"),
             ("token", "text"),
@@ -211,6 +213,7 @@ impl PostgresBackend {
             ("expires_at", "timestamp with time zone"),
             ("forget_at", "timestamp with time zone"),
             ("waiters", "integer"),
+            ("waiting", "jsonb"),
         ];
         let query = self.names.shape_query();
         let rows = sqlx::raw_sql(&query)
@@ -528,37 +531,70 @@ impl PostgresBackend {
     }
 }
 
-/// How long a backend stays counted as a waiter of a key after its last waiter left: a
+/// How long a backend stays listed as a waiter of a key after its last waiter left: a
 /// process that waited for a key is likely to again (a worker that takes turns on a job),
-/// and counting in and out on every turn would put two statements on the key's lock per
+/// and listing it in and out on every turn would put two statements on the key's lock per
 /// hand-off. Meanwhile releases of the key notify for nothing, as they all did before
-/// counting. Short, because a process that ends (or drops the backend) within it stays
-/// counted: the key's releases then notify whether anyone waits or not, until the row is
-/// swept a day after the key's last use.
+/// waiters were listed.
 const LINGER: Duration = Duration::from_secs(1);
+
+/// The lease of a backend's entry in a row's `waiting`: a process that dies (or drops the
+/// backend without a runtime to take its entry out) leaves an entry that ends with it, and
+/// the key's releases stop notifying for nothing.
+const WAIT_LEASE: Duration = Duration::from_secs(30);
+
+/// How often a backend with waiters of a key renews its entry. A row made again while they
+/// wait (swept, or the table emptied by a TRUNCATE or a restore) lists the backend again
+/// within this; meanwhile its waiters fall back to polling.
+const WAIT_RENEWAL: Duration = Duration::from_secs(10);
 
 /// This process's waiters of one key.
 #[derive(Default)]
 pub(crate) struct Waiting {
     /// Subscriptions alive now.
     count: usize,
-    /// Bumped by each new subscription: a count-out scheduled before it is void.
+    /// Bumped by each new subscription: a removal scheduled before it is void.
     generation: u64,
+    /// Held while the entry lives: the renewal task of this entry (and no other) runs
+    /// while it can upgrade its weak handle.
+    _listed: Arc<()>,
 }
 
 impl PostgresBackend {
-    /// Counts this process in `key`'s `waiters` unless it is counted already; returns once
-    /// the count is committed, so that a release after that point notifies.
+    /// Enters (or renews) this backend in `key`'s `waiting`, and returns once that is
+    /// committed.
+    async fn list_waiter(&self, key: &Key) -> Result<Reply> {
+        let args = Args {
+            token: Some(&self.shared.waiter_id),
+            ttl_ms: WAIT_LEASE.as_secs() * 1000,
+            ..Args::default()
+        };
+        self.call(Operation::Subscribe, "wait", key, args).await
+    }
+
+    /// Lists this process as a waiter of `key` unless it is listed already (then starts
+    /// renewing its lease); returns once the entry is committed, so that a release after
+    /// that point notifies.
     ///
     /// # Cancel safety
-    /// Cut off while the count goes out, the table may count the process with no waiter
-    /// here: releases of that key then notify for nothing (what every release did before
-    /// counting), never the other way round.
+    /// Cut off while the entry goes out, the table may list the process with no waiter
+    /// here: releases of that key then notify for nothing until the lease ends, never the
+    /// other way round.
     async fn start_waiting(&self, key: &Key) -> Result<()> {
         let mut waiting = self.shared.waiting.lock().await;
         if !waiting.contains_key(key.as_str()) {
-            self.call(Operation::Subscribe, "wait", key, Args::default())
-                .await?;
+            self.list_waiter(key).await?;
+            let listed = Arc::new(());
+            let (backend, renewed, alive) = (self.clone(), key.clone(), Arc::downgrade(&listed));
+            tokio::spawn(async move { backend.renew_waiting(renewed, alive).await });
+            waiting.insert(
+                key.as_str().to_owned(),
+                Waiting {
+                    count: 0,
+                    generation: 0,
+                    _listed: listed,
+                },
+            );
         }
         let w = waiting.entry(key.as_str().to_owned()).or_default();
         w.count += 1;
@@ -566,10 +602,25 @@ impl PostgresBackend {
         Ok(())
     }
 
+    /// Renews this backend's entry in `key`'s `waiting` while `alive` (the entry's handle
+    /// in [`Shared::waiting`]) lives.
+    async fn renew_waiting(&self, key: Key, alive: std::sync::Weak<()>) {
+        loop {
+            tokio::time::sleep(WAIT_RENEWAL).await;
+            let _waiting = self.shared.waiting.lock().await;
+            if alive.strong_count() == 0 {
+                return;
+            }
+            if let Err(e) = self.list_waiter(&key).await {
+                tracing::debug!(key = key.as_str(), "could not renew a waiter's entry: {e}");
+            }
+        }
+    }
+
     /// The reverse of [`PostgresBackend::start_waiting`], when a waiter's subscription is
-    /// dropped: after the last one, and [`LINGER`] without a new one, counts the process
-    /// out. A failure leaves it counted: releases of that key notify for nothing until the
-    /// row is swept.
+    /// dropped: after the last one, and [`LINGER`] without a new one, takes the process
+    /// out. A failure leaves its entry until its lease ends: releases of that key notify
+    /// for nothing meanwhile.
     async fn stop_waiting(&self, key: &Key) {
         let generation = {
             let mut waiting = self.shared.waiting.lock().await;
@@ -588,17 +639,21 @@ impl PostgresBackend {
             Some(w) if w.count == 0 && w.generation == generation => {}
             _ => return,
         }
-        if let Err(e) = self
-            .call(Operation::Subscribe, "unwait", key, Args::default())
-            .await
-        {
-            tracing::debug!(key = key.as_str(), "could not stop counting a waiter: {e}");
+        let args = Args {
+            token: Some(&self.shared.waiter_id),
+            ..Args::default()
+        };
+        if let Err(e) = self.call(Operation::Subscribe, "unwait", key, args).await {
+            tracing::debug!(
+                key = key.as_str(),
+                "could not take a waiter's entry out: {e}"
+            );
         }
         waiting.remove(key.as_str());
     }
 }
 
-/// Kept by a waiter's subscription: its drop counts the waiter out.
+/// Kept by a waiter's subscription: its drop takes the waiter out.
 struct Subscribed {
     backend: PostgresBackend,
     key: Option<Key>,
@@ -608,8 +663,8 @@ impl Drop for Subscribed {
     fn drop(&mut self) {
         let (Some(key), Ok(runtime)) = (self.key.take(), tokio::runtime::Handle::try_current())
         else {
-            // No runtime (the process is ending): the count stays, which costs only
-            // notifications nobody hears.
+            // No runtime (the process is ending): the entry stays until its lease ends,
+            // which costs only notifications nobody hears.
             return;
         };
         let backend = self.backend.clone();
@@ -876,7 +931,7 @@ impl LockBackend for PostgresBackend {
             .notifier
             .subscribe(&self.pool, &self.names.channel, key.as_str(), self.timeout)
             .await?;
-        // Releases notify only a key that some process waits for: count this one in.
+        // Releases notify only a key that some process waits for: list this one.
         self.start_waiting(key).await?;
         let subscribed = Subscribed {
             backend: self.clone(),

@@ -303,6 +303,7 @@ impl PostgresBuilder {
                 migrating: tokio::sync::Mutex::default(),
                 notifier: Notifier::default(),
                 waiting: tokio::sync::Mutex::default(),
+                waiter_id: Token::generate()?.to_hex(),
                 application_name,
             },
         ))

@@ -2,9 +2,9 @@
 //!
 //! A release that frees a lock runs `pg_notify(channel, key)` in its transaction, so the
 //! notification goes out when the release commits; but only when some process waits for
-//! that key (the row's `waiters` count, which a backend raises for its first waiter of a key
-//! before that waiter's next attempt and lowers after its last: see
-//! `PostgresBackend::start_waiting`). `pg_notify` takes a lock that serializes the commits
+//! that key (the row's `waiting` entries, which a backend makes for its first waiter of a key
+//! before that waiter's next attempt, renews while it has waiters, and takes out after its
+//! last: see `PostgresBackend::start_waiting`). `pg_notify` takes a lock that serializes the commits
 //! of every notifying transaction of the cluster, WAL flush included, so a release nobody
 //! waits for must not pay it. One listening connection per backend
 //! (sqlx's `PgListener`, outside the pool's count) hears them all and wakes *one* waiter of

@@ -28,6 +28,17 @@ use sha2::{Digest, Sha256};
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
 
+// The functions' names after the table's, with the version each last changed in (see the
+// top of schema.sql): a backend never runs another version's body.
+/// Every operation.
+const OP_FN: &str = "op_v4";
+/// Deletes rows nobody needs any more.
+const SWEEP_FN: &str = "sweep_v3";
+/// Raises when a write touched no row.
+const CHECK_FN: &str = "check_v2";
+/// The live entries of a row's `waiting`.
+const WAITS_FN: &str = "waits_v1";
+
 /// The names of one lock table, already checked to be plain lowercase identifiers.
 #[derive(Debug, Clone)]
 pub(crate) struct Names {
@@ -64,7 +75,7 @@ impl Names {
         for b in &digest[..8] {
             let _ = write!(channel, "{b:02x}");
         }
-        let function = format!("\"{schema}\".\"{table}_op_v3\"");
+        let function = format!("\"{schema}\".\"{table}_{OP_FN}\"");
         Some(Names {
             prepared_prolongs: prolongs_statement(
                 &function,
@@ -88,9 +99,10 @@ impl Names {
         let body = SCHEMA
             .replace("{schema}", &format!("\"{}\"", self.schema))
             .replace("{table}", &format!("\"{}\"", self.table))
-            .replace("{fn}", &format!("\"{}_op_v3\"", self.table))
-            .replace("{sweep}", &format!("\"{}_sweep_v2\"", self.table))
-            .replace("{check}", &format!("\"{}_check_v2\"", self.table))
+            .replace("{fn}", &format!("\"{}_{OP_FN}\"", self.table))
+            .replace("{sweep}", &format!("\"{}_{SWEEP_FN}\"", self.table))
+            .replace("{check}", &format!("\"{}_{CHECK_FN}\"", self.table))
+            .replace("{waits}", &format!("\"{}_{WAITS_FN}\"", self.table))
             .replace("{channel}", &format!("'{}'", self.channel))
             .replace("{lock_prefix}", &format!("'{}'", self.lock_prefix));
         format!(
@@ -389,7 +401,7 @@ mod tests {
                 "{placeholder} left in the migration"
             );
         }
-        assert!(m.contains("\"s\".\"t_op_v3\""));
+        assert!(m.contains("\"s\".\"t_op_v4\""));
         assert!(
             m.contains("'s.t '"),
             "the sweep hashes the ids the client does"

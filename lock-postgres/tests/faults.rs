@@ -213,7 +213,7 @@ async fn keys_with_colliding_advisory_ids_are_independent_locks() {
     let pool = sqlx::PgPool::connect(&server.url).await.unwrap();
     let call = |key: &str, token: &str| {
         format!(
-            "SELECT o_outcome FROM public.distlock_op_v3('obtain', '{key}', 42, '{token}', 30000, \
+            "SELECT o_outcome FROM public.distlock_op_v4('obtain', '{key}', 42, '{token}', 30000, \
              30000, '{{\"host\":\"h\",\"pid\":1}}', 0, 5000, true)"
         )
     };
@@ -357,16 +357,7 @@ async fn releases_notify_only_keys_some_process_waits_for() {
         .await
         .unwrap();
     let pool = sqlx::PgPool::connect(&server.url).await.unwrap();
-    let waiters = |key: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i32>("SELECT waiters FROM public.distlock WHERE key = $1")
-                .bind(key)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
+    let waiters = |key: &'static str| listed(&pool, key);
 
     // Nobody waits: the release sends nothing (pg_notify would serialize its commit).
     let guard = take(&holder, "quiet").await;
@@ -377,7 +368,7 @@ async fn releases_notify_only_keys_some_process_waits_for() {
         "a release nobody waited for notified: {heard:?}"
     );
 
-    // A waiter of another backend: counted while it waits, notified, counted out after.
+    // A waiter of another backend: listed while it waits, notified, taken out after.
     let guard = take(&holder, "busy").await;
     let waiting = tokio::spawn(async move {
         let g = waiter
@@ -390,7 +381,7 @@ async fn releases_notify_only_keys_some_process_waits_for() {
             .expect("the lock after its release");
         assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
     });
-    eventually("the waiter counted", Duration::from_secs(10), || async {
+    eventually("the waiter listed", Duration::from_secs(10), || async {
         waiters("busy").await == 1
     })
     .await;
@@ -402,12 +393,68 @@ async fn releases_notify_only_keys_some_process_waits_for() {
     assert_eq!(heard.payload(), "busy");
     waiting.await.unwrap();
     // After the backend's linger (1 s) without another waiter.
-    eventually(
-        "the waiter counted out",
-        Duration::from_secs(30),
-        || async { waiters("busy").await == 0 },
-    )
+    eventually("the waiter taken out", Duration::from_secs(30), || async {
+        waiters("busy").await == 0
+    })
     .await;
+}
+
+/// How many backends `key`'s row lists as waiting (0 without a row).
+async fn listed(pool: &sqlx::PgPool, key: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM public.distlock t, jsonb_object_keys(t.waiting) WHERE t.key = $1",
+    )
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The table loses its rows while a process waits (a TRUNCATE, a restore; a sweep made rows
+/// again the same way): the waiter's backend lists itself again within its renewal, so a
+/// release after that wakes it at once. Before, the row made again counted no waiter and
+/// releases never notified it: it slept until its fallback poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_heard_again_after_its_row_is_made_again() {
+    let server = PrivatePostgres::start();
+    let (_, holder) = locker(&server.url);
+    let (_, waiter) = locker(&server.url);
+    let (_, other) = locker(&server.url);
+    let pool = sqlx::PgPool::connect(&server.url).await.unwrap();
+    let guard = take(&holder, "remade").await;
+    let waiting = tokio::spawn(async move {
+        let g = waiter
+            .lock("remade")
+            .wait(Duration::from_secs(120))
+            .retry(Retry::linear(Duration::from_secs(60)).notified())
+            .obtain()
+            .await
+            .unwrap()
+            .obtained()
+            .expect("the lock after its release");
+        let at = tokio::time::Instant::now();
+        assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
+        at
+    });
+    eventually("the waiter listed", Duration::from_secs(10), || async {
+        listed(&pool, "remade").await == 1
+    })
+    .await;
+    exec(&server.url, "TRUNCATE public.distlock").await;
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Lost);
+    let again = take(&other, "remade").await;
+    // Past the waiter's renewal (every 10 s), and well before the ttl of 30 s that bounds
+    // the waiter's sleep.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(listed(&pool, "remade").await, 1, "the waiter listed again");
+    let released = tokio::time::Instant::now();
+    assert_eq!(again.release().await.unwrap(), ReleaseOutcome::Released);
+    let obtained = waiting.await.unwrap();
+    assert!(
+        obtained.duration_since(released) < Duration::from_secs(5),
+        "the waiter obtained {:?} after the release: no notification reached it",
+        obtained.duration_since(released)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

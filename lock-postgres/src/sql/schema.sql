@@ -1,12 +1,12 @@
 -- The lock table and the functions every operation calls.
 --
 -- Placeholders, filled in by sql.rs with quoted identifiers: {schema}, {table}, {fn},
--- {sweep}, {check}; and string literals: {channel}, the LISTEN/NOTIFY channel of release
+-- {sweep}, {check}, {waits}; and string literals: {channel}, the LISTEN/NOTIFY channel of release
 -- notifications, and {lock_prefix}, what a key's advisory lock id is the hash of (with the
 -- key appended).
 --
--- The functions' names carry a version (`_op_v3`, `_sweep_v2`, `_check_v2`: the version a
--- function last changed in): a backend never runs the body of another version, and
+-- The functions' names carry a version (`_op_v4`, `_sweep_v3`, `_check_v2`, `_waits_v1`: the
+-- version a function last changed in; sql.rs names them): a backend never runs the body of another version, and
 -- backends of two versions on one table still exclude each other (same rows, same advisory
 -- lock ids). A migration leaves the functions of older versions in place for the backends
 -- still running them during a rolling deploy.
@@ -27,9 +27,15 @@ CREATE SCHEMA IF NOT EXISTS {schema};
 -- forget_at ends the grace period. 'cooling': expires_at = forget_at = the end of the
 -- cooldown. 'free': released; the row stays a day (forget_at) only to remember `fencing`,
 -- the last fencing token of the key. Times are the server's clock_timestamp(), never a
--- client's clock. waiters: how many processes wait for a release notification of the key
--- (each backend counts itself once, from its first waiter of the key to its last); a
--- release notifies only when it is above zero.
+-- client's clock. waiting: the processes that wait for a release notification of the key,
+-- as {"<backend id>": "<end of its lease>"}; a release notifies only while some lease
+-- runs. A backend enters its id when its first waiter of the key subscribes, renews the
+-- lease while it has waiters (so that a row made again, by a sweep or after a TRUNCATE,
+-- learns of it again within a renewal), and takes its id out after its last; a process
+-- that dies stops renewing, and its entry ends with its lease. Entering and renewing are
+-- the same idempotent write, so a statement sent twice counts nobody twice. waiters: the
+-- count of earlier versions (op_v3 and before), still read so that their waiters are
+-- notified during a rolling deploy, never written by this version.
 CREATE TABLE IF NOT EXISTS {schema}.{table} (
     key        text        PRIMARY KEY,
     state      text        NOT NULL CHECK (state IN ('held', 'cooling', 'free')),
@@ -39,11 +45,12 @@ CREATE TABLE IF NOT EXISTS {schema}.{table} (
     holds      integer,
     expires_at timestamptz NOT NULL,
     forget_at  timestamptz NOT NULL,
-    waiters    integer     NOT NULL DEFAULT 0
+    waiters    integer     NOT NULL DEFAULT 0,
+    waiting    jsonb       NOT NULL DEFAULT '{}'
 );
 
--- A table made by an earlier version lacks `waiters`. Checked first: ALTER TABLE would take
--- the table's exclusive lock on every migration even with IF NOT EXISTS.
+-- A table made by an earlier version lacks `waiters` or `waiting`. Checked first: ALTER
+-- TABLE would take the table's exclusive lock on every migration even with IF NOT EXISTS.
 DO $add$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_attribute
@@ -51,8 +58,21 @@ BEGIN
                       AND attname = 'waiters' AND NOT attisdropped) THEN
         ALTER TABLE {schema}.{table} ADD COLUMN waiters integer NOT NULL DEFAULT 0;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = '{schema}.{table}'::regclass
+                      AND attname = 'waiting' AND NOT attisdropped) THEN
+        ALTER TABLE {schema}.{table} ADD COLUMN waiting jsonb NOT NULL DEFAULT '{}';
+    END IF;
 END
 $add$;
+
+-- The entries of `waiting` whose lease runs past `at`.
+CREATE OR REPLACE FUNCTION {schema}.{waits}(waiting jsonb, at timestamptz) RETURNS jsonb
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT coalesce(jsonb_object_agg(w.key, w.value), '{}'::jsonb)
+      FROM jsonb_each_text(waiting) w
+     WHERE w.value::timestamptz > at
+$fn$;
 
 -- Raises when a write that must touch the key's row touched nothing: the row vanished
 -- under the statement, which holding the key's advisory lock should make impossible. The
@@ -67,8 +87,8 @@ BEGIN
 END
 $fn$;
 
--- Deletes up to 100 rows past their grace period or their day of memory, skipping every
--- row whose key lock another statement holds: an operation that has read its row holds
+-- Deletes up to 100 rows past their grace period or their day of memory that no process
+-- waits for, skipping every row whose key lock another statement holds: an operation that has read its row holds
 -- that lock until it commits, and one that has not read it yet will wait for this
 -- transaction and then find the row gone. Never waits for anything. Returns how many rows
 -- it deleted.
@@ -79,13 +99,16 @@ DECLARE
     swept   integer := 0;
 BEGIN
     FOR s IN SELECT t.key FROM {schema}.{table} t
-              WHERE t.forget_at < clock_timestamp() LIMIT 100 LOOP
+              WHERE t.forget_at < clock_timestamp()
+                AND {schema}.{waits}(t.waiting, clock_timestamp()) = '{}'::jsonb
+              LIMIT 100 LOOP
         -- The id the client computes (sql.rs, advisory_id): SHA-256's first 8 bytes.
         IF pg_try_advisory_xact_lock(('x' || encode(substring(
                sha256(convert_to({lock_prefix} || s.key, 'UTF8')) FROM 1 FOR 8), 'hex')
                )::bit(64)::bigint) THEN
             DELETE FROM {schema}.{table} t
-             WHERE t.key = s.key AND t.forget_at < clock_timestamp();
+             WHERE t.key = s.key AND t.forget_at < clock_timestamp()
+               AND {schema}.{waits}(t.waiting, clock_timestamp()) = '{}'::jsonb;
             IF FOUND THEN
                 swept := swept + 1;
             END IF;
@@ -96,7 +119,8 @@ END
 $fn$;
 
 -- p_op: obtain | prolong | release | inspect | force | sweep, or wait | unwait (a process
--- starts or stops waiting for the key's release notifications).
+-- starts, or renews, or stops waiting for the key's release notifications: p_token is then
+-- the backend's id, p_ttl_ms the lease).
 -- p_lock: the advisory lock id of p_key (64 bits of SHA-256, computed by the client). Two
 -- keys with the same id only wait for each other's statements; their rows stay separate.
 -- p_deadline_ms: the call's deadline; p_durable: false to commit without waiting for the
@@ -170,15 +194,25 @@ BEGIN
     END IF;
 
     IF p_op = 'wait' OR p_op = 'unwait' THEN
-        -- Under the key's lock, like a release: a release either sees the count of a waiter
+        -- Under the key's lock, like a release: a release either sees the entry of a waiter
         -- that is subscribed already, or commits before the waiter's next attempt, which
-        -- then finds the lock free. No row (swept): nothing to count; that waiter polls.
-        -- Nothing depends on this write surviving a crash.
+        -- then finds the lock free. No row (swept, or the table emptied): a free one is
+        -- made to carry the entry (fencing 0 is below any token: the next grant is floored
+        -- at the clock as on a missing row). Ended leases are dropped on the way. Nothing
+        -- depends on this write surviving a crash.
         PERFORM set_config('synchronous_commit', 'off', true);
-        UPDATE {schema}.{table} t
-           SET waiters = CASE WHEN p_op = 'wait' THEN t.waiters + 1
-                              ELSE greatest(t.waiters - 1, 0) END
-         WHERE t.key = p_key;
+        IF p_op = 'wait' THEN
+            INSERT INTO {schema}.{table} AS t
+                   (key, state, fencing, expires_at, forget_at, waiting)
+            VALUES (p_key, 'free', 0, now_ts, now_ts,
+                    jsonb_build_object(p_token, now_ts + p_ttl_ms * interval '1 millisecond'))
+            ON CONFLICT (key) DO UPDATE
+               SET waiting = {schema}.{waits}(t.waiting, now_ts) || EXCLUDED.waiting;
+        ELSE
+            UPDATE {schema}.{table} t
+               SET waiting = {schema}.{waits}(t.waiting, now_ts) - p_token
+             WHERE t.key = p_key;
+        END IF;
         o_outcome := p_op;
         RETURN NEXT;
         RETURN;
@@ -200,7 +234,7 @@ BEGIN
                SET state = 'free', token = NULL, holder = NULL, holds = NULL,
                    expires_at = now_ts, forget_at = now_ts + keep
              WHERE t.key = p_key;
-            IF r.waiters > 0 THEN
+            IF r.waiters > 0 OR {schema}.{waits}(r.waiting, now_ts) <> '{}'::jsonb THEN
                 PERFORM pg_notify({channel}, p_key);
             END IF;
         END IF;
@@ -287,7 +321,7 @@ BEGIN
             END IF;
             -- pg_notify takes a lock that serializes every notifying commit of the cluster
             -- until its WAL is flushed: only when some process waits.
-            IF r.waiters > 0 THEN
+            IF r.waiters > 0 OR {schema}.{waits}(r.waiting, now_ts) <> '{}'::jsonb THEN
                 PERFORM pg_notify({channel}, p_key);
             END IF;
             o_outcome := CASE WHEN phase = 'live' THEN 'released' ELSE 'released_late' END;
