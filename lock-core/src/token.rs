@@ -8,7 +8,10 @@ use crate::{Error, ErrorKind, Operation, Result};
 ///
 /// Only the holder of the token can prolong or release. It never appears in full in
 /// `Debug` or `Display` output (only its first 4 hex digits), so logging a guard or an error
-/// never leaks it; backends that must store it use [`Token::to_hex`].
+/// never leaks it. A backend on a server stores and sends [`Token::digest`] instead (so
+/// that whoever can read the records, the server's logs or its traffic cannot prolong or
+/// release someone else's lock); one whose records only their owner can read may store
+/// [`Token::to_hex`].
 ///
 /// ```
 /// use lock_core::Token;
@@ -53,12 +56,7 @@ impl Token {
 
     /// The full token as 32 lowercase hex digits, for storage. Keep it out of logs.
     pub fn to_hex(&self) -> String {
-        let mut out = String::with_capacity(32);
-        for b in self.0 {
-            out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-            out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
-        }
-        out
+        hex(&self.0)
     }
 
     /// Parses 32 hex digits written by [`Token::to_hex`].
@@ -82,12 +80,39 @@ impl Token {
         Ok(Token(out))
     }
 
+    /// The SHA-256 of [`Token::to_hex`], in 64 lowercase hex digits: what a backend stores
+    /// and sends instead of the token. Two tokens have two digests; the digest does not give
+    /// the token back.
+    ///
+    /// ```
+    /// use lock_core::Token;
+    ///
+    /// let token = Token::generate()?;
+    /// assert_eq!(token.digest().len(), 64);
+    /// assert!(!token.digest().contains(&token.to_hex()));
+    /// # Ok::<(), lock_core::Error>(())
+    /// ```
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        hex(&Sha256::digest(self.to_hex().as_bytes()))
+    }
+
     /// The first 4 hex digits: enough to tell tokens apart in a log, useless to an attacker.
     pub fn redacted(&self) -> String {
         let mut hex = self.to_hex();
         hex.truncate(4);
         hex
     }
+}
+
+/// `bytes` in lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+        out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+    }
+    out
 }
 
 impl fmt::Debug for Token {
@@ -113,6 +138,16 @@ mod tests {
         for shown in [format!("{token:?}"), format!("{token}")] {
             assert!(!shown.contains(&hex[..5]), "{shown} leaks the token");
         }
+    }
+
+    /// The digest is a format backends store (lock-postgres since its first version): it
+    /// must never change.
+    #[test]
+    fn the_digest_is_sha256_of_the_hex() {
+        assert_eq!(
+            Token::from_bytes([0; 16]).digest(),
+            "84e0c0eafaa95a34c293f278ac52e45ce537bab5e752a00e6959a13ae103b65a"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use crate::builder::PostgresBuilder;
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
 use crate::notify::Notifier;
-use crate::sql::{token_digest, Args, Names, Prolongs, Session, Statements};
+use crate::sql::{Args, Names, Prolongs, Session, Statements};
 
 pub(crate) const NAME: &str = PostgresBackend::NAME;
 
@@ -363,7 +363,7 @@ impl PostgresBackend {
             let req = &reqs[i];
             batch.keys.push(req.key.as_str().to_owned());
             batch.locks.push(lock);
-            batch.tokens.push(token_digest(req.token));
+            batch.tokens.push(req.token.digest());
             batch.ttls.push(ms(req.ttl.as_millis()));
             batch.graces.push(ms(self.grace_ms(req.ttl)));
         }
@@ -841,7 +841,7 @@ impl LockBackend for PostgresBackend {
                 format!("holder info: {e}"),
             )
         })?;
-        let token = token_digest(req.token);
+        let token = req.token.digest();
         let args = Args {
             token: Some(&token),
             ttl_ms: req.ttl.as_millis(),
@@ -865,7 +865,7 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let token = token_digest(req.token);
+        let token = req.token.digest();
         let args = Args {
             token: Some(&token),
             ttl_ms: req.ttl.as_millis(),
@@ -892,7 +892,7 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        let token = token_digest(req.token);
+        let token = req.token.digest();
         let args = Args {
             token: Some(&token),
             delay_ms: req.delay_after.map_or(0, Ttl::as_millis),

@@ -18,12 +18,11 @@
 //!
 //! Whatever logs statements (sqlx at DEBUG, its slow statement WARN, the server's
 //! `log_statement` with its bound parameters) may see the values: so the owner token never
-//! goes out, only its SHA-256 ([`token_digest`]), which the table stores instead.
+//! goes out, only its SHA-256 (`Token::digest`), which the table stores instead.
 
 use std::fmt::Write;
 use std::time::Duration;
 
-use lock_core::Token;
 use sha2::{Digest, Sha256};
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
@@ -214,7 +213,7 @@ fn prolongs_statement(function: &str, args: [&str; 7]) -> String {
 pub(crate) struct Prolongs {
     pub(crate) keys: Vec<String>,
     pub(crate) locks: Vec<i64>,
-    /// SHA-256 digests ([`token_digest`]), never tokens.
+    /// SHA-256 digests (`Token::digest`), never tokens.
     pub(crate) tokens: Vec<String>,
     pub(crate) ttls: Vec<i64>,
     pub(crate) graces: Vec<i64>,
@@ -290,17 +289,6 @@ pub(crate) fn text(s: &str) -> String {
     hex
 }
 
-/// What the table stores and the statements carry instead of an owner token: its SHA-256,
-/// in hex. Statements are logged; the token must never be.
-pub(crate) fn token_digest(token: &Token) -> String {
-    let digest = Sha256::digest(token.to_hex().as_bytes());
-    let mut hex = String::with_capacity(64);
-    for b in digest {
-        let _ = write!(hex, "{b:02x}");
-    }
-    hex
-}
-
 /// The advisory lock id of a name: the first 8 bytes of its SHA-256, big-endian, as a
 /// signed 64-bit integer. Stable across versions, platforms and Postgres releases.
 pub(crate) fn advisory_id(name: &str) -> i64 {
@@ -313,6 +301,7 @@ pub(crate) fn advisory_id(name: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::Token;
 
     #[test]
     fn names_are_plain_identifiers_only() {
@@ -343,7 +332,7 @@ mod tests {
     fn statements_carry_a_digest_never_the_token() {
         let token = Token::generate().unwrap();
         let names = Names::new("s", "t").unwrap();
-        let digest = token_digest(&token);
+        let digest = token.digest();
         let args = Args {
             token: Some(&digest),
             ..Args::default()

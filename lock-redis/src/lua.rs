@@ -72,18 +72,18 @@ impl Lua {
                 holder_json,
             } => cmd
                 .arg("obtain")
-                .arg(token.to_hex())
+                .arg(token.digest())
                 .arg(ttl.as_millis())
                 .arg(grace.as_millis())
                 .arg(*holder_json),
             Request::Prolong { token, ttl, grace } => cmd
                 .arg("prolong")
-                .arg(token.to_hex())
+                .arg(token.digest())
                 .arg(ttl.as_millis())
                 .arg(grace.as_millis()),
             Request::Release { token, delay } => cmd
                 .arg("release")
-                .arg(token.to_hex())
+                .arg(token.digest())
                 .arg(delay.map_or(0, Ttl::as_millis)),
             Request::Inspect => cmd.arg("inspect"),
             Request::Force => cmd.arg("force"),

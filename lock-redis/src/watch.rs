@@ -244,7 +244,7 @@ fn decide(
             holder_json,
         } => {
             let ask = rules::Obtain {
-                token: &token.to_hex(),
+                token: &token.digest(),
                 holder: &(*holder_json).to_owned(),
                 ttl: *ttl,
                 grace: *grace,
@@ -257,11 +257,11 @@ fn decide(
             (reply, d.write)
         }
         Request::Prolong { token, ttl, grace } => {
-            let d = rules::prolong(rec, clock, &token.to_hex(), *ttl, *grace);
+            let d = rules::prolong(rec, clock, &token.digest(), *ttl, *grace);
             (Reply::Prolong(d.outcome), d.write)
         }
         Request::Release { token, delay } => {
-            let d = rules::release(rec, clock, &token.to_hex(), *delay);
+            let d = rules::release(rec, clock, &token.digest(), *delay);
             (Reply::Release(d.outcome), d.write)
         }
         Request::Inspect => {

@@ -38,8 +38,8 @@ async fn run_table(variant: Variant) {
         let now = server_ms(&mut admin).await;
         let raw = case.before.row(now).map(|r| {
             let token = match r.by {
-                Some(Who::A) => a.to_hex(),
-                Some(Who::B) => b.to_hex(),
+                Some(Who::A) => a.digest(),
+                Some(Who::B) => b.digest(),
                 None => String::new(),
             };
             let holder = if r.by.is_some() { holder } else { "" };
@@ -78,7 +78,7 @@ async fn run_table(variant: Variant) {
                 _ => Seen::Held {
                     by: [(Who::A, &a), (Who::B, &b)]
                         .into_iter()
-                        .find(|(_, t)| t.to_hex() == f[2])
+                        .find(|(_, t)| t.digest() == f[2])
                         .map(|(w, _)| w),
                     holds: f[4].parse().unwrap(),
                     fencing,

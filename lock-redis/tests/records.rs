@@ -77,3 +77,40 @@ async fn both_variants_agree_on_every_record() {
         .await
         .unwrap();
 }
+
+/// Whoever can GET a record (a read-only user, a replica, a dump, MONITOR) must not learn
+/// the token that releases the lock: both variants store and send its digest only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_hold_a_digest_never_the_token() {
+    let url = support::shared_url();
+    let mut admin = support::admin(&url).await;
+    for variant in [Variant::Lua, Variant::Watch] {
+        let prefix = format!(
+            "digest-{}:",
+            &lock_core::Token::generate().unwrap().to_hex()[..12]
+        );
+        let backend = RedisBackend::builder(&url)
+            .variant(variant)
+            .prefix(prefix.clone())
+            .connect()
+            .await
+            .unwrap();
+        let key = Key::new("k").unwrap();
+        let token = lock_core::Token::generate().unwrap();
+        let holder = lock_core::HolderInfo::current();
+        let req = lock_core::ObtainRequest {
+            key: &key,
+            token: &token,
+            ttl: lock_core::Ttl::from_millis(60_000).unwrap(),
+            holder: &holder,
+        };
+        backend.obtain(req).await.unwrap();
+        let raw: String = redis::cmd("GET")
+            .arg(backend.record_name(&key))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(!raw.contains(&token.to_hex()), "{variant:?}: {raw}");
+        assert!(raw.contains(&token.digest()), "{variant:?}: {raw}");
+    }
+}

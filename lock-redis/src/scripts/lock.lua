@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  the record, a string:  v1|<state>|<token>|<fencing>|<holds>|<expires>|<forget>|<holder>
 --            state    held | cooling | free
---            token    the holder's token (hex), empty unless held
+--            token    the SHA-256 of the holder's token (hex: `Token::digest`; the token
+--                     itself never reaches the server), empty unless held
 --            fencing  the key's last fencing token
 --            holds    the reentrant hold count (0 unless held)
 --            expires  server ms: end of the ttl (held) or of the cooldown (cooling)
