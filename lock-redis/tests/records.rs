@@ -104,7 +104,10 @@ async fn records_hold_a_digest_never_the_token() {
             ttl: lock_core::Ttl::from_millis(60_000).unwrap(),
             holder: &holder,
         };
-        backend.obtain(req).await.unwrap();
+        assert!(matches!(
+            backend.obtain(req).await.unwrap(),
+            lock_core::ObtainOutcome::Acquired { .. }
+        ));
         let raw: String = redis::cmd("GET")
             .arg(backend.record_name(&key))
             .query_async(&mut admin)
