@@ -56,6 +56,11 @@ pub struct Capabilities {
     pub cross_host: bool,
     /// [`LockBackend::subscribe`] wakes waiters on release instead of leaving them to poll.
     pub release_notification: bool,
+    /// How many prolongs [`LockBackend::prolongate_many`] sends in one round trip (1, the
+    /// default: it sends one call per lock). The watchdog hands a backend at most this many
+    /// at once, in concurrent batches, and applies each batch's answers as it comes back:
+    /// a slow answer holds back only the locks that shared its round trip.
+    pub prolong_batch: usize,
 }
 
 impl Capabilities {
@@ -65,6 +70,7 @@ impl Capabilities {
             cross_process: false,
             cross_host: false,
             release_notification: false,
+            prolong_batch: 1,
         }
     }
 
@@ -83,6 +89,12 @@ impl Capabilities {
     /// Sets [`Capabilities::release_notification`].
     pub const fn release_notification(mut self, yes: bool) -> Self {
         self.release_notification = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::prolong_batch`] (0 counts as 1).
+    pub const fn prolong_batch(mut self, locks: usize) -> Self {
+        self.prolong_batch = if locks == 0 { 1 } else { locks };
         self
     }
 }

@@ -224,8 +224,15 @@ impl Drop for Running {
 async fn run(running: Running) {
     let renewals = &running.renewals;
     loop {
-        let (due, next) = renewals.take_due(clock::now());
-        if !due.is_empty() {
+        let (mut due, next) = renewals.take_due(clock::now());
+        // As many locks per batch as the backend sends in one round trip, the batches
+        // concurrent: each applies its answers when they come, so a slow answer holds back
+        // no lock but those of its own round trip.
+        let per_batch = due
+            .first()
+            .map_or(1, |hold| hold.backend.capabilities().prolong_batch.max(1));
+        while !due.is_empty() {
+            let rest = due.split_off(due.len().min(per_batch));
             let backend = due[0].backend.name();
             let span = tracing::debug_span!("lock.watchdog", backend, locks = due.len());
             let batch = Batch {
@@ -234,6 +241,7 @@ async fn run(running: Running) {
                 done: false,
             };
             tokio::spawn(renew(batch).instrument(span));
+            due = rest;
         }
         let Some(next) = next else { return };
         tokio::select! {

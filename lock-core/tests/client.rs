@@ -39,7 +39,10 @@ impl LockBackend for Spy {
         "spy"
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none().release_notification(self.notify)
+        // Sends any number of prolongs in one round trip, as far as the watchdog knows.
+        Capabilities::none()
+            .release_notification(self.notify)
+            .prolong_batch(1_000)
     }
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);

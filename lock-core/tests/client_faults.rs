@@ -31,6 +31,8 @@ struct Faulty {
     prolong_hangs: bool,
     /// Prolongs take this long.
     prolong_in_flight: Duration,
+    /// Prolongs of this key take this long more.
+    slow_prolong: Option<(&'static str, Duration)>,
     /// Prolongs asking for less than this are applied at once, and their reply is lost.
     lose_short_prolong_replies: Duration,
     /// Prolongs panic (a user's backend with a bug).
@@ -88,6 +90,11 @@ impl LockBackend for Faulty {
             ));
         }
         tokio::time::sleep(self.prolong_in_flight).await;
+        if let Some((key, slow)) = self.slow_prolong {
+            if req.key.as_str() == key {
+                tokio::time::sleep(slow).await;
+            }
+        }
         if let Some((key, times)) = self.prolong_fails {
             if req.key.as_str() == key
                 && self.prolong_failures.fetch_add(1, Ordering::SeqCst) < times
@@ -365,6 +372,31 @@ async fn a_lock_whose_renewal_fails_is_retried_alone_and_the_batch_goes_on() {
     tokio::time::sleep(ms(2_000)).await;
     assert!(!steady.is_lost());
     assert!(faulty.prolong_failures.load(Ordering::SeqCst) >= 7);
+}
+
+/// One slow renewal among many (a lock whose call waits behind a slow connection) must not
+/// hold back the answers of the others: before, the watchdog sent them all in one
+/// `prolongate_many`, whose default sends 32 at a time, one group after the other, and
+/// answers when all are back: every lock of the batch heard `lost()` at its validity end.
+#[tokio::test(start_paused = true)]
+async fn a_slow_renewal_holds_back_no_other_lock() {
+    let (_faulty, locker) = locker(Faulty {
+        slow_prolong: Some(("slow", ms(5_000))),
+        ..Faulty::default()
+    });
+    let slow = held(locker.lock("slow").ttl(ms(1_000)).watchdog()).await;
+    let mut others = Vec::new();
+    for i in 0..40 {
+        others.push(held(locker.lock(format!("lock-{i}")).ttl(ms(1_000)).watchdog()).await);
+    }
+    tokio::time::sleep(ms(3_000)).await;
+    assert!(slow.is_lost(), "its renewal came back after its validity");
+    let lost: Vec<_> = others
+        .iter()
+        .filter(|g| g.is_lost())
+        .map(|g| g.key().as_str().to_owned())
+        .collect();
+    assert!(lost.is_empty(), "lost with the slow one: {lost:?}");
 }
 
 fn locker_with_failing(key: &'static str) -> (Arc<Faulty>, Locker) {

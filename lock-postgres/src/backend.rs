@@ -829,6 +829,7 @@ impl LockBackend for PostgresBackend {
             .cross_process(true)
             .cross_host(true)
             .release_notification(self.notifications)
+            .prolong_batch(Self::BATCH)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {

@@ -276,10 +276,17 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // One pipeline carries a batch of prolongs on one server (see prolongate_many); on a
+        // cluster, and with WATCH, each lock is its own call.
+        let batch = match &self.inner.engine {
+            Engine::Lua(lua) if !lua.link.is_cluster() => Self::BATCH,
+            _ => 1,
+        };
         Capabilities::none()
             .cross_process(true)
             .cross_host(true)
             .release_notification(true)
+            .prolong_batch(batch)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
