@@ -64,6 +64,7 @@ mod registry;
 mod renew;
 mod retry;
 pub mod rules;
+pub mod schemes;
 mod token;
 mod ttl;
 mod url;

@@ -16,7 +16,7 @@ use crate::notify::Notifier;
 use crate::sql::{Names, Statements};
 
 /// The URL schemes a [`PostgresBuilder`] takes.
-pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
+pub const SCHEMES: &[&str] = lock_core::schemes::POSTGRES;
 
 /// Where the connections come from.
 #[derive(Clone)]

@@ -43,16 +43,7 @@ pub struct RedisBuilder {
 }
 
 /// The URL schemes a [`RedisBuilder::from_url`] takes.
-pub const SCHEMES: &[&str] = &[
-    "redis",
-    "rediss",
-    "redis+watch",
-    "rediss+watch",
-    "redis+cluster",
-    "rediss+cluster",
-    "redis+sentinel",
-    "rediss+sentinel",
-];
+pub const SCHEMES: &[&str] = lock_core::schemes::REDIS;
 
 impl RedisBuilder {
     /// A builder from a URL that carries its settings too, as `lock-config` takes them:
