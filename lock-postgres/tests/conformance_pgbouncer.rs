@@ -15,6 +15,9 @@ fn harness() -> Postgres {
     if std::env::var_os(lock_conformance::process::WORKER_ENV).is_some() {
         return Postgres::at(String::new(), false).with_statements(Statements::Simple);
     }
+    // Before anything starts: a missing pgbouncer fails each case at once, not after a
+    // private Postgres per case.
+    PgBouncer::require();
     static SERVERS: OnceLock<(PrivatePostgres, PgBouncer)> = OnceLock::new();
     let (server, bouncer) = SERVERS.get_or_init(|| {
         let server = PrivatePostgres::start();

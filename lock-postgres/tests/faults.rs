@@ -236,6 +236,7 @@ async fn keys_with_colliding_advisory_ids_are_independent_locks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_pgbouncer_in_transaction_mode_exclusion_holds() {
+    PgBouncer::require();
     let server = PrivatePostgres::start();
     let bouncer = PgBouncer::start(server.port, PASSWORD);
     // 32 tasks on 2 server connections: every statement may land on another session.
@@ -293,6 +294,7 @@ async fn prepared_statements_through_an_old_pgbouncer_fail_with_the_fix_named() 
     // connections, which do not have them. The calls must then fail with a Config error that
     // names statements=simple: never an outcome, never a retry-safe error to loop on. A
     // bouncer that can carry them (1.21+) passes every call.
+    PgBouncer::require();
     let server = PrivatePostgres::start();
     let bouncer = PgBouncer::start(server.port, PASSWORD);
     PostgresBackend::builder(&server.url)

@@ -25,7 +25,7 @@ impl Node {
 
     /// Starts the node again with the arguments it first had (after [`Node::kill`]).
     pub fn start(&mut self) {
-        let child = Command::new("redis-server")
+        let child = Command::new(crate::require("redis-server", "redis-server"))
             .args(&self.args)
             .stdout(Stdio::null())
             .spawn()
@@ -44,12 +44,7 @@ impl Node {
     /// Sends `SIG<name>` (`STOP`, `CONT`) to the node by its pid.
     pub fn signal(&self, name: &str) {
         if let Some(pid) = self.pid() {
-            let status = Command::new("kill")
-                .arg(format!("-{name}"))
-                .arg(pid.to_string())
-                .status()
-                .expect("kill(1)");
-            assert!(status.success(), "kill -{name} failed");
+            crate::signal(pid, name);
         }
     }
 

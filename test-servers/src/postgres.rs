@@ -148,9 +148,7 @@ impl PrivatePostgres {
     /// Stops the server by its pid (SIGINT: a fast shutdown that keeps the data).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-INT", &child.id().to_string()])
-                .status();
+            crate::signal(child.id(), "INT");
             let deadline = Instant::now() + Duration::from_secs(30);
             while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
@@ -232,6 +230,7 @@ impl PgBouncer {
     /// Starts a bouncer (transaction mode, 2 server connections) in front of the Postgres
     /// on `pg_port`, letting `postgres` in with `password`.
     pub fn start(pg_port: u16, password: &str) -> Self {
+        Self::require();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let port = crate::free_port();
         let ini = format!(
@@ -256,7 +255,8 @@ impl PgBouncer {
                 .arg(dir.path())
                 .status();
         }
-        let child = unprivileged("pgbouncer")
+        let pgbouncer = crate::require("pgbouncer", "pgbouncer");
+        let child = unprivileged(pgbouncer)
             .arg(dir.path().join("pgbouncer.ini"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -270,6 +270,12 @@ impl PgBouncer {
             child,
             dir,
         }
+    }
+
+    /// Panics at once, naming the package, when pgbouncer is not installed: call it before
+    /// starting the Postgres a bouncer goes in front of.
+    pub fn require() {
+        crate::require("pgbouncer", "pgbouncer");
     }
 
     /// Keeps the bouncer for the rest of the test process, then stops it (for statics).

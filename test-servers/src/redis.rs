@@ -29,7 +29,7 @@ impl PrivateRedis {
     fn start_with(tls: bool) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let port = crate::free_port();
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(crate::require("redis-server", "redis-server"));
         cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir.path());
@@ -79,12 +79,7 @@ impl PrivateRedis {
 
     /// Sends `SIG<name>` (`STOP`, `CONT`) to the server by its pid.
     pub fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("kill(1)");
-        assert!(status.success(), "kill -{name} failed");
+        crate::signal(self.child.id(), name);
     }
 
     /// Stops the server by its pid (SIGKILL: nothing is saved).
