@@ -86,6 +86,7 @@ mod precise;
 pub mod cases;
 pub mod faults;
 pub mod process;
+pub mod table;
 
 pub use async_trait::async_trait;
 pub use check::{CaseResult, Failure};

@@ -4,8 +4,8 @@
 //! The memory backend, the file backend and the Redis WATCH/MULTI variant decide with these
 //! functions; each keeps only its storage (a map, a file under `flock`, a watched key) and
 //! its encoding. The Redis Lua script and the Postgres function cannot call Rust: they keep
-//! their own code, and their tests run the same table of cases ([`cases::CASES`]) through a
-//! real server. A backend of your own can decide with these functions too.
+//! their own code, and their tests run the same table of cases (`lock_conformance::table`)
+//! through a real server. A backend of your own can decide with these functions too.
 //!
 //! ```
 //! use std::time::Duration;
@@ -46,8 +46,6 @@ use std::time::Duration;
 use crate::{
     Busy, Fencing, Grace, HolderInfo, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Ttl,
 };
-
-pub mod cases;
 
 /// The instant of one decision on the backend's clock, and the clock's unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -516,128 +514,7 @@ fn nothing<O, T, H>(outcome: O) -> Decision<O, T, H> {
 
 #[cfg(test)]
 mod tests {
-    use super::cases::{
-        Answer, Ask, Before, Seen, Who, CASES, DELAY_MS, FENCING, GRACE_MS, TTL_MS,
-    };
     use super::*;
-
-    type Stored = Record<Who, &'static str>;
-
-    /// The table on a clock of `tick_ns`-nanosecond ticks, at `now` ticks.
-    fn run_table(clock: Clock) {
-        let at = |offset_ms: i64| {
-            let ticks = clock.ticks(offset_ms.unsigned_abs());
-            if offset_ms < 0 {
-                clock.now() - ticks
-            } else {
-                clock.now() + ticks
-            }
-        };
-        let rel = |t: u64| {
-            let ns = |ticks: u64| i128::from(ticks) * i128::from(clock.tick_ns);
-            i64::try_from((ns(t) - ns(clock.now())) / 1_000_000).unwrap()
-        };
-        let ttl = Ttl::from_millis(TTL_MS).unwrap();
-        let grace = Grace::new(Duration::from_millis(GRACE_MS)).unwrap();
-        let delay = Ttl::from_millis(DELAY_MS).unwrap();
-        for case in CASES {
-            let before: Option<Stored> = match case.before {
-                Before::Nothing => None,
-                Before::Free => Some(State::Free),
-                Before::Cooling { left_ms } => Some(State::Cooling { until: at(left_ms) }),
-                Before::Held {
-                    by,
-                    holds,
-                    expires_in_ms,
-                    forget_in_ms,
-                } => Some(State::Held(Hold {
-                    token: by,
-                    holder: "holder",
-                    holds,
-                    expires: at(expires_in_ms),
-                    forget: at(forget_in_ms),
-                })),
-            }
-            .map(|state| Record {
-                fencing: FENCING,
-                state,
-            });
-            let before = before.as_ref();
-            let holder = |_: &&str| Ok::<_, ()>(HolderInfo::current());
-            let (answer, write) = match case.ask {
-                Ask::Obtain => {
-                    let ask = Obtain {
-                        token: &Who::A,
-                        holder: &"caller",
-                        ttl,
-                        grace,
-                        fencing_floor: 0,
-                    };
-                    let d = obtain(before, clock, ask);
-                    let outcome = d.outcome.try_into_outcome(ttl, holder).unwrap();
-                    (Answer::Obtain(outcome), d.write)
-                }
-                Ask::Prolong => {
-                    let d = prolong(before, clock, &Who::A, ttl, grace);
-                    (Answer::Prolong(d.outcome), d.write)
-                }
-                Ask::Release { delay: d } => {
-                    let d = release(before, clock, &Who::A, d.then_some(delay));
-                    (Answer::Release(d.outcome), d.write)
-                }
-                Ask::Inspect => {
-                    let state = view(before, clock).try_into_state(holder).unwrap();
-                    (Answer::State(state), None)
-                }
-                Ask::Force => {
-                    let d = force(before, clock);
-                    (
-                        Answer::State(d.outcome.try_into_state(holder).unwrap()),
-                        d.write,
-                    )
-                }
-            };
-            let stored = write.as_ref().or(before);
-            let seen = match stored {
-                None => Seen::Nothing,
-                Some(r) => match &r.state {
-                    State::Free => Seen::Free { fencing: r.fencing },
-                    State::Cooling { until } => Seen::Cooling {
-                        fencing: r.fencing,
-                        left_ms: rel(*until),
-                    },
-                    State::Held(h) => Seen::Held {
-                        by: Some(h.token),
-                        holds: h.holds,
-                        fencing: r.fencing,
-                        expires_in_ms: rel(h.expires),
-                        forget_in_ms: rel(h.forget),
-                    },
-                },
-            };
-            if let Err(e) = case.check(&answer, &seen, 0) {
-                panic!("{e}");
-            }
-        }
-    }
-
-    #[test]
-    fn the_table_holds_on_a_clock_of_milliseconds() {
-        run_table(Clock::millis(1_800_000_000_000));
-    }
-
-    #[test]
-    fn the_table_holds_on_a_clock_of_nanoseconds() {
-        run_table(Clock::nanos(5_000_000_000_000));
-    }
-
-    #[test]
-    fn a_check_that_cannot_fail_is_not_a_check() {
-        // The first case, answered wrongly, must be refused.
-        let case = &CASES[0];
-        let wrong = Answer::Obtain(ObtainOutcome::Reacquired { holds: 2 });
-        assert!(case.check(&wrong, &Seen::Nothing, 0).is_err());
-    }
 
     #[test]
     fn fencing_never_goes_below_the_floor_nor_the_last_token() {

@@ -1,4 +1,4 @@
-//! The contract's decision table (`lock_core::rules::cases`) through a real server: each
+//! The contract's decision table (`lock_conformance::table`) through a real server: each
 //! case's row is written with SQL, the request goes through the backend (the plpgsql
 //! function), and the row is read back. This holds `schema.sql` to the same table as the
 //! Rust rules the memory, file and Redis WATCH backends decide with.
@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lock_core::rules::cases::{Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
 use lock_core::{Key, Token};
 use lock_postgres::PostgresBackend;
 use sqlx::{PgPool, Row};

@@ -1,4 +1,4 @@
-//! The contract's decision table (`lock_core::rules::cases`) through a real server, on both
+//! The contract's decision table (`lock_conformance::table`) through a real server, on both
 //! variants: each case's record is written with `SET`, the request goes through the
 //! backend, and the record is read back. The WATCH variant decides with `lock_core::rules`;
 //! this holds the Lua script to the same table.
@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lock_core::rules::cases::{Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
 use lock_core::{Key, Token};
 use lock_redis::{RedisBackend, Variant};
 

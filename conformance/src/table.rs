@@ -1,7 +1,8 @@
-//! The decision table: every rule of [`rules`](super) as a row (a stored record, a request,
-//! the outcome and the record afterwards).
+//! The decision table: every rule of [`lock_core::rules`] as a row (a stored record, a
+//! request, the outcome and the record afterwards), one row per line.
 //!
-//! lock-core's tests run it through the [`rules`](super) functions with an exact clock; the
+//! This crate's tests run it through the [`lock_core::rules`] functions with an exact clock
+//! (`tests/table.rs`); the
 //! Redis and Postgres tests write each row's record on a real server, send the request
 //! through the backend and read the record back, so the Lua script and the SQL function are
 //! held to the same table as the Rust rules. A backend that decides in its own code (a
@@ -13,7 +14,7 @@
 
 use std::fmt;
 
-use crate::{
+use lock_core::{
     HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest, ProlongOutcome,
     ProlongRequest, ReleaseOutcome, ReleaseRequest, Token, Ttl,
 };
@@ -283,295 +284,53 @@ use Ask::{Force, Inspect, Obtain, Prolong};
 use Before::{Free as FreeRecord, Nothing};
 
 /// Every row.
+#[rustfmt::skip]
 pub const CASES: &[Case] = &[
+    //   name                               before                           request          outcome                                                after
     // obtain
-    case(
-        "obtain, no record",
-        Nothing,
-        Obtain,
-        Outcome::Acquired,
-        ISSUED,
-    ),
-    case(
-        "obtain, free",
-        FreeRecord,
-        Obtain,
-        Outcome::Acquired,
-        ISSUED,
-    ),
-    case(
-        "obtain, cooling",
-        COOLING,
-        Obtain,
-        Outcome::Busy {
-            holder: false,
-            remaining_ms: 20_000,
-        },
-        Unchanged,
-    ),
-    case(
-        "obtain, cooldown over",
-        COOLED,
-        Obtain,
-        Outcome::Acquired,
-        ISSUED,
-    ),
-    case(
-        "obtain, own live hold",
-        LIVE,
-        Obtain,
-        Outcome::Reacquired(2),
-        held_by_a(2, Fence::Kept),
-    ),
-    case(
-        "obtain, another's live hold",
-        OTHERS_LIVE,
-        Obtain,
-        Outcome::Busy {
-            holder: true,
-            remaining_ms: 10_000,
-        },
-        Unchanged,
-    ),
-    case(
-        "obtain, own expired hold",
-        EXPIRED,
-        Obtain,
-        Outcome::Acquired,
-        ISSUED,
-    ),
-    case(
-        "obtain, another's expired hold",
-        OTHERS_EXPIRED,
-        Obtain,
-        Outcome::Acquired,
-        ISSUED,
-    ),
-    case(
-        "obtain, past the grace",
-        FORGOTTEN,
-        Obtain,
-        Outcome::Acquired,
-        ISSUED,
-    ),
+    case("obtain, no record",               Nothing,                         Obtain,          Outcome::Acquired,                                     ISSUED),
+    case("obtain, free",                    FreeRecord,                      Obtain,          Outcome::Acquired,                                     ISSUED),
+    case("obtain, cooling",                 COOLING,                         Obtain,          Outcome::Busy { holder: false, remaining_ms: 20_000 }, Unchanged),
+    case("obtain, cooldown over",           COOLED,                          Obtain,          Outcome::Acquired,                                     ISSUED),
+    case("obtain, own live hold",           LIVE,                            Obtain,          Outcome::Reacquired(2),                                held_by_a(2, Fence::Kept)),
+    case("obtain, another's live hold",     OTHERS_LIVE,                     Obtain,          Outcome::Busy { holder: true, remaining_ms: 10_000 },  Unchanged),
+    case("obtain, own expired hold",        EXPIRED,                         Obtain,          Outcome::Acquired,                                     ISSUED),
+    case("obtain, another's expired hold",  OTHERS_EXPIRED,                  Obtain,          Outcome::Acquired,                                     ISSUED),
+    case("obtain, past the grace",          FORGOTTEN,                       Obtain,          Outcome::Acquired,                                     ISSUED),
     // prolong
-    case(
-        "prolong, no record",
-        Nothing,
-        Prolong,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "prolong, free",
-        FreeRecord,
-        Prolong,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "prolong, cooling",
-        COOLING,
-        Prolong,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "prolong, live",
-        LIVE_TWICE,
-        Prolong,
-        Outcome::Prolonged,
-        held_by_a(2, Fence::Kept),
-    ),
-    case(
-        "prolong, expired",
-        EXPIRED,
-        Prolong,
-        Outcome::ProlongedLate,
-        held_by_a(2, Fence::Kept),
-    ),
-    case(
-        "prolong, past the grace",
-        FORGOTTEN,
-        Prolong,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "prolong, another's live hold",
-        OTHERS_LIVE,
-        Prolong,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "prolong, another's expired hold",
-        OTHERS_EXPIRED,
-        Prolong,
-        Outcome::Lost,
-        Unchanged,
-    ),
+    case("prolong, no record",              Nothing,                         Prolong,         Outcome::Lost,                                         Unchanged),
+    case("prolong, free",                   FreeRecord,                      Prolong,         Outcome::Lost,                                         Unchanged),
+    case("prolong, cooling",                COOLING,                         Prolong,         Outcome::Lost,                                         Unchanged),
+    case("prolong, live",                   LIVE_TWICE,                      Prolong,         Outcome::Prolonged,                                    held_by_a(2, Fence::Kept)),
+    case("prolong, expired",                EXPIRED,                         Prolong,         Outcome::ProlongedLate,                                held_by_a(2, Fence::Kept)),
+    case("prolong, past the grace",         FORGOTTEN,                       Prolong,         Outcome::Lost,                                         Unchanged),
+    case("prolong, another's live hold",    OTHERS_LIVE,                     Prolong,         Outcome::Lost,                                         Unchanged),
+    case("prolong, another's expired hold", OTHERS_EXPIRED,                  Prolong,         Outcome::Lost,                                         Unchanged),
     // release
-    case(
-        "release, no record",
-        Nothing,
-        RELEASE,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "release, free",
-        FreeRecord,
-        RELEASE,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "release, cooling",
-        COOLING,
-        RELEASE,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "release, live",
-        LIVE,
-        RELEASE,
-        Outcome::Released,
-        After::Free,
-    ),
-    case(
-        "release with a delay, live",
-        LIVE,
-        RELEASE_DELAYED,
-        Outcome::Released,
-        After::Cooling { left_ms: 20_000 },
-    ),
-    case(
-        "release, live twice",
-        LIVE_TWICE,
-        RELEASE,
-        Outcome::Decremented(1),
-        decremented(1),
-    ),
-    case(
-        "release with a delay, reentrant",
-        held(Who::A, 3, 10_000, 70_000),
-        RELEASE_DELAYED,
-        Outcome::Decremented(2),
-        decremented(2),
-    ),
-    case(
-        "release, expired reentrant hold",
-        EXPIRED,
-        RELEASE,
-        Outcome::ReleasedLate,
-        After::Free,
-    ),
-    case(
-        "release with a delay, expired",
-        EXPIRED,
-        RELEASE_DELAYED,
-        Outcome::ReleasedLate,
-        After::Cooling { left_ms: 20_000 },
-    ),
-    case(
-        "release, past the grace",
-        FORGOTTEN,
-        RELEASE,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "release, another's live hold",
-        OTHERS_LIVE,
-        RELEASE,
-        Outcome::Lost,
-        Unchanged,
-    ),
-    case(
-        "release, another's expired hold",
-        OTHERS_EXPIRED,
-        RELEASE,
-        Outcome::Lost,
-        Unchanged,
-    ),
+    case("release, no record",              Nothing,                         RELEASE,         Outcome::Lost,                                         Unchanged),
+    case("release, free",                   FreeRecord,                      RELEASE,         Outcome::Lost,                                         Unchanged),
+    case("release, cooling",                COOLING,                         RELEASE,         Outcome::Lost,                                         Unchanged),
+    case("release, live",                   LIVE,                            RELEASE,         Outcome::Released,                                     After::Free),
+    case("release with a delay, live",      LIVE,                            RELEASE_DELAYED, Outcome::Released,                                     After::Cooling { left_ms: 20_000 }),
+    case("release, live twice",             LIVE_TWICE,                      RELEASE,         Outcome::Decremented(1),                               decremented(1)),
+    case("release with a delay, reentrant", held(Who::A, 3, 10_000, 70_000), RELEASE_DELAYED, Outcome::Decremented(2),                               decremented(2)),
+    case("release, expired reentrant hold", EXPIRED,                         RELEASE,         Outcome::ReleasedLate,                                 After::Free),
+    case("release with a delay, expired",   EXPIRED,                         RELEASE_DELAYED, Outcome::ReleasedLate,                                 After::Cooling { left_ms: 20_000 }),
+    case("release, past the grace",         FORGOTTEN,                       RELEASE,         Outcome::Lost,                                         Unchanged),
+    case("release, another's live hold",    OTHERS_LIVE,                     RELEASE,         Outcome::Lost,                                         Unchanged),
+    case("release, another's expired hold", OTHERS_EXPIRED,                  RELEASE,         Outcome::Lost,                                         Unchanged),
     // inspect
-    case(
-        "inspect, no record",
-        Nothing,
-        Inspect,
-        Outcome::Free,
-        Unchanged,
-    ),
-    case(
-        "inspect, free",
-        FreeRecord,
-        Inspect,
-        Outcome::Free,
-        Unchanged,
-    ),
-    case(
-        "inspect, cooling",
-        COOLING,
-        Inspect,
-        Outcome::Cooling {
-            remaining_ms: 20_000,
-        },
-        Unchanged,
-    ),
-    case(
-        "inspect, live",
-        OTHERS_LIVE,
-        Inspect,
-        Outcome::Held {
-            holds: 2,
-            remaining_ms: 10_000,
-        },
-        Unchanged,
-    ),
-    case(
-        "inspect, expired",
-        EXPIRED,
-        Inspect,
-        Outcome::Free,
-        Unchanged,
-    ),
-    case(
-        "inspect, cooldown over",
-        COOLED,
-        Inspect,
-        Outcome::Free,
-        Unchanged,
-    ),
+    case("inspect, no record",              Nothing,                         Inspect,         Outcome::Free,                                         Unchanged),
+    case("inspect, free",                   FreeRecord,                      Inspect,         Outcome::Free,                                         Unchanged),
+    case("inspect, cooling",                COOLING,                         Inspect,         Outcome::Cooling { remaining_ms: 20_000 },             Unchanged),
+    case("inspect, live",                   OTHERS_LIVE,                     Inspect,         Outcome::Held { holds: 2, remaining_ms: 10_000 },      Unchanged),
+    case("inspect, expired",                EXPIRED,                         Inspect,         Outcome::Free,                                         Unchanged),
+    case("inspect, cooldown over",          COOLED,                          Inspect,         Outcome::Free,                                         Unchanged),
     // force_release
-    case("force, no record", Nothing, Force, Outcome::Free, Unchanged),
-    case(
-        "force, live",
-        OTHERS_LIVE,
-        Force,
-        Outcome::Held {
-            holds: 2,
-            remaining_ms: 10_000,
-        },
-        After::Free,
-    ),
-    case(
-        "force, cooling",
-        COOLING,
-        Force,
-        Outcome::Cooling {
-            remaining_ms: 20_000,
-        },
-        After::Free,
-    ),
-    case(
-        "force, expired",
-        OTHERS_EXPIRED,
-        Force,
-        Outcome::Free,
-        After::Free,
-    ),
+    case("force, no record",                Nothing,                         Force,           Outcome::Free,                                         Unchanged),
+    case("force, live",                     OTHERS_LIVE,                     Force,           Outcome::Held { holds: 2, remaining_ms: 10_000 },      After::Free),
+    case("force, cooling",                  COOLING,                         Force,           Outcome::Cooling { remaining_ms: 20_000 },             After::Free),
+    case("force, expired",                  OTHERS_EXPIRED,                  Force,           Outcome::Free,                                         After::Free),
 ];
 
 /// A mismatch between a case and what a backend did.
@@ -671,7 +430,7 @@ impl Case {
         backend: &dyn LockBackend,
         key: &Key,
         token: &Token,
-    ) -> crate::Result<Answer> {
+    ) -> lock_core::Result<Answer> {
         let ttl = Ttl::from_millis(TTL_MS)?;
         Ok(match self.ask {
             Ask::Obtain => {
