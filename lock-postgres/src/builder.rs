@@ -3,17 +3,16 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use lock_core::{Error, ErrorKind, Grace, Operation, Result, Token, UrlOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
-use crate::backend::{PostgresBackend, Shared, NAME};
+use crate::backend::{PostgresBackend, Settings};
 use crate::error::map_error;
-use crate::notify::Notifier;
 use crate::sql::{Names, Statements};
+use crate::NAME;
 
 /// The URL schemes a [`PostgresBuilder`] takes.
 pub const SCHEMES: &[&str] = lock_core::schemes::POSTGRES;
@@ -289,24 +288,64 @@ impl PostgresBuilder {
                 (pool, name)
             }
         };
-        Ok(PostgresBackend::assemble(
+        Ok(PostgresBackend::new(Settings {
             pool,
             names,
             grace,
-            self.notifications,
-            self.durable,
-            self.timeout,
-            self.auto_migrate,
-            self.statements,
-            Shared {
-                migrated: AtomicBool::new(false),
-                migrating: tokio::sync::Mutex::default(),
-                notifier: Notifier::default(),
-                waiting: tokio::sync::Mutex::default(),
-                waiter_id: Token::generate()?.to_hex(),
-                application_name,
-            },
-        ))
+            notifications: self.notifications,
+            durable: self.durable,
+            timeout: self.timeout,
+            auto_migrate: self.auto_migrate,
+            statements: self.statements,
+            application_name,
+            waiter_id: Token::generate()?.to_hex(),
+        }))
+    }
+}
+
+impl PostgresBackend {
+    /// A builder for a backend on `url` (`postgres://user[:password]@host[:port]/database`,
+    /// with sqlx's options such as `sslmode=require`); see [`PostgresBuilder`] for the
+    /// settings, and [`PostgresBuilder::from_url`] for a URL that carries them too.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_postgres::PostgresBackend;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let backend = PostgresBackend::builder("postgres://app@db.internal/app")
+    ///     .table("locks", "app_locks")
+    ///     .timeout(Duration::from_secs(2))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: impl Into<String>) -> PostgresBuilder {
+        PostgresBuilder::on_url(url.into())
+    }
+
+    /// A builder for a backend on an existing pool (its `pool_size` setting is ignored).
+    pub fn builder_on(pool: PgPool) -> PostgresBuilder {
+        PostgresBuilder::on_pool(pool)
+    }
+
+    /// A backend on `url` with every setting at its default. It connects lazily: nothing
+    /// is sent until the first operation (or [`PostgresBackend::migrate`]), so it needs a
+    /// Tokio runtime to make its pool in, but no server yet.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for a malformed URL, or when called outside a Tokio runtime. A
+    /// wrong password, a missing database or an unreachable server shows on the first
+    /// operation.
+    pub fn lazy(url: &str) -> Result<Self> {
+        Self::builder(url).build()
+    }
+
+    /// A backend on an existing pool with every setting at its default.
+    pub fn from_pool(pool: PgPool) -> Self {
+        // Only the settings can fail to build, and the defaults are valid.
+        Self::builder_on(pool)
+            .build()
+            .expect("the default settings are valid")
     }
 }
 

@@ -2,7 +2,7 @@
 
 use lock_core::{Error, ErrorKind, Operation};
 
-use crate::backend::NAME;
+use crate::NAME;
 
 /// Postgres error codes the backend reacts to.
 pub(crate) mod code {

@@ -3,7 +3,10 @@
 mod backend;
 mod builder;
 mod error;
+mod exec;
+mod migrate;
 mod notify;
+mod reply;
 mod sql;
 
 pub use backend::PostgresBackend;
@@ -11,3 +14,6 @@ pub use builder::{PostgresBuilder, SCHEMES};
 pub use lock_core;
 pub use sql::Statements;
 pub use sqlx;
+
+/// The backend's name in errors and reports ([`PostgresBackend::NAME`]).
+const NAME: &str = "postgres";

@@ -18,12 +18,18 @@
 //! Through PgBouncer in transaction mode `LISTEN` cannot work (the session is not kept):
 //! turn notifications off there (`PostgresBuilder::notifications(false)`, `notify=false`), and waiters poll.
 
-use lock_core::{Operation, ReleaseSubscription, Result, Waiters};
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use lock_core::{Key, Operation, ReleaseSubscription, Result, Waiters};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
 use crate::error::map_error;
+use crate::exec::Db;
+use crate::sql::Args;
 
 pub(crate) struct Notifier {
     started: tokio::sync::Mutex<bool>,
@@ -69,7 +75,7 @@ impl Notifier {
                     .map_err(|_| {
                         lock_core::Error::new(
                             lock_core::ErrorKind::Unavailable,
-                            crate::backend::NAME,
+                            crate::NAME,
                             Operation::Subscribe,
                             format!(
                                 "no answer within the deadline of {deadline:?} (PostgresBuilder::timeout / \
@@ -103,5 +109,174 @@ async fn listen(mut listener: PgListener, waiters: Waiters, mut alive: watch::Re
         if next.is_err() {
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
+    }
+}
+
+/// How long a backend stays listed as a waiter of a key after its last waiter left: a
+/// process that waited for a key is likely to again (a worker that takes turns on a job),
+/// and listing it in and out on every turn would put two statements on the key's lock per
+/// hand-off. Meanwhile releases of the key notify for nothing, as they all did before
+/// waiters were listed.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// The lease of a backend's entry in a row's `waiting`: a process that dies (or drops the
+/// backend without a runtime to take its entry out) leaves an entry that ends with it, and
+/// the key's releases stop notifying for nothing.
+const WAIT_LEASE: Duration = Duration::from_secs(30);
+
+/// How often a backend with waiters of a key renews its entry. A row made again while they
+/// wait (swept, or the table emptied by a TRUNCATE or a restore) lists the backend again
+/// within this; meanwhile its waiters fall back to polling.
+const WAIT_RENEWAL: Duration = Duration::from_secs(10);
+
+/// A backend's entries in the rows' `waiting`: which keys this process waits for, listed
+/// from the first waiter of a key to the last (and [`LINGER`] after).
+pub(crate) struct Listing {
+    db: Arc<Db>,
+    /// This backend's id in the rows (random; not a secret: it grants nothing).
+    id: String,
+    /// This process's waiters of each key listed. An async mutex: an entry changes only
+    /// together with the table's, in the order asked.
+    waiting: tokio::sync::Mutex<HashMap<String, Waiting>>,
+}
+
+/// This process's waiters of one key.
+struct Waiting {
+    /// Subscriptions alive now.
+    count: usize,
+    /// Bumped by each new subscription: a removal scheduled before it is void.
+    generation: u64,
+    /// Held while the entry lives: the renewal task of this entry (and no other) runs
+    /// while it can upgrade its weak handle.
+    _listed: Arc<()>,
+}
+
+impl Listing {
+    pub(crate) fn new(db: Arc<Db>, id: String) -> Self {
+        Listing {
+            db,
+            id,
+            waiting: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// Enters (or renews) this backend in `key`'s `waiting`, and returns once that is
+    /// committed.
+    async fn list(&self, key: &Key) -> Result<()> {
+        let args = Args {
+            token: Some(&self.id),
+            ttl_ms: WAIT_LEASE.as_secs() * 1000,
+            ..Args::default()
+        };
+        self.db
+            .call(Operation::Subscribe, "wait", key, args)
+            .await?;
+        Ok(())
+    }
+
+    /// Lists this process as a waiter of `key` unless it is listed already (then starts
+    /// renewing its lease); returns once the entry is committed, so that a release after
+    /// that point notifies. The returned value takes the waiter out when dropped.
+    ///
+    /// # Cancel safety
+    /// Cut off while the entry goes out, the table may list the process with no waiter
+    /// here: releases of that key then notify for nothing until the lease ends, never the
+    /// other way round.
+    pub(crate) async fn start(self: &Arc<Self>, key: &Key) -> Result<Subscribed> {
+        let mut waiting = self.waiting.lock().await;
+        let w = match waiting.entry(key.as_str().to_owned()) {
+            std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                self.list(key).await?;
+                let listed = Arc::new(());
+                let (listing, renewed, alive) =
+                    (Arc::clone(self), key.clone(), Arc::downgrade(&listed));
+                tokio::spawn(async move { listing.renew(renewed, alive).await });
+                v.insert(Waiting {
+                    count: 0,
+                    generation: 0,
+                    _listed: listed,
+                })
+            }
+        };
+        w.count += 1;
+        w.generation += 1;
+        Ok(Subscribed {
+            listing: Arc::clone(self),
+            key: Some(key.clone()),
+        })
+    }
+
+    /// Renews this backend's entry in `key`'s `waiting` while `alive` (the entry's handle
+    /// in `waiting`) lives.
+    async fn renew(&self, key: Key, alive: Weak<()>) {
+        loop {
+            tokio::time::sleep(WAIT_RENEWAL).await;
+            let _waiting = self.waiting.lock().await;
+            if alive.strong_count() == 0 {
+                return;
+            }
+            if let Err(e) = self.list(&key).await {
+                tracing::debug!(key = key.as_str(), "could not renew a waiter's entry: {e}");
+            }
+        }
+    }
+
+    /// The reverse of [`Listing::start`], when a waiter's subscription is dropped: after
+    /// the last one, and [`LINGER`] without a new one, takes the process out. A failure
+    /// leaves its entry until its lease ends: releases of that key notify for nothing
+    /// meanwhile.
+    async fn stop(&self, key: &Key) {
+        let generation = {
+            let mut waiting = self.waiting.lock().await;
+            let Some(w) = waiting.get_mut(key.as_str()) else {
+                return;
+            };
+            w.count = w.count.saturating_sub(1);
+            if w.count > 0 {
+                return;
+            }
+            w.generation
+        };
+        tokio::time::sleep(LINGER).await;
+        let mut waiting = self.waiting.lock().await;
+        match waiting.get(key.as_str()) {
+            Some(w) if w.count == 0 && w.generation == generation => {}
+            _ => return,
+        }
+        let args = Args {
+            token: Some(&self.id),
+            ..Args::default()
+        };
+        if let Err(e) = self
+            .db
+            .call(Operation::Subscribe, "unwait", key, args)
+            .await
+        {
+            tracing::debug!(
+                key = key.as_str(),
+                "could not take a waiter's entry out: {e}"
+            );
+        }
+        waiting.remove(key.as_str());
+    }
+}
+
+/// Kept by a waiter's subscription: its drop takes the waiter out.
+pub(crate) struct Subscribed {
+    listing: Arc<Listing>,
+    key: Option<Key>,
+}
+
+impl Drop for Subscribed {
+    fn drop(&mut self) {
+        let (Some(key), Ok(runtime)) = (self.key.take(), tokio::runtime::Handle::try_current())
+        else {
+            // No runtime (the process is ending): the entry stays until its lease ends,
+            // which costs only notifications nobody hears.
+            return;
+        };
+        let listing = Arc::clone(&self.listing);
+        runtime.spawn(async move { listing.stop(&key).await });
     }
 }

@@ -18,7 +18,7 @@ use lock_postgres::{PostgresBackend, Statements};
 use support::{exec, PgBouncer, PrivatePostgres, PASSWORD};
 
 fn locker(url: &str) -> (PostgresBackend, Locker) {
-    let backend = PostgresBackend::connect(url).unwrap();
+    let backend = PostgresBackend::lazy(url).unwrap();
     (backend.clone(), Locker::new(Arc::new(backend)))
 }
 
@@ -122,7 +122,7 @@ async fn wrong_credentials_and_missing_things_say_what_to_do() {
         "postgres://postgres:s3cret-battery@127.0.0.1:{}/postgres",
         server.port
     );
-    let backend = PostgresBackend::connect(&wrong).unwrap();
+    let backend = PostgresBackend::lazy(&wrong).unwrap();
     let err = backend.inspect(&key).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
     for shown in [err.to_string(), format!("{err:?}"), format!("{backend:?}")] {
@@ -136,7 +136,7 @@ async fn wrong_credentials_and_missing_things_say_what_to_do() {
         "postgres://postgres:{PASSWORD}@127.0.0.1:{}/nowhere",
         server.port
     );
-    let err = PostgresBackend::connect(&no_db)
+    let err = PostgresBackend::lazy(&no_db)
         .unwrap()
         .inspect(&key)
         .await
@@ -151,14 +151,14 @@ async fn wrong_credentials_and_missing_things_say_what_to_do() {
     )
     .await;
     let weak = format!("postgres://weak:weak@127.0.0.1:{}/postgres", server.port);
-    let err = PostgresBackend::connect(&weak)
+    let err = PostgresBackend::lazy(&weak)
         .unwrap()
         .migrate()
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
 
-    let err = PostgresBackend::connect("mysql://nope").unwrap_err();
+    let err = PostgresBackend::lazy("mysql://nope").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
 }
 
@@ -208,7 +208,7 @@ async fn held_locks_pin_no_connection() {
 async fn keys_with_colliding_advisory_ids_are_independent_locks() {
     // SHA-256 collisions cannot be found on demand: call the function with one forced id.
     let server = PrivatePostgres::start();
-    let backend = PostgresBackend::connect(&server.url).unwrap();
+    let backend = PostgresBackend::lazy(&server.url).unwrap();
     backend.migrate().await.unwrap();
     let pool = sqlx::PgPool::connect(&server.url).await.unwrap();
     let call = |key: &str, token: &str| {
@@ -445,10 +445,14 @@ async fn a_waiter_is_heard_again_after_its_row_is_made_again() {
     exec(&server.url, "TRUNCATE public.distlock").await;
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Lost);
     let again = take(&other, "remade").await;
-    // Past the waiter's renewal (every 10 s), and well before the ttl of 30 s that bounds
-    // the waiter's sleep.
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    assert_eq!(listed(&pool, "remade").await, 1, "the waiter listed again");
+    // The waiter's renewal (every 10 s) lists it again, well before the ttl of 30 s that
+    // bounds the waiter's sleep.
+    eventually(
+        "the waiter listed again",
+        Duration::from_secs(20),
+        || async { listed(&pool, "remade").await == 1 },
+    )
+    .await;
     let released = tokio::time::Instant::now();
     assert_eq!(again.release().await.unwrap(), ReleaseOutcome::Released);
     let obtained = waiting.await.unwrap();
@@ -477,7 +481,7 @@ async fn each_release_wakes_the_next_waiter_of_the_process() {
     // One waiter is woken per release (not the whole herd); each release must still reach
     // a waiter, so two waiters get the lock in turn long before their 20 s fallback poll.
     let server = PrivatePostgres::start();
-    let backend = Arc::new(PostgresBackend::connect(&server.url).unwrap());
+    let backend = Arc::new(PostgresBackend::lazy(&server.url).unwrap());
     let holder = Locker::new(backend.clone());
     let guard = take(&holder, "queue").await;
     let took = queue_behind(guard, 2, Duration::from_millis(100), || {

@@ -23,8 +23,13 @@ use crate::primary::Primary;
 use crate::request::{Reply, Request};
 use crate::watch;
 
-pub(crate) use crate::builder::Engine;
-pub use crate::builder::RedisBuilder;
+use crate::watch::Watch;
+
+/// What a backend runs operations with.
+pub(crate) enum Engine {
+    Lua(Lua),
+    Watch(Box<Watch>),
+}
 
 /// Which of the two implementations of the contract a [`RedisBackend`] runs.
 ///
@@ -48,7 +53,7 @@ pub enum Variant {
 /// `redis+cluster://` or `redis+sentinel://` URL; the password and ACL user come from the
 /// URL and never show in `Debug` or errors. On one server the Lua variant talks through a
 /// [`ConnectionManager`] that reconnects in the background after a dropped connection; the
-/// WATCH variant through a pool of dedicated connections ([`RedisBuilder::pool_size`],
+/// WATCH variant through a pool of dedicated connections ([`RedisBuilder::pool_size`](crate::RedisBuilder::pool_size),
 /// default 16) because `WATCH` state belongs to a connection. Waiters are woken by a pub/sub message on release, over one
 /// subscription connection per backend, opened on the first wait.
 ///
@@ -81,59 +86,11 @@ impl RedisBackend {
     /// The default number of dedicated connections of the WATCH variant (per primary on a
     /// cluster).
     pub const DEFAULT_POOL_SIZE: usize = 16;
-    /// The default deadline of one call: see [`RedisBuilder::timeout`].
+    /// The default deadline of one call: see [`RedisBuilder::timeout`](crate::RedisBuilder::timeout).
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-    /// The deadline of [`RedisBuilder::connect`]: finding the servers (asking the sentinels,
+    /// The deadline of [`RedisBuilder::connect`](crate::RedisBuilder::connect): finding the servers (asking the sentinels,
     /// reading a cluster's slots), two connection attempts and the first command.
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-    /// A builder for a backend on `url`: one server (`redis://`, `rediss://`), a Redis
-    /// Cluster (`redis+cluster://host:port[,host:port…]/`) or a Sentinel-managed primary
-    /// (`redis+sentinel://host:port[,host:port…]/service[/db]`). Nothing connects before
-    /// [`RedisBuilder::connect`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> lock_core::Result<()> {
-    /// use std::time::Duration;
-    /// use lock_redis::{RedisBackend, Variant};
-    ///
-    /// let backend = RedisBackend::builder("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/locks")
-    ///     .variant(Variant::Lua)
-    ///     .prefix("billing:")
-    ///     .replica_acks(1, Duration::from_millis(100))
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn builder(url: impl Into<String>) -> RedisBuilder {
-        RedisBuilder {
-            url: url.into(),
-            variant: Variant::Lua,
-            prefix: Self::DEFAULT_PREFIX.to_owned(),
-            grace: None,
-            timeout: Self::DEFAULT_TIMEOUT,
-            pool_size: Self::DEFAULT_POOL_SIZE,
-            acks: None,
-            address_map: Vec::new(),
-        }
-    }
-
-    /// Connects the Lua variant to `url`, with every other setting at its default; see
-    /// [`RedisBackend::builder`] for the URL forms.
-    ///
-    /// # Errors
-    /// As for [`RedisBuilder::connect`].
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::builder(url).connect().await
-    }
-
-    /// Connects the chosen variant to `url`; see [`RedisBackend::connect`].
-    ///
-    /// # Errors
-    /// As for [`RedisBuilder::connect`].
-    pub async fn connect_with(url: &str, variant: Variant) -> Result<Self> {
-        Self::builder(url).variant(variant).connect().await
-    }
 
     /// The Lua variant over an existing connection manager to one server; `client` opens
     /// the pub/sub connection for release notifications.
@@ -147,22 +104,25 @@ impl RedisBackend {
         Self::build(
             Engine::Lua(Lua::new(link)),
             notifier,
-            Self::builder(""),
+            Self::DEFAULT_PREFIX,
             None,
+            Self::DEFAULT_TIMEOUT,
         )
     }
 
+    /// A backend that runs `engine`, with the builder's settings.
     pub(crate) fn build(
         engine: Engine,
         notifier: Notifier,
-        b: RedisBuilder,
+        prefix: &str,
         grace: Option<Grace>,
+        timeout: Duration,
     ) -> Self {
         RedisBackend {
             inner: Arc::new(Inner { engine, notifier }),
-            prefix: b.prefix.into(),
+            prefix: prefix.into(),
             grace,
-            timeout: b.timeout,
+            timeout,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{Error, ErrorKind, Grace, Operation, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::backend::{RedisBackend, Variant};
+use crate::backend::{Engine, RedisBackend, Variant};
 use crate::error::map_error;
 use crate::link::{Acks, Link, LinkKind};
 use crate::lua::{self, Lua};
@@ -18,12 +18,6 @@ use crate::primary::{Primary, Shared};
 use crate::shards::Shards;
 use crate::topology::{AddressMap, Topology};
 use crate::watch::{self, Route, Watch};
-
-/// What a backend runs operations with.
-pub(crate) enum Engine {
-    Lua(Lua),
-    Watch(Box<Watch>),
-}
 
 /// The settings of a [`RedisBackend`], all known before it connects: made by
 /// [`RedisBackend::builder`], consumed by [`RedisBuilder::connect`]. Its `Debug` never
@@ -44,6 +38,56 @@ pub struct RedisBuilder {
 
 /// The URL schemes a [`RedisBuilder::from_url`] takes.
 pub const SCHEMES: &[&str] = lock_core::schemes::REDIS;
+
+impl RedisBackend {
+    /// A builder for a backend on `url`: one server (`redis://`, `rediss://`), a Redis
+    /// Cluster (`redis+cluster://host:port[,host:port…]/`) or a Sentinel-managed primary
+    /// (`redis+sentinel://host:port[,host:port…]/service[/db]`). Nothing connects before
+    /// [`RedisBuilder::connect`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lock_redis::{RedisBackend, Variant};
+    ///
+    /// let backend = RedisBackend::builder("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/locks")
+    ///     .variant(Variant::Lua)
+    ///     .prefix("billing:")
+    ///     .replica_acks(1, Duration::from_millis(100))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: impl Into<String>) -> RedisBuilder {
+        RedisBuilder {
+            url: url.into(),
+            variant: Variant::Lua,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            grace: None,
+            timeout: Self::DEFAULT_TIMEOUT,
+            pool_size: Self::DEFAULT_POOL_SIZE,
+            acks: None,
+            address_map: Vec::new(),
+        }
+    }
+
+    /// Connects the Lua variant to `url`, with every other setting at its default; see
+    /// [`RedisBackend::builder`] for the URL forms.
+    ///
+    /// # Errors
+    /// As for [`RedisBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder(url).connect().await
+    }
+
+    /// Connects the chosen variant to `url`; see [`RedisBackend::connect`].
+    ///
+    /// # Errors
+    /// As for [`RedisBuilder::connect`].
+    pub async fn connect_with(url: &str, variant: Variant) -> Result<Self> {
+        Self::builder(url).variant(variant).connect().await
+    }
+}
 
 impl RedisBuilder {
     /// A builder from a URL that carries its settings too, as `lock-config` takes them:
@@ -242,7 +286,13 @@ impl RedisBuilder {
             ))
         })?;
         let (engine, notifier) = connected;
-        Ok(RedisBackend::build(engine, notifier, self, grace))
+        Ok(RedisBackend::build(
+            engine,
+            notifier,
+            &self.prefix,
+            grace,
+            self.timeout,
+        ))
     }
 
     async fn connect_to(

@@ -15,7 +15,7 @@ mod shards;
 mod topology;
 mod watch;
 
-pub use backend::{RedisBackend, RedisBuilder, Variant};
-pub use builder::SCHEMES;
+pub use backend::{RedisBackend, Variant};
+pub use builder::{RedisBuilder, SCHEMES};
 pub use lock_core;
 pub use redis;

@@ -1,0 +1,303 @@
+//! Sending statements: one operation, or one batch of prolongs, as one statement on a
+//! pooled connection, by the backend's deadline, in the backend's form of statement.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures_core::future::BoxFuture;
+use lock_core::{
+    Error, ErrorKind, Grace, Key, Operation, ProlongOutcome, ProlongRequest, Result, Ttl,
+};
+use sqlx::postgres::PgRow;
+use sqlx::PgPool;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
+use crate::reply::Reply;
+use crate::sql::{Args, Names, Prolongs, Session, Statements};
+use crate::NAME;
+
+/// What every statement of a backend needs, shared by its clones: the pool, the table's
+/// names, the settings each call pins, the deadline, and whether the table and its
+/// functions were found (see `migrate.rs`).
+pub(crate) struct Db {
+    pub(crate) pool: PgPool,
+    pub(crate) names: Names,
+    pub(crate) session: Session,
+    pub(crate) statements: Statements,
+    /// The deadline of one call.
+    pub(crate) timeout: Duration,
+    pub(crate) grace: Option<Grace>,
+    /// Make the table and functions when they are missing, rather than only check.
+    pub(crate) auto_migrate: bool,
+    /// The table and functions of this version were found or made.
+    pub(crate) migrated: AtomicBool,
+    /// Migrations by this backend take turns.
+    pub(crate) migrating: tokio::sync::Mutex<()>,
+}
+
+impl Db {
+    pub(crate) fn grace_ms(&self, ttl: Ttl) -> u64 {
+        Grace::or_ttl(self.grace, ttl).as_millis()
+    }
+
+    /// Runs one operation within the backend's deadline, in the backend's form of
+    /// statement; in the simple form again if the prepared one answered that the session's
+    /// settings need pinning first (see `sql.rs`).
+    pub(crate) async fn call(
+        &self,
+        op: Operation,
+        word: &str,
+        key: &Key,
+        args: Args<'_>,
+    ) -> Result<Reply> {
+        let span = tracing::debug_span!("postgres_lock", op = word, key = key.as_str());
+        let deadline = Instant::now() + self.timeout;
+        let call = Call {
+            word,
+            key: key.as_str(),
+            args,
+        };
+        let mut replies = self
+            .send(op, &Sql::One(&call), deadline)
+            .instrument(span)
+            .await?;
+        match replies.pop() {
+            Some(reply) if replies.is_empty() => Ok(reply),
+            _ => Err(protocol(
+                op,
+                format!("{} rows for one call", replies.len() + 1),
+            )),
+        }
+    }
+
+    /// Prolongs one batch of at most [`PostgresBackend::BATCH`] locks in one statement
+    /// within the backend's deadline: the answers in the order of `reqs`.
+    pub(crate) async fn prolong_batch(
+        &self,
+        reqs: &[ProlongRequest<'_>],
+    ) -> Result<Vec<ProlongOutcome>> {
+        let op = Operation::Prolongate;
+        // Sorted by advisory lock id: see `sql::Prolongs`.
+        let mut order: Vec<(i64, usize)> = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, req)| (self.names.lock_id(req.key.as_str()), i))
+            .collect();
+        order.sort_unstable();
+        let mut batch = Prolongs::default();
+        let ms = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for &(lock, i) in &order {
+            let req = &reqs[i];
+            batch.keys.push(req.key.as_str().to_owned());
+            batch.locks.push(lock);
+            batch.tokens.push(req.token.digest());
+            batch.ttls.push(ms(req.ttl.as_millis()));
+            batch.graces.push(ms(self.grace_ms(req.ttl)));
+        }
+        let deadline = Instant::now() + self.timeout;
+        let span = tracing::debug_span!("postgres_lock", op = "prolong_many", locks = reqs.len());
+        let replies = self
+            .send(op, &Sql::Prolongs(&batch), deadline)
+            .instrument(span)
+            .await?;
+        if replies.len() != reqs.len() {
+            return Err(protocol(
+                op,
+                format!("{} rows for {} prolongs", replies.len(), reqs.len()),
+            ));
+        }
+        let mut answers = vec![ProlongOutcome::Lost; reqs.len()];
+        for (&(_, i), reply) in order.iter().zip(&replies) {
+            answers[i] = reply.prolong_outcome()?;
+        }
+        Ok(answers)
+    }
+
+    /// Sends `sql` by `deadline` in the backend's form of statement; in the simple form
+    /// again if the prepared one answered that the session's settings need pinning first
+    /// (see `sql.rs`).
+    async fn send(&self, op: Operation, sql: &Sql<'_>, deadline: Instant) -> Result<Vec<Reply>> {
+        let replies = self.attempt(op, sql, deadline, self.statements).await?;
+        // Any row: a batch's rows each judge the session with what is left of the deadline.
+        let settings = replies.iter().any(|r| r.outcome == "settings");
+        if settings && self.statements == Statements::Prepared {
+            tracing::debug!(
+                "the session's isolation level or statement_timeout differ from what a call \
+                 needs: sending it again with them pinned"
+            );
+            return self.attempt(op, sql, deadline, Statements::Simple).await;
+        }
+        Ok(replies)
+    }
+
+    /// One try of `sql` in `form`. If the table or function vanished (dropped under a
+    /// running backend), makes them again once and retries: the rows are gone, so holders
+    /// hear `Lost`, and fencing still grows (the server clock floors it).
+    async fn attempt(
+        &self,
+        op: Operation,
+        sql: &Sql<'_>,
+        deadline: Instant,
+        form: Statements,
+    ) -> Result<Vec<Reply>> {
+        self.within(op, deadline, self.ensure_schema()).await??;
+        let rows = match self.statement(op, sql, deadline, form).await {
+            Err(e) if is_missing_schema(&e) && self.auto_migrate => {
+                tracing::warn!(table = %self.table(), "lock table missing, creating it again");
+                self.migrated.store(false, Ordering::Release);
+                self.within(op, deadline, self.ensure_schema()).await??;
+                self.statement(op, sql, deadline, form).await
+            }
+            Err(e) if is_missing_schema(&e) => {
+                self.migrated.store(false, Ordering::Release);
+                return Err(self.missing_schema());
+            }
+            other => other,
+        }
+        .map_err(|e| {
+            if is_broken_connection(&e) {
+                self.discard_idle();
+            }
+            map_error(op, e)
+        })?;
+        rows.iter().map(|row| Reply::decode(op, row)).collect()
+    }
+
+    /// One statement on a pooled connection, by `deadline`. A connection whose statement
+    /// ran out of time is closed, not returned: its reply may still be on the way.
+    fn statement<'a>(
+        &'a self,
+        op: Operation,
+        sql: &'a Sql<'a>,
+        deadline: Instant,
+        form: Statements,
+    ) -> BoxFuture<'a, std::result::Result<Vec<PgRow>, sqlx::Error>> {
+        Box::pin(async move {
+            let Ok(conn) = tokio::time::timeout_at(deadline, self.pool.acquire()).await else {
+                return Err(sqlx::Error::PoolTimedOut);
+            };
+            let mut conn = conn?;
+            let text;
+            let query = match (form, sql) {
+                (Statements::Simple, Sql::One(call)) => {
+                    text = self
+                        .names
+                        .call(&self.session, call.word, call.key, &call.args);
+                    fetch_rows(&mut conn, &text)
+                }
+                (Statements::Simple, Sql::Prolongs(batch)) => {
+                    text = self.names.prolongs(&self.session, batch);
+                    fetch_rows(&mut conn, &text)
+                }
+                (Statements::Prepared, Sql::Prolongs(batch)) => {
+                    let query = sqlx::query(&self.names.prepared_prolongs)
+                        .bind(&batch.keys)
+                        .bind(&batch.locks)
+                        .bind(&batch.tokens)
+                        .bind(&batch.ttls)
+                        .bind(&batch.graces)
+                        .bind(self.session.deadline_ms)
+                        .bind(self.session.durable);
+                    sqlx::Executor::fetch_all(&mut *conn, query)
+                }
+                (Statements::Prepared, Sql::One(call)) => {
+                    let a = &call.args;
+                    let ms = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                    let query = sqlx::query(&self.names.prepared)
+                        .bind(call.word)
+                        .bind(call.key)
+                        .bind(self.names.lock_id(call.key))
+                        .bind(a.token)
+                        .bind(ms(a.ttl_ms))
+                        .bind(ms(a.grace_ms))
+                        .bind(a.holder)
+                        .bind(ms(a.delay_ms))
+                        .bind(self.session.deadline_ms)
+                        .bind(self.session.durable);
+                    sqlx::Executor::fetch_all(&mut *conn, query)
+                }
+            };
+            match tokio::time::timeout_at(deadline, query).await {
+                Ok(result) => result,
+                Err(_) => {
+                    conn.close_on_drop();
+                    tracing::debug!(
+                        op = op.as_str(),
+                        "no answer by the deadline: closing the connection"
+                    );
+                    Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "no answer within the deadline of {:?} (PostgresBuilder::timeout / timeout=)",
+                            self.timeout
+                        ),
+                    )))
+                }
+            }
+        })
+    }
+
+    /// Runs `fut` (schema checks) by `deadline`.
+    pub(crate) async fn within<T>(
+        &self,
+        op: Operation,
+        deadline: Instant,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Result<T> {
+        tokio::time::timeout_at(deadline, fut).await.map_err(|_| {
+            Error::new(
+                ErrorKind::Unavailable,
+                NAME,
+                op,
+                format!(
+                    "no answer within the deadline of {:?} (PostgresBuilder::timeout / timeout=); it is safe to retry",
+                    self.timeout
+                ),
+            )
+        })
+    }
+
+    /// Closes every idle pooled connection. Called when a statement found its connection
+    /// dead: what killed it (a restart, `pg_terminate_backend`, a network cut) most likely
+    /// killed the idle ones too, and each would otherwise fail a call of its own. The failed
+    /// call itself returns a retry-safe `Unavailable`; the next one opens a fresh connection.
+    fn discard_idle(&self) {
+        let mut closed = 0;
+        while let Some(mut conn) = self.pool.try_acquire() {
+            conn.close_on_drop();
+            closed += 1;
+            if closed > self.pool.options().get_max_connections() {
+                break;
+            }
+        }
+        tracing::debug!(closed, "a pooled connection was dead: closed the idle ones");
+    }
+}
+
+/// What one statement carries.
+enum Sql<'a> {
+    /// One operation on one key.
+    One(&'a Call<'a>),
+    /// Prolongs of many keys, sorted by advisory lock id.
+    Prolongs(&'a Prolongs),
+}
+
+/// One operation as the backend sends it.
+struct Call<'a> {
+    /// The function's name for it: `obtain`, `prolong`, …
+    word: &'a str,
+    key: &'a str,
+    args: Args<'a>,
+}
+
+/// One statement on one connection, over the simple query protocol: a `&str` with no
+/// arguments goes out as one `Query` message, like `raw_sql`, and the trait method's boxed
+/// future keeps the backend's futures provably `Send` (`raw_sql`'s generic one does not).
+fn fetch_rows<'c>(
+    conn: &'c mut sqlx::PgConnection,
+    sql: &'c str,
+) -> BoxFuture<'c, std::result::Result<Vec<PgRow>, sqlx::Error>> {
+    sqlx::Executor::fetch_all(conn, sql)
+}

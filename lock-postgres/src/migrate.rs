@@ -1,0 +1,156 @@
+//! The lock table and its functions: made (or only checked, with `migrate=false`) before
+//! the first statement, and made again if they vanish under a running backend.
+
+use std::sync::atomic::Ordering;
+
+use lock_core::{Error, ErrorKind, Operation, Result};
+use sqlx::Row;
+use tokio::time::Instant;
+
+use crate::error::{map_error, protocol};
+use crate::exec::Db;
+use crate::NAME;
+
+impl Db {
+    /// `schema.table` of the lock table.
+    pub(crate) fn table(&self) -> String {
+        format!("{}.{}", self.names.schema, self.names.table)
+    }
+
+    /// Creates the schema, table and function if missing, and checks that an
+    /// existing table has the expected shape. Idempotent; concurrent calls take turns.
+    ///
+    /// Bounded by the backend's deadline ([`PostgresBuilder::timeout`]), waiting for
+    /// another migration included.
+    ///
+    /// # Errors
+    /// [`ErrorKind::PermissionDenied`] when the user may not create them,
+    /// [`ErrorKind::Config`] when a table of that name exists with another shape,
+    /// [`ErrorKind::Unavailable`] past the deadline (nothing half-made stays: the migration
+    /// is one transaction).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the migration runs on a connection that is closed when it ends, so a
+    /// migration cut off mid-way is rolled back by the server.
+    pub(crate) async fn migrate(&self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        self.within(Operation::Connect, deadline, self.migrate_now())
+            .await?
+    }
+
+    async fn migrate_now(&self) -> Result<()> {
+        let op = Operation::Connect;
+        let _turn = self.migrating.lock().await;
+        let migration = self.names.migration();
+        let mut conn = self.pool.acquire().await.map_err(|e| map_error(op, e))?;
+        // The migration is BEGIN ... COMMIT: a connection left in the middle of it by a
+        // cancelled future must not go back to the pool. Closing it after a migration that
+        // finished costs one reconnect, once per backend.
+        conn.close_on_drop();
+        sqlx::Executor::execute(&mut *conn, migration.as_str())
+            .await
+            .map_err(|e| map_error(op, e))?;
+        drop(conn);
+        self.check_shape().await?;
+        self.migrated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn check_shape(&self) -> Result<()> {
+        const EXPECTED: [(&str, &str); 10] = [
+            ("key", "text"),
+            ("state", "text"),
+            ("token", "text"),
+            ("holder", "text"),
+            ("fencing", "bigint"),
+            ("holds", "integer"),
+            ("expires_at", "timestamp with time zone"),
+            ("forget_at", "timestamp with time zone"),
+            ("waiters", "integer"),
+            ("waiting", "jsonb"),
+        ];
+        let query = self.names.shape_query();
+        let rows = sqlx::raw_sql(&query)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_error(Operation::Connect, e))?;
+        let found: Vec<(String, String)> = rows
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(|e| map_error(Operation::Connect, e))?;
+        if found.is_empty() {
+            return Err(self.missing_schema());
+        }
+        for (column, ty) in EXPECTED {
+            match found.iter().find(|(c, _)| c == column) {
+                Some((_, t)) if t == ty => {}
+                other => {
+                    let what = match other {
+                        Some((_, t)) => format!("column {column} is {t}, not {ty}"),
+                        None => format!("it has no column {column}"),
+                    };
+                    return Err(Error::new(
+                        ErrorKind::Config,
+                        NAME,
+                        Operation::Connect,
+                        format!(
+                            "table {} exists but is not a lock table: {what}; choose another \
+                             table name (table=schema.name, PostgresBuilder::table), or drop that table",
+                            self.table()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn ensure_schema(&self) -> Result<()> {
+        if self.migrated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if self.auto_migrate {
+            return self.migrate_now().await;
+        }
+        self.verify().await
+    }
+
+    /// Checks, without changing anything, that the table has the right shape and the
+    /// function of this version exists.
+    async fn verify(&self) -> Result<()> {
+        self.check_shape().await?;
+        let query = format!(
+            "SELECT pg_catalog.to_regprocedure({}) IS NOT NULL",
+            crate::sql::text(&self.names.function_signature())
+        );
+        let row = sqlx::raw_sql(&query)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_error(Operation::Connect, e))?;
+        let found: bool = row
+            .try_get(0)
+            .map_err(|e| protocol(Operation::Connect, e))?;
+        if !found {
+            return Err(self.missing_schema());
+        }
+        self.migrated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn missing_schema(&self) -> Error {
+        Error::new(
+            ErrorKind::Config,
+            NAME,
+            Operation::Connect,
+            format!(
+                "the lock table {} or its function {} is missing (or from another version), \
+                 and this backend does not create them (migrate=false): run migrate() once as \
+                 a role that may create them, then grant this role USAGE on the schema, \
+                 SELECT, INSERT, UPDATE, DELETE on the table and EXECUTE on the functions",
+                self.table(),
+                self.names.function_signature()
+            ),
+        )
+    }
+}
