@@ -5,7 +5,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use lock_core::Token;
+use lock_core::backend::Token;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use sqlx::PgPool;
 

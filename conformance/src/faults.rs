@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest};
 use lock_core::{
-    Attempt, Capabilities, Error, ErrorKind, Key, LockBackend, LockState, Locker, ObtainOutcome,
-    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    Result, Retry,
+    Attempt, Error, ErrorKind, Key, LockBackend, LockState, Locker, ObtainOutcome, Operation,
+    ProlongOutcome, ReleaseOutcome, Result, Retry,
 };
 use tokio::time::Instant;
 

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
-    HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest, ProlongOutcome,
-    ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
+    HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
+    Ttl,
 };
 
 /// How the suite gets backends to test, and the faults it may inject.

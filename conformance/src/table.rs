@@ -1,7 +1,7 @@
-//! The decision table: every rule of [`lock_core::rules`] as a row (a stored record, a
+//! The decision table: every rule of [`lock_core::backend::rules`] as a row (a stored record, a
 //! request, the outcome and the record afterwards), one row per line.
 //!
-//! This crate's tests run it through the [`lock_core::rules`] functions with an exact clock
+//! This crate's tests run it through the [`lock_core::backend::rules`] functions with an exact clock
 //! (`tests/table.rs`); the
 //! Redis and Postgres tests write each row's record on a real server, send the request
 //! through the backend and read the record back, so the Lua script and the SQL function are
@@ -14,9 +14,9 @@
 
 use std::fmt;
 
+use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
-    HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest, ProlongOutcome,
-    ProlongRequest, ReleaseOutcome, ReleaseRequest, Token, Ttl,
+    HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Ttl,
 };
 
 /// The ttl of every obtain and prolong of the table.

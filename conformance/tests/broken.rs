@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use lock_conformance::{async_trait, case_count, cases, CaseResult, Harness, Suite};
+use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
-    Capabilities, Fencing, Key, LockBackend, LockState, MemoryBackend, ObtainOutcome,
-    ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Result, Token,
-    Ttl,
+    Fencing, Key, LockBackend, LockState, MemoryBackend, ObtainOutcome, ProlongOutcome,
+    ReleaseOutcome, Result, Ttl,
 };
 
 #[derive(Debug, Clone, Copy)]

@@ -26,7 +26,7 @@ impl Harness for Memory {
 }
 
 fn fastrand_u64() -> u64 {
-    let token = lock_core::Token::generate().expect("OS random generator");
+    let token = lock_core::backend::Token::generate().expect("OS random generator");
     u64::from_le_bytes(token.as_bytes()[..8].try_into().expect("8 bytes"))
 }
 

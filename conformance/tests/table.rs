@@ -1,4 +1,4 @@
-//! The decision table (`lock_conformance::table`) through `lock_core::rules`, on an exact
+//! The decision table (`lock_conformance::table`) through `lock_core::backend::rules`, on an exact
 //! clock of milliseconds and one of nanoseconds: the Rust rules the memory backend, the
 //! file backend and the Redis WATCH variant decide with.
 
@@ -7,8 +7,11 @@ use std::time::Duration;
 use lock_conformance::table::{
     Answer, Ask, Before, Seen, Who, CASES, DELAY_MS, FENCING, GRACE_MS, TTL_MS,
 };
-use lock_core::rules::{force, obtain, prolong, release, view, Clock, Hold, Obtain, Record, State};
-use lock_core::{Grace, HolderInfo, ObtainOutcome, Ttl};
+use lock_core::backend::rules::{
+    force, obtain, prolong, release, view, Clock, Hold, Obtain, Record, State,
+};
+use lock_core::backend::Grace;
+use lock_core::{HolderInfo, ObtainOutcome, Ttl};
 
 type Stored = Record<Who, &'static str>;
 

@@ -1,9 +1,16 @@
 //! Distributed locks with one contract on every backend: the crate to depend on.
 //!
-//! It re-exports the client API and the contract ([`lock_core`]), choosing a backend by URL
-//! ([`connect`], [`LockConfig`]), and each backend behind a cargo feature: `file` (the
-//! default), `redis`, `postgres`; `conformance` adds the suite that checks a backend of your
-//! own.
+//! - **Taking locks**: [`Locker`] and its [`LockBuilder`], the [`LockGuard`] with its
+//!   fencing token and lost signal, [`Attempt`] and [`Busy`], [`Retry`] strategies, the
+//!   outcomes ([`ReleaseOutcome`], [`LockState`], ...) and [`Error`] with its [`ErrorKind`].
+//! - **Choosing a backend** by URL: [`connect`] or [`LockConfig`]; or by type, each behind a
+//!   cargo feature: `FileBackend` (`file`, the default: one machine), `RedisBackend`
+//!   (`redis`: one server, a Cluster or a Sentinel-managed primary), `PostgresBackend`
+//!   (`postgres`, directly or through PgBouncer); [`MemoryBackend`] for tests.
+//! - **Writing a backend of your own**: the trait [`LockBackend`] and everything only a
+//!   backend author needs (request types, owner tokens, the contract's decisions as pure
+//!   functions) are in [`backend`]; the feature `conformance` adds the suite that checks it
+//!   in a few lines. The rules themselves are in [`contract`].
 //!
 //! ```
 //! use std::{sync::Arc, time::Duration};
@@ -28,14 +35,20 @@
 //! What each backend guarantees under faults is in the repository's `GUARANTEES.md`; the
 //! rules themselves are in [`contract`].
 
-pub use lock_config::{connect, parse_duration, parse_retry, redact, LockConfig};
-pub use lock_core::*;
+// The user's items, by name. What only a backend author needs is under [`backend`].
+pub use lock_config::{connect, parse_retry, LockConfig};
+pub use lock_core::{
+    backend, contract, parse_duration, redact_url, Attempt, Busy, Error, ErrorKind, Fencing,
+    HeldLock, HolderInfo, Key, LockBackend, LockBuilder, LockGuard, LockState, Locker, LostFuture,
+    MemoryBackend, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result, Retry, Ttl,
+};
 
 /// Lock files in a directory, for one machine.
 #[cfg(feature = "file")]
 pub use lock_file::{self as file, FileBackend};
 
-/// Redis: one server, the Lua or the WATCH/MULTI variant.
+/// Redis: one server, a Cluster or a Sentinel-managed primary; the Lua or the WATCH/MULTI
+/// variant.
 #[cfg(feature = "redis")]
 pub use lock_redis::{self as redis, RedisBackend, Variant as RedisVariant};
 

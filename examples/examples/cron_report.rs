@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Attempt, LockBackend, Locker};
-use lock_file::FileBackend;
+use distlock::FileBackend;
+use distlock::{Attempt, LockBackend, Locker};
 
 /// The protected resource: it remembers the highest fencing token it has seen.
 #[derive(Default)]
@@ -39,7 +39,7 @@ async fn run_report(
     server: &str,
     backend: Arc<dyn LockBackend>,
     table: Arc<ReportTable>,
-) -> lock_core::Result<()> {
+) -> distlock::Result<()> {
     let locker = Locker::new(backend).with_metadata(format!("cron_report on {server}"))?;
     let attempt = locker
         .lock("nightly-report")
@@ -80,7 +80,7 @@ async fn run_report(
 }
 
 #[tokio::main]
-async fn main() -> lock_core::Result<()> {
+async fn main() -> distlock::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter("warn")
         .with_writer(std::io::stderr)

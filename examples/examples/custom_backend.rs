@@ -10,15 +10,18 @@
 //! ```
 //!
 //! In your own crate, the whole suite is one line in a test file:
-//! `lock_conformance::suite!("audited", MyHarness);` (see this file's `tests` module).
+//! `distlock::conformance::suite!("audited", MyHarness);` (see this file's `tests` module).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use lock_conformance::{async_trait, cases, Harness, Suite};
-use lock_core::{
-    Capabilities, Key, LockBackend, LockState, MemoryBackend, ObtainOutcome, ObtainRequest,
-    ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, ReleaseSubscription, Result,
+use distlock::backend::{
+    Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
+use distlock::conformance::{async_trait, cases, Harness, Suite};
+use distlock::{
+    Key, LockBackend, LockState, MemoryBackend, ObtainOutcome, ProlongOutcome, ReleaseOutcome,
+    Result,
 };
 
 /// Counts every call, then hands it to the inner backend.
@@ -90,7 +93,10 @@ struct Audited(MemoryBackend);
 #[async_trait]
 impl Harness for Audited {
     async fn backend(&self) -> Arc<dyn LockBackend> {
-        let namespace = format!("ns-{}:", lock_core::Token::generate().unwrap().to_hex());
+        let namespace = format!(
+            "ns-{}:",
+            distlock::backend::Token::generate().unwrap().to_hex()
+        );
         Arc::new(AuditedBackend::new(self.0.namespaced(namespace)))
     }
 
@@ -118,7 +124,7 @@ macro_rules! check_all {
         }
     };
 }
-lock_conformance::for_each_case!(check_all;);
+distlock::conformance::for_each_case!(check_all;);
 
 #[tokio::main]
 async fn main() {
@@ -132,5 +138,5 @@ async fn main() {
 mod tests {
     use super::*;
 
-    lock_conformance::suite!("audited", Audited(MemoryBackend::new()));
+    distlock::conformance::suite!("audited", Audited(MemoryBackend::new()));
 }

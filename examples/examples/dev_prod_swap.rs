@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
-use lock_config::LockConfig;
-use lock_core::Attempt;
+use distlock::Attempt;
+use distlock::LockConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -34,7 +34,7 @@
 //!
 //! Each backend crate reads its own URLs and options (`MemoryBackend::from_url`,
 //! `lock_file::FileBackend::from_url`, `lock_redis::RedisBuilder::from_url`,
-//! `lock_postgres::PostgresBuilder::from_url`, all through `lock_core::UrlOptions`, which
+//! `lock_postgres::PostgresBuilder::from_url`, all through `lock_core::backend::UrlOptions`, which
 //! percent-decodes values: `prefix=a%3Ab` is `a:b`); this crate only picks the crate by
 //! scheme. (The `url` crate is not used: it refuses the comma-separated hosts of
 //! `redis+cluster://` and `redis+sentinel://`, and turns `file:locks` into an absolute path.)
@@ -46,12 +46,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{
-    Error, ErrorKind, LockBackend, Locker, MemoryBackend, Operation, Result, Retry, UrlOptions,
-};
+use lock_core::backend::UrlOptions;
+use lock_core::{Error, ErrorKind, LockBackend, Locker, MemoryBackend, Operation, Result, Retry};
 use serde::Deserialize;
 
 pub use lock_core::parse_duration;
+use lock_core::redact_url;
 
 const NAME: &str = "lock-config";
 
@@ -76,7 +76,7 @@ fn config_error(message: impl Into<String>) -> Error {
 /// `exponential:<min>..<max>`, each optionally followed by `+notified`, or `notified`
 /// (the default: woken by the backend's release notification, with a jittered fallback poll).
 ///
-/// Its `Debug` output masks the URL's password (see [`redact`]).
+/// Its `Debug` output masks the URL's password (see [`redact_url`]).
 #[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockConfig {
@@ -102,7 +102,7 @@ pub struct LockConfig {
 impl std::fmt::Debug for LockConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockConfig")
-            .field("url", &redact(&self.url))
+            .field("url", &redact_url(&self.url))
             .field("prefix", &self.prefix)
             .field("ttl", &self.ttl)
             .field("wait", &self.wait)
@@ -243,7 +243,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>> {
     let Some((scheme, _)) = url.split_once(':') else {
         return Err(config_error(format!(
             "{:?} is not a lock URL: expected memory:, file://DIR, redis://…, postgres://…",
-            redact(url)
+            redact_url(url)
         )));
     };
     let backend = BACKENDS
@@ -294,7 +294,7 @@ macro_rules! built_in {
 
 const BACKENDS: &[Backend] = &[
     Backend {
-        schemes: lock_core::schemes::MEMORY,
+        schemes: lock_core::backend::schemes::MEMORY,
         connect: |url| {
             Box::pin(async move {
                 let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::from_url(&url)?);
@@ -303,17 +303,17 @@ const BACKENDS: &[Backend] = &[
         },
     },
     Backend {
-        schemes: lock_core::schemes::FILE,
+        schemes: lock_core::backend::schemes::FILE,
         connect: built_in!("file", |url| lock_file::FileBackend::from_url(&url)?),
     },
     Backend {
-        schemes: lock_core::schemes::REDIS,
+        schemes: lock_core::backend::schemes::REDIS,
         connect: built_in!("redis", |url| {
             lock_redis::RedisBuilder::from_url(&url)?.connect().await?
         }),
     },
     Backend {
-        schemes: lock_core::schemes::POSTGRES,
+        schemes: lock_core::backend::schemes::POSTGRES,
         connect: built_in!("postgres", |url| {
             lock_postgres::PostgresBuilder::from_url(&url)?.build()?
         }),
@@ -333,9 +333,6 @@ fn with_param(url: &str, key: &str, value: &str) -> String {
     options.set(key, value);
     options.into_client_url()
 }
-
-/// The URL with its secrets masked, for messages: see [`lock_core::redact_url`].
-pub use lock_core::redact_url as redact;
 
 #[cfg(test)]
 mod tests {
@@ -399,7 +396,7 @@ mod tests {
     /// as well as `redis://` (lock-config once kept a copy of the list, 5 of the 8).
     #[tokio::test]
     async fn a_backend_left_out_of_the_build_names_its_feature() {
-        use lock_core::schemes;
+        use lock_core::backend::schemes;
         for (list, rest, feature, built) in [
             (schemes::FILE, "///tmp/x", "file", cfg!(feature = "file")),
             (
@@ -461,8 +458,8 @@ mod tests {
             "rediss://:pw@h:6379/0?pool=4&grace=1m#insecure"
         );
         assert_eq!(with_param("memory:", "grace", "1m"), "memory:?grace=1m");
-        assert_eq!(redact("redis://u:secret@h/0"), "redis://u:***@h/0");
-        assert_eq!(redact("postgres://u@h/d"), "postgres://u@h/d");
+        assert_eq!(redact_url("redis://u:secret@h/0"), "redis://u:***@h/0");
+        assert_eq!(redact_url("postgres://u@h/d"), "postgres://u@h/d");
     }
 
     #[tokio::test]

@@ -12,9 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{
-    HolderInfo, Key, LockBackend, Locker, MemoryBackend, ObtainRequest, ReleaseRequest, Token, Ttl,
-};
+use lock_core::backend::{ObtainRequest, ReleaseRequest, Token};
+use lock_core::{HolderInfo, Key, LockBackend, Locker, MemoryBackend, Ttl};
 
 const CYCLES: usize = 50_000;
 const ROUNDS: usize = 9;

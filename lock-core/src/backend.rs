@@ -1,13 +1,28 @@
-//! The trait every backend implements: the contract, nothing more.
+//! What a backend author needs: the trait every backend implements (the contract, nothing
+//! more), the requests it receives, and the tools the workspace's own backends are built
+//! with. A user of locks needs none of it but [`LockBackend`], which the crate root
+//! re-exports.
+//!
+//! - [`LockBackend`], its requests ([`ObtainRequest`], [`ProlongRequest`],
+//!   [`ReleaseRequest`]) and [`Capabilities`];
+//! - [`Token`], the owner token a backend stores (as [`Token::digest`] on a server);
+//! - [`rules`]: the contract's decisions as pure functions, to decide with instead of
+//!   writing them again; [`Grace`], how long an expired record is remembered;
+//! - [`Waiters`] and [`ReleaseSubscription`], to wake waiters on release;
+//! - [`UrlOptions`], [`schemes`], [`check_call_timeout`]: reading a backend's URL;
+//! - [`prolongate_each`], the default batch prolong;
+//! - [`async_trait`](macro@async_trait), to implement the trait.
 
 use std::fmt;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tokio::sync::watch;
 
+pub mod rules;
+pub mod schemes;
+
 use crate::{
-    HolderInfo, Key, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
+    HolderInfo, Key, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Ttl,
 };
 
 /// Arguments of [`LockBackend::obtain`].
@@ -304,3 +319,10 @@ impl fmt::Debug for ReleaseSubscription {
             .finish_non_exhaustive()
     }
 }
+
+pub use crate::duration::{check_call_timeout, MAX_CALL_TIMEOUT};
+pub use crate::token::Token;
+pub use crate::ttl::Grace;
+pub use crate::url::UrlOptions;
+pub use crate::waiters::Waiters;
+pub use async_trait::async_trait;

@@ -12,9 +12,9 @@ pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
 ///
 /// ```
 /// use std::time::Duration;
-/// assert!(lock_core::check_call_timeout(Duration::from_secs(2)).is_ok());
-/// assert!(lock_core::check_call_timeout(Duration::ZERO).is_err());
-/// assert!(lock_core::check_call_timeout(Duration::MAX).is_err());
+/// assert!(lock_core::backend::check_call_timeout(Duration::from_secs(2)).is_ok());
+/// assert!(lock_core::backend::check_call_timeout(Duration::ZERO).is_err());
+/// assert!(lock_core::backend::check_call_timeout(Duration::MAX).is_err());
 /// ```
 ///
 /// # Errors

@@ -35,8 +35,11 @@
 //! - [`Locker`]: waiting with a deadline and a [`Retry`] strategy, a "don't queue" policy,
 //!   the [`LockGuard`] with its watchdog and lost signal, [`Locker::with_lock`] and
 //!   [`Locker::release_all`], written once for every backend.
-//! - Validated inputs ([`Key`], [`Ttl`], [`Token`], [`HolderInfo`]) refused with
+//! - Validated inputs ([`Key`], [`Ttl`], [`HolderInfo`]) refused with
 //!   [`ErrorKind::InvalidInput`] before any I/O.
+//! - [`backend`]: what only a backend author needs (the request types, owner tokens, the
+//!   contract's decisions as pure functions in [`backend::rules`], URL options, waiter
+//!   wake-ups), apart from what a user of locks sees.
 //!
 //! # What happens if the holder dies, or the server restarts
 //! A holder that dies stops prolonging; its lock expires after its ttl and the next obtain
@@ -47,7 +50,7 @@
 #[doc = include_str!("contract.md")]
 pub mod contract {}
 
-mod backend;
+pub mod backend;
 mod clock;
 mod detached;
 mod duration;
@@ -63,18 +66,18 @@ mod redact;
 mod registry;
 mod renew;
 mod retry;
-pub mod rules;
-pub mod schemes;
 mod token;
 mod ttl;
 mod url;
 mod waiters;
 
-pub use backend::{
-    prolongate_each, Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest,
-    ReleaseSubscription, PROLONG_MANY_CONCURRENCY,
+pub use backend::LockBackend;
+// The backend author's items, under their short names inside this crate.
+pub(crate) use backend::{
+    rules, Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+    Token, UrlOptions, Waiters,
 };
-pub use duration::{check_call_timeout, parse_duration, MAX_CALL_TIMEOUT};
+pub use duration::parse_duration;
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::{LockGuard, LostFuture};
 pub use holder::HolderInfo;
@@ -84,9 +87,4 @@ pub use memory::MemoryBackend;
 pub use outcome::{Busy, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome};
 pub use redact::redact_url;
 pub use retry::Retry;
-pub use token::Token;
-pub use ttl::{Grace, Ttl};
-pub use url::UrlOptions;
-pub use waiters::Waiters;
-
-pub use async_trait::async_trait;
+pub use ttl::Ttl;

@@ -14,7 +14,7 @@ use crate::{Error, ErrorKind, Operation, Result};
 /// [`Token::to_hex`].
 ///
 /// ```
-/// use lock_core::Token;
+/// use lock_core::backend::Token;
 ///
 /// let a = Token::generate()?;
 /// let b = Token::generate()?;
@@ -85,7 +85,7 @@ impl Token {
     /// the token back.
     ///
     /// ```
-    /// use lock_core::Token;
+    /// use lock_core::backend::Token;
     ///
     /// let token = Token::generate()?;
     /// assert_eq!(token.digest().len(), 64);

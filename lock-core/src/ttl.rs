@@ -101,7 +101,7 @@ impl From<Ttl> for Duration {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::Grace;
+/// use lock_core::backend::Grace;
 ///
 /// assert_eq!(Grace::new(Duration::from_secs(60))?.as_millis(), 60_000);
 /// assert!(Grace::new(Duration::MAX).is_err());

@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use lock_core::UrlOptions;
+//! use lock_core::backend::UrlOptions;
 //!
 //! let mut url = UrlOptions::parse("my-backend", "mine://host/db?grace=1m&prefix=a%3Ab&sslmode=require");
 //! assert_eq!(url.scheme(), "mine");

@@ -26,7 +26,7 @@ type Queues = HashMap<String, VecDeque<Waiter>>;
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::Waiters;
+/// use lock_core::backend::Waiters;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let waiters = Waiters::default();

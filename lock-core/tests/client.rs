@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use test_servers::locks::{held, state};
 
+use lock_core::backend::{
+    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
 use lock_core::{
-    async_trait, Attempt, Capabilities, ErrorKind, Key, LockBackend, LockState, Locker,
-    MemoryBackend, ObtainOutcome, ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome,
-    ReleaseRequest, ReleaseSubscription, Result, Retry,
+    Attempt, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend, ObtainOutcome,
+    ProlongOutcome, ReleaseOutcome, Result, Retry,
 };
 use tokio::time::Instant;
 
@@ -67,7 +69,7 @@ impl LockBackend for Spy {
     }
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
         self.batches.fetch_add(1, Ordering::SeqCst);
-        lock_core::prolongate_each(self, reqs).await
+        lock_core::backend::prolongate_each(self, reqs).await
     }
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         self.inner.release(req).await

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use test_servers::locks::{held, state};
 
+use lock_core::backend::{
+    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
+};
 use lock_core::{
-    async_trait, Capabilities, Error, ErrorKind, Key, LockBackend, LockState, Locker,
-    MemoryBackend, ObtainOutcome, ObtainRequest, Operation, ProlongOutcome, ProlongRequest,
-    ReleaseOutcome, ReleaseRequest, Result, Retry,
+    Error, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend, ObtainOutcome, Operation,
+    ProlongOutcome, ReleaseOutcome, Result, Retry,
 };
 use tokio::time::Instant;
 

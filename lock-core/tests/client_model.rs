@@ -21,10 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use lock_core::backend::{
+    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
+};
 use lock_core::{
-    async_trait, Capabilities, Error, ErrorKind, Key, LockBackend, LockGuard, LockState, Locker,
-    MemoryBackend, ObtainOutcome, ObtainRequest, Operation, ProlongOutcome, ProlongRequest,
-    ReleaseOutcome, ReleaseRequest, Result,
+    Error, ErrorKind, Key, LockBackend, LockGuard, LockState, Locker, MemoryBackend, ObtainOutcome,
+    Operation, ProlongOutcome, ReleaseOutcome, Result,
 };
 use proptest::prelude::*;
 use tokio::time::Instant;

@@ -8,11 +8,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::rules::{self, Decision};
+use lock_core::backend::rules::{self, Decision};
+use lock_core::backend::{
+    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, UrlOptions,
+};
 use lock_core::{
-    Capabilities, Error, ErrorKind, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome,
-    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    Result, Ttl, UrlOptions,
+    Error, ErrorKind, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, Operation,
+    ProlongOutcome, ReleaseOutcome, Result, Ttl,
 };
 
 use crate::clock::Clock;
@@ -602,7 +604,7 @@ mod tests {
             }
         }
 
-        async fn obtain(&self, token: &lock_core::Token, ttl: Duration) -> ObtainOutcome {
+        async fn obtain(&self, token: &lock_core::backend::Token, ttl: Duration) -> ObtainOutcome {
             let req = ObtainRequest {
                 key: &self.key,
                 token,
@@ -613,8 +615,8 @@ mod tests {
         }
     }
 
-    fn token() -> lock_core::Token {
-        lock_core::Token::generate().unwrap()
+    fn token() -> lock_core::backend::Token {
+        lock_core::backend::Token::generate().unwrap()
     }
 
     /// `date -s` an hour ahead while a lock is held: the lock still runs its ttl, and its

@@ -18,7 +18,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_core::rules;
+use lock_core::backend::rules;
 use serde::{Deserialize, Serialize};
 
 /// What the clocks read when a record was written.

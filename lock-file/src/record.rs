@@ -23,7 +23,8 @@
 //! A released lock keeps its file (`"state":"free"`) so that the fencing sequence survives.
 //! Version 1 records (one padded line at offset 0, no checksum) are still read, as `seq` 0.
 
-use lock_core::{rules, HolderInfo};
+use lock_core::backend::rules;
+use lock_core::HolderInfo;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Anchor;

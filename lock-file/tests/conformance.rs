@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use lock_conformance::{async_trait, Harness};
-use lock_core::{LockBackend, Token};
+use lock_core::backend::Token;
+use lock_core::LockBackend;
 use lock_file::FileBackend;
 
 /// One temporary root per test; every backend a fresh directory under it.

@@ -5,9 +5,9 @@ use std::os::unix::fs::symlink;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::{ObtainRequest, Token};
 use lock_core::{
-    Attempt, ErrorKind, HolderInfo, Key, LockBackend, LockState, Locker, ObtainOutcome,
-    ObtainRequest, Token, Ttl,
+    Attempt, ErrorKind, HolderInfo, Key, LockBackend, LockState, Locker, ObtainOutcome, Ttl,
 };
 use lock_file::FileBackend;
 
@@ -247,13 +247,13 @@ async fn write_big_records(backend: FileBackend, started: std::path::PathBuf) {
             holder: &holder,
         };
         if let ObtainOutcome::Acquired { .. } = backend.obtain(req).await.unwrap() {
-            let req = lock_core::ProlongRequest {
+            let req = lock_core::backend::ProlongRequest {
                 key: &key,
                 token: &token,
                 ttl,
             };
             let _ = backend.prolongate(req).await.unwrap();
-            let req = lock_core::ReleaseRequest {
+            let req = lock_core::backend::ReleaseRequest {
                 key: &key,
                 token: &token,
                 delay_after: None,

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::{
+    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
 use lock_core::{
-    Busy, Capabilities, Error, ErrorKind, Grace, Key, LockBackend, LockState, ObtainOutcome,
-    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    ReleaseSubscription, Result, Ttl,
+    Busy, Error, ErrorKind, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome,
+    ReleaseOutcome, Result, Ttl,
 };
 use sqlx::PgPool;
 

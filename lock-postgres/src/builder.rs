@@ -5,7 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::{Error, ErrorKind, Grace, Operation, Result, Token, UrlOptions};
+use lock_core::backend::{Grace, Token, UrlOptions};
+use lock_core::{Error, ErrorKind, Operation, Result};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
@@ -15,7 +16,7 @@ use crate::sql::{Names, Statements};
 use crate::NAME;
 
 /// The URL schemes a [`PostgresBuilder`] takes.
-pub const SCHEMES: &[&str] = lock_core::schemes::POSTGRES;
+pub const SCHEMES: &[&str] = lock_core::backend::schemes::POSTGRES;
 
 /// Where the connections come from.
 #[derive(Clone)]
@@ -247,7 +248,7 @@ impl PostgresBuilder {
             ))
         })?;
         let grace = self.grace.map(Grace::new).transpose()?;
-        lock_core::check_call_timeout(self.timeout).map_err(config)?;
+        lock_core::backend::check_call_timeout(self.timeout).map_err(config)?;
         let (pool, application_name) = match self.source {
             Source::Pool(pool) => {
                 let name = pool

@@ -5,9 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_core::future::BoxFuture;
-use lock_core::{
-    Error, ErrorKind, Grace, Key, Operation, ProlongOutcome, ProlongRequest, Result, Ttl,
-};
+use lock_core::backend::{Grace, ProlongRequest};
+use lock_core::{Error, ErrorKind, Key, Operation, ProlongOutcome, Result, Ttl};
 use sqlx::postgres::PgRow;
 use sqlx::PgPool;
 use tokio::time::Instant;

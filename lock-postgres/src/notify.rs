@@ -8,7 +8,7 @@
 //! of every notifying transaction of the cluster, WAL flush included, so a release nobody
 //! waits for must not pay it. One listening connection per backend
 //! (sqlx's `PgListener`, outside the pool's count) hears them all and wakes *one* waiter of
-//! that key, in turn (`lock_core::Waiters`): only one can win the lock, and waking all of
+//! that key, in turn (`lock_core::backend::Waiters`): only one can win the lock, and waking all of
 //! them would queue their obtains on the key's advisory lock behind the winner's commit. It
 //! is started by the first waiter, which returns from `subscribe` only once the
 //! `LISTEN` is in place, so a release committed after that reaches it. After a dropped
@@ -22,7 +22,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use lock_core::{Key, Operation, ReleaseSubscription, Result, Waiters};
+use lock_core::backend::{ReleaseSubscription, Waiters};
+use lock_core::{Key, Operation, Result};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::watch;

@@ -301,7 +301,7 @@ pub(crate) fn advisory_id(name: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lock_core::Token;
+    use lock_core::backend::Token;
 
     #[test]
     fn names_are_plain_identifiers_only() {

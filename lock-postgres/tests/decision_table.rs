@@ -8,7 +8,8 @@ mod support;
 use std::time::Duration;
 
 use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
-use lock_core::{Key, Token};
+use lock_core::backend::Token;
+use lock_core::Key;
 use lock_postgres::PostgresBackend;
 use sqlx::{PgPool, Row};
 use support::shared_url;

@@ -9,9 +9,10 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
-    ErrorKind, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
-    ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, Token, Ttl,
+    ErrorKind, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome,
+    ReleaseOutcome, Ttl,
 };
 use lock_postgres::{PostgresBackend, PostgresBuilder, Statements};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

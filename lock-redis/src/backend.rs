@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::prolongate_each;
+use lock_core::backend::prolongate_each;
+use lock_core::backend::{
+    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
 use lock_core::{
-    Capabilities, Error, ErrorKind, Grace, Key, LockBackend, LockState, ObtainOutcome,
-    ObtainRequest, Operation, ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest,
-    ReleaseSubscription, Result, Ttl,
+    Error, ErrorKind, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome,
+    ReleaseOutcome, Result, Ttl,
 };
 use redis::aio::ConnectionManager;
 use tracing::Instrument;

@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Error, ErrorKind, Grace, Operation, Result};
+use lock_core::backend::Grace;
+use lock_core::{Error, ErrorKind, Operation, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::backend::{Engine, RedisBackend, Variant};
@@ -37,7 +38,7 @@ pub struct RedisBuilder {
 }
 
 /// The URL schemes a [`RedisBuilder::from_url`] takes.
-pub const SCHEMES: &[&str] = lock_core::schemes::REDIS;
+pub const SCHEMES: &[&str] = lock_core::backend::schemes::REDIS;
 
 impl RedisBackend {
     /// A builder for a backend on `url`: one server (`redis://`, `rediss://`), a Redis
@@ -109,7 +110,7 @@ impl RedisBuilder {
     /// [`ErrorKind::Config`] for another scheme or a malformed option (naming it, never
     /// the password).
     pub fn from_url(url: &str) -> Result<Self> {
-        let mut url = lock_core::UrlOptions::parse(lua::NAME, url);
+        let mut url = lock_core::backend::UrlOptions::parse(lua::NAME, url);
         let scheme = url.scheme().to_owned();
         if !SCHEMES.contains(&scheme.as_str()) {
             return Err(config(
@@ -254,7 +255,7 @@ impl RedisBuilder {
             Variant::Watch => watch::NAME,
         };
         let grace = self.grace.map(Grace::new).transpose()?;
-        lock_core::check_call_timeout(self.timeout).map_err(|e| config(name, e))?;
+        lock_core::backend::check_call_timeout(self.timeout).map_err(|e| config(name, e))?;
         if let Some((_, t)) = self.acks {
             if t.is_zero() || t >= self.timeout {
                 return Err(config(

@@ -7,7 +7,7 @@
 //! A waiter subscribes once an attempt found the lock busy, then attempts once more;
 //! `subscribe` returns only once the server confirmed the `SUBSCRIBE`, so a release
 //! published after that point reaches the waiter.
-//! A message wakes *one* waiter of the process, in turn (`lock_core::Waiters`): only one
+//! A message wakes *one* waiter of the process, in turn (`lock_core::backend::Waiters`): only one
 //! can win the lock. Waiters on one key share one server subscription; a channel nobody
 //! waits on any more is unsubscribed with the next subscription change.
 //!
@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lock_core::{Operation, ReleaseSubscription, Result, Waiters};
+use lock_core::backend::{ReleaseSubscription, Waiters};
+use lock_core::{Operation, Result};
 use redis::aio::PubSubSink;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};

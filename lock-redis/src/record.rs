@@ -2,9 +2,9 @@
 //!
 //! The format is that of `scripts/lock.lua` (whose header documents it), so the two variants
 //! share records and exclude each other on one server. The decisions on a record are
-//! `lock_core::rules`, run with the server's clock in milliseconds.
+//! `lock_core::backend::rules`, run with the server's clock in milliseconds.
 
-use lock_core::rules::{self, Hold, State};
+use lock_core::backend::rules::{self, Hold, State};
 use lock_core::{HolderInfo, Operation, Result};
 
 use crate::error::corrupt;

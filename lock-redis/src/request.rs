@@ -1,8 +1,7 @@
 //! One operation of the contract as both variants receive it, and its answer.
 
-use lock_core::{
-    Grace, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Token, Ttl,
-};
+use lock_core::backend::{Grace, Token};
+use lock_core::{LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Ttl};
 
 /// What to do to one lock.
 pub(crate) enum Request<'a> {

@@ -4,7 +4,7 @@
 //!
 //! 1. one pipeline: `UNWATCH`, `WATCH rec`, `TIME`, `GET rec`: the record as of the server's
 //!    clock (a key of another type fails the `GET` with `WRONGTYPE`: `Corrupt`);
-//! 2. the decision, by `lock_core::rules` (the rules `scripts/lock.lua` also keeps, checked
+//! 2. the decision, by `lock_core::backend::rules` (the rules `scripts/lock.lua` also keeps, checked
 //!    by the same table of cases), on the same record format;
 //! 3. if the decision writes: `MULTI`, `SET rec …` (and `PUBLISH` on a release; `SPUBLISH` on
 //!    a cluster), `EXEC`.
@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use lock_core::rules;
+use lock_core::backend::rules;
 use lock_core::{Error, ErrorKind, Operation, Result};
 
 use std::sync::Arc;
@@ -225,7 +225,7 @@ async fn read(
 }
 
 /// The transaction to run (if any) and the answer it gives once committed: the contract's
-/// rules (`lock_core::rules`) on the record as of the server's clock.
+/// rules (`lock_core::backend::rules`) on the record as of the server's clock.
 fn decide(
     keys: &LockKeys,
     req: &Request<'_>,

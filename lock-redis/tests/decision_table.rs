@@ -1,6 +1,6 @@
 //! The contract's decision table (`lock_conformance::table`) through a real server, on both
 //! variants: each case's record is written with `SET`, the request goes through the
-//! backend, and the record is read back. The WATCH variant decides with `lock_core::rules`;
+//! backend, and the record is read back. The WATCH variant decides with `lock_core::backend::rules`;
 //! this holds the Lua script to the same table.
 
 mod support;
@@ -8,7 +8,8 @@ mod support;
 use std::time::Duration;
 
 use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
-use lock_core::{Key, Token};
+use lock_core::backend::Token;
+use lock_core::Key;
 use lock_redis::{RedisBackend, Variant};
 
 /// Time that may pass on the server between writing a case's record and its request.

@@ -114,14 +114,14 @@ async fn script_flush_is_transparent() {
 async fn a_renewal_batch_after_script_flush_still_prolongs_every_lock() {
     let server = PrivateRedis::start();
     let backend = backend(&server.url, Variant::Lua).await;
-    let token = lock_core::Token::generate().unwrap();
+    let token = lock_core::backend::Token::generate().unwrap();
     let holder = lock_core::HolderInfo::current();
     let ttl = lock_core::Ttl::new(Duration::from_secs(30)).unwrap();
     let keys: Vec<Key> = (0..3)
         .map(|i| Key::new(format!("batch{i}")).unwrap())
         .collect();
     for key in &keys {
-        let req = lock_core::ObtainRequest {
+        let req = lock_core::backend::ObtainRequest {
             key,
             token: &token,
             ttl,
@@ -135,7 +135,7 @@ async fn a_renewal_batch_after_script_flush_still_prolongs_every_lock() {
     script_flush(&server.url).await;
     let reqs: Vec<_> = keys
         .iter()
-        .map(|key| lock_core::ProlongRequest {
+        .map(|key| lock_core::backend::ProlongRequest {
             key,
             token: &token,
             ttl,
@@ -557,7 +557,8 @@ async fn connecting_to_a_server_that_never_answers_gives_up_at_the_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_cut_off_after_it_was_applied_is_never_sent_again_on_a_cluster() {
     use lock_conformance::Harness;
-    use lock_core::{HolderInfo, LockState, ObtainRequest, ReleaseRequest, Token, Ttl};
+    use lock_core::backend::{ObtainRequest, ReleaseRequest, Token};
+    use lock_core::{HolderInfo, LockState, Ttl};
     for variant in BOTH {
         let faulty = support::harness::Redis::cluster(variant)
             .behind_faults()

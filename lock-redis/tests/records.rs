@@ -13,7 +13,7 @@ async fn both_variants_agree_on_every_record() {
     let url = support::shared_url();
     let prefix = format!(
         "records-{}:",
-        &lock_core::Token::generate().unwrap().to_hex()[..12]
+        &lock_core::backend::Token::generate().unwrap().to_hex()[..12]
     );
     let mut admin = support::admin(&url).await;
     let key = Key::new("k").unwrap();
@@ -30,9 +30,9 @@ async fn both_variants_agree_on_every_record() {
         .connect()
         .await
         .unwrap();
-    let token = lock_core::Token::generate().unwrap();
+    let token = lock_core::backend::Token::generate().unwrap();
     let holder = lock_core::HolderInfo::current();
-    let req = lock_core::ObtainRequest {
+    let req = lock_core::backend::ObtainRequest {
         key: &key,
         token: &token,
         ttl: lock_core::Ttl::from_millis(60_000).unwrap(),
@@ -87,7 +87,7 @@ async fn records_hold_a_digest_never_the_token() {
     for variant in [Variant::Lua, Variant::Watch] {
         let prefix = format!(
             "digest-{}:",
-            &lock_core::Token::generate().unwrap().to_hex()[..12]
+            &lock_core::backend::Token::generate().unwrap().to_hex()[..12]
         );
         let backend = RedisBackend::builder(&url)
             .variant(variant)
@@ -96,9 +96,9 @@ async fn records_hold_a_digest_never_the_token() {
             .await
             .unwrap();
         let key = Key::new("k").unwrap();
-        let token = lock_core::Token::generate().unwrap();
+        let token = lock_core::backend::Token::generate().unwrap();
         let holder = lock_core::HolderInfo::current();
-        let req = lock_core::ObtainRequest {
+        let req = lock_core::backend::ObtainRequest {
             key: &key,
             token: &token,
             ttl: lock_core::Ttl::from_millis(60_000).unwrap(),

@@ -7,9 +7,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lock_core::backend::{ObtainRequest, ReleaseRequest, Token};
 use lock_core::{
-    Attempt, HolderInfo, Key, LockBackend, Locker, ObtainOutcome, ObtainRequest, ReleaseOutcome,
-    ReleaseRequest, Retry, Token, Ttl,
+    Attempt, HolderInfo, Key, LockBackend, Locker, ObtainOutcome, ReleaseOutcome, Retry, Ttl,
 };
 
 /// The runtime of every bench: two worker threads, like the 2-core machines CI runs on.

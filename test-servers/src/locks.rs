@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lock_core::backend::{
+    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
 use lock_core::{
-    async_trait, Attempt, Capabilities, Key, LockBackend, LockBuilder, LockGuard, LockState,
-    Locker, ObtainOutcome, ObtainRequest, ProlongOutcome, ProlongRequest, ReleaseOutcome,
-    ReleaseRequest, ReleaseSubscription, Retry,
+    Attempt, Key, LockBackend, LockBuilder, LockGuard, LockState, Locker, ObtainOutcome,
+    ProlongOutcome, ReleaseOutcome, Retry,
 };
 
 /// The lock `lock` describes, which must be free: one attempt, and a panic naming the

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::ProlongRequest;
 use lock_core::{
     Attempt, ErrorKind, Fencing, HolderInfo, Key, LockBackend, LockGuard, LockState, Locker,
-    ObtainOutcome, ProlongOutcome, ProlongRequest, ReleaseOutcome, Retry, Ttl,
+    ObtainOutcome, ProlongOutcome, ReleaseOutcome, Retry, Ttl,
 };
 use tokio::time::Instant;
 

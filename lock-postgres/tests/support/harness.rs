@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use lock_conformance::{async_trait, Faulty, Harness};
-use lock_core::{LockBackend, Token};
+use lock_core::backend::Token;
+use lock_core::LockBackend;
 use lock_postgres::{PostgresBackend, Statements};
 
 use super::exec;

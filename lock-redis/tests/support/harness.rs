@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 
 use lock_conformance::{async_trait, Faulty, Harness};
-use lock_core::{LockBackend, Token};
+use lock_core::backend::Token;
+use lock_core::LockBackend;
 use lock_redis::{RedisBackend, Variant};
 
 use super::{admin_for, kill_clients};

@@ -9,8 +9,9 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use lock_core::rules::{self, Clock, Obtain};
-//! use lock_core::{Grace, ObtainOutcome, Ttl};
+//! use lock_core::backend::rules::{self, Clock, Obtain};
+//! use lock_core::{ObtainOutcome, Ttl};
+//! use lock_core::backend::Grace;
 //!
 //! let ttl = Ttl::from_millis(30_000)?;
 //! let now = Clock::millis(1_000_000);
