@@ -4,7 +4,7 @@
 //! statement keeps running and commits, a Redis command is applied. A cleanup sent *after*
 //! the drop can overtake the call it cleans up (another pooled connection, another queue),
 //! answer `Lost`, and leave the late grant held by nobody until its ttl ends. So every call
-//! of the client layer that can grant or free a lock is a [`Finish`]: the caller polls it
+//! of the client layer that can grant or free a lock is a [`RunToEnd`]: the caller polls it
 //! in place while it waits (no task hop, which on a busy 2-core machine cost tens of
 //! microseconds per call), and if the caller is dropped first, the rest of the call moves to
 //! a task of its own, where a grant that finds the caller gone is given back after the
@@ -66,43 +66,44 @@ impl Obtain {
                 holder: &self.holder,
             };
             let outcome = self.backend.obtain(req).await;
-            // If the caller is gone, the delivery is dropped where the call finishes: it gives
+            // If the caller is gone, the unread grant is dropped where the call finishes: it gives
             // back its grant, after the grant, on the same path.
-            let delivery = Delivery {
+            let grant = UnreadGrant {
                 outcome: Some(outcome),
-                undo: Some(Undo {
+                orphan: Some(Orphan {
                     backend: self.backend,
                     key: self.key,
                     token: self.token,
                     what: orphan,
                 }),
             };
-            (delivery, keep)
+            (grant, keep)
         };
-        let (delivery, keep) = Finish::new(call.in_current_span()).await;
-        (delivery.take(), keep)
+        let (grant, keep) = RunToEnd::new(call.in_current_span()).await;
+        (grant.take(), keep)
     }
 }
 
 /// An obtain's outcome on its way to the caller. The caller may be cancelled at any point:
 /// before the answer, or after it was handed over but before it was read. A grant that
-/// nobody takes out of its delivery is given back when the delivery is dropped.
-struct Delivery {
+/// nobody takes out is given back when this is dropped.
+struct UnreadGrant {
     outcome: Option<Result<ObtainOutcome>>,
-    undo: Option<Undo>,
+    orphan: Option<Orphan>,
 }
 
-struct Undo {
+/// How to give back a grant its caller left behind.
+struct Orphan {
     backend: Arc<dyn LockBackend>,
     key: Key,
     token: Token,
     what: GiveBack,
 }
 
-impl Delivery {
+impl UnreadGrant {
     /// The outcome, now the caller's to act on.
     fn take(mut self) -> Result<ObtainOutcome> {
-        self.undo = None;
+        self.orphan = None;
         self.outcome.take().unwrap_or_else(|| {
             Err(Error::new(
                 ErrorKind::Protocol,
@@ -114,7 +115,7 @@ impl Delivery {
     }
 }
 
-impl Drop for Delivery {
+impl Drop for UnreadGrant {
     fn drop(&mut self) {
         let granted = matches!(
             self.outcome,
@@ -122,19 +123,19 @@ impl Drop for Delivery {
                 ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }
             ))
         );
-        let (Some(undo), true) = (self.undo.take(), granted) else {
+        let (Some(orphan), true) = (self.orphan.take(), granted) else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %undo.key, "a cancelled obtain's grant cannot be given back outside a runtime; it expires after its ttl");
+            tracing::warn!(key = %orphan.key, "a cancelled obtain's grant cannot be given back outside a runtime; it expires after its ttl");
             return;
         };
         runtime.spawn(
             async move {
-                tracing::debug!(key = %undo.key, "the caller is gone: giving back its grant");
-                if let Err(e) = give_back(&*undo.backend, &undo.key, &undo.token, undo.what).await
+                tracing::debug!(key = %orphan.key, "the caller is gone: giving back its grant");
+                if let Err(e) = give_back(&*orphan.backend, &orphan.key, &orphan.token, orphan.what).await
                 {
-                    tracing::warn!(key = %undo.key, "could not give back the grant of a cancelled obtain; it expires after its ttl: {e}");
+                    tracing::warn!(key = %orphan.key, "could not give back the grant of a cancelled obtain; it expires after its ttl: {e}");
                 }
             }
             .in_current_span(),
@@ -158,33 +159,33 @@ pub(crate) async fn give_back_detached(
     detached(call.in_current_span()).await
 }
 
-/// Runs `call` to its end even if the caller stops waiting: see [`Finish`].
+/// Runs `call` to its end even if the caller stops waiting: see [`RunToEnd`].
 ///
 /// # Errors
 /// `call`'s error.
 pub(crate) async fn detached<T: Send + 'static>(
     call: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    Finish::new(call).await
+    RunToEnd::new(call).await
 }
 
 /// A call its caller polls in place (no task, no hop to another thread while the caller
 /// waits), which finishes even if the caller stops waiting: dropped before its end, it
 /// hands the rest of the call to a task of its own, where its result is dropped when it
-/// arrives (a [`Delivery`] gives its grant back then).
-struct Finish<T: Send + 'static> {
+/// arrives (a [`UnreadGrant`] gives its grant back then).
+struct RunToEnd<T: Send + 'static> {
     call: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
 }
 
-impl<T: Send + 'static> Finish<T> {
+impl<T: Send + 'static> RunToEnd<T> {
     fn new(call: impl Future<Output = T> + Send + 'static) -> Self {
-        Finish {
+        RunToEnd {
             call: Some(Box::pin(call)),
         }
     }
 }
 
-impl<T: Send + 'static> Future for Finish<T> {
+impl<T: Send + 'static> Future for RunToEnd<T> {
     type Output = T;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
@@ -199,7 +200,7 @@ impl<T: Send + 'static> Future for Finish<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Finish<T> {
+impl<T: Send + 'static> Drop for RunToEnd<T> {
     fn drop(&mut self) {
         let Some(call) = self.call.take() else {
             return;

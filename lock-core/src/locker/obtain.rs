@@ -1,0 +1,327 @@
+//! One obtain: the builder a caller sets up ([`LockBuilder`]), and the plan it becomes
+//! once validated (attempts, waiting with its deadline and retry strategy, the guard).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{Attempt, Locker};
+use crate::clock;
+use crate::detached::{give_back_detached, GiveBack, Obtain};
+use crate::guard::check_fraction;
+use crate::hold::Grant;
+use crate::{
+    Busy, Error, ErrorKind, HolderInfo, Key, LockGuard, ObtainOutcome, Operation, Result, Retry,
+    Token, Ttl,
+};
+
+/// One obtain being set up: from [`Locker::lock`].
+#[must_use = "a lock builder does nothing until try_obtain() or obtain() is awaited"]
+pub struct LockBuilder<'a> {
+    locker: &'a Locker,
+    key: String,
+    ttl: Result<Ttl>,
+    wait: Duration,
+    retry: Retry,
+    metadata: Option<String>,
+    dont_queue: bool,
+    watchdog: Option<Result<f64>>,
+}
+
+impl<'a> LockBuilder<'a> {
+    /// An obtain of the full key `key` with `locker`'s defaults.
+    pub(super) fn new(locker: &'a Locker, key: String) -> Self {
+        LockBuilder {
+            locker,
+            key,
+            ttl: Ok(locker.ttl),
+            wait: locker.wait,
+            retry: locker.retry.clone(),
+            metadata: None,
+            dont_queue: false,
+            watchdog: None,
+        }
+    }
+
+    /// How long the lock stays valid without prolonging (a bad value is reported by the
+    /// obtain).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Ttl::new(ttl);
+        self
+    }
+
+    /// How long [`LockBuilder::obtain`] may wait in all; [`Duration::MAX`] means until
+    /// obtained.
+    ///
+    /// The wait bounds the pauses between attempts; an attempt already sent when the wait
+    /// runs out is awaited, and lasts at most the backend's own deadline for one call.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The retry strategy while waiting.
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Metadata for this lock, replacing the locker's default.
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+
+    /// Gives up at once when the holder's remaining ttl (or the remaining cooldown) is longer
+    /// than what is left of the wait: queueing could not succeed.
+    pub fn dont_queue(mut self) -> Self {
+        self.dont_queue = true;
+        self
+    }
+
+    /// Prolongs the lock in the background every third of its ttl until the guard is
+    /// released or dropped; [`LockGuard::lost`] fires the moment a prolong answers `Lost`,
+    /// and in any case when the validity runs out before a prolong renewed it.
+    ///
+    /// One task per [`Locker`] (and its clones) renews all of its watched locks: locks of
+    /// the same ttl come due at the same instants (due times are rounded down onto a grid
+    /// of the period) and go out in one
+    /// [`LockBackend::prolongate_many`](crate::LockBackend::prolongate_many) call, which the
+    /// Redis and Postgres backends send as one pipeline or statement per `BATCH` locks. So a
+    /// lock's first renewal may come early, anywhere in its first period; after that it
+    /// renews once a period. A renewal that fails is retried for that lock alone, every
+    /// tenth of its ttl, until its validity runs out. The task runs on the tokio runtime
+    /// of the guard that started it, and ends when no watched lock is left; if that
+    /// runtime ends first, the next watched guard starts a new task on its own runtime.
+    pub fn watchdog(self) -> Self {
+        self.watchdog_every(Locker::DEFAULT_WATCHDOG_FRACTION)
+    }
+
+    /// Like [`LockBuilder::watchdog`], prolonging every `fraction` of the ttl (0 < fraction < 1).
+    pub fn watchdog_every(mut self, fraction: f64) -> Self {
+        self.watchdog = Some(check_fraction(fraction));
+        self
+    }
+
+    /// One attempt, no waiting.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a bad key, ttl or metadata (before any I/O);
+    /// [`ErrorKind::ExpiredOnArrival`] when the grant came back after its ttl had run out (it
+    /// was given back); otherwise the backend's error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves nothing behind. The backend call runs in a
+    /// task of its own; a grant that arrives after the drop is given back by that task,
+    /// after the grant, so the cleanup can never overtake it.
+    pub async fn try_obtain(self) -> Result<Attempt<LockGuard>> {
+        let plan = self.plan()?;
+        let span = plan.span();
+        plan.attempt().instrument(span).await
+    }
+
+    /// Attempts until the lock is obtained, the wait runs out, the retry strategy gives up,
+    /// or (with [`LockBuilder::dont_queue`]) the holder will clearly outlast the wait.
+    ///
+    /// Errors the backend marks retry-safe are retried like contention within the wait; the
+    /// last one is returned if the wait runs out on it.
+    ///
+    /// # Errors
+    /// As for [`LockBuilder::try_obtain`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future (for example from `tokio::select!` on a shutdown
+    /// token) leaves nothing behind, as for [`LockBuilder::try_obtain`].
+    pub async fn obtain(self) -> Result<Attempt<LockGuard>> {
+        let plan = self.plan()?;
+        let span = plan.span();
+        plan.wait_loop().instrument(span).await
+    }
+
+    fn plan(self) -> Result<Plan<'a>> {
+        let key = Key::new(self.key)?;
+        let ttl = self.ttl?;
+        let watchdog = self.watchdog.transpose()?;
+        let holder = match self.metadata {
+            Some(m) => Arc::new((*self.locker.holder).clone().with_metadata(m)?),
+            None => Arc::clone(&self.locker.holder),
+        };
+        Ok(Plan {
+            locker: self.locker,
+            key,
+            token: Token::generate()?,
+            ttl,
+            wait: self.wait,
+            retry: self.retry,
+            holder,
+            dont_queue: self.dont_queue,
+            watchdog,
+        })
+    }
+}
+
+impl fmt::Debug for LockBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockBuilder")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl.as_ref().ok())
+            .field("wait", &self.wait)
+            .field("dont_queue", &self.dont_queue)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A validated obtain.
+struct Plan<'a> {
+    locker: &'a Locker,
+    key: Key,
+    token: Token,
+    ttl: Ttl,
+    wait: Duration,
+    retry: Retry,
+    holder: Arc<HolderInfo>,
+    dont_queue: bool,
+    watchdog: Option<f64>,
+}
+
+impl Plan<'_> {
+    fn span(&self) -> tracing::Span {
+        tracing::debug_span!("lock.obtain", backend = self.locker.backend.name(), key = %self.key)
+    }
+
+    async fn attempt(&self) -> Result<Attempt<LockGuard>> {
+        let backend = &self.locker.backend;
+        // Two rounds at most: the second only after an earlier attempt's lost grant was given
+        // back (see `Reacquired` below).
+        for _ in 0..2 {
+            let sent_at = clock::now();
+            let call = Obtain {
+                backend: Arc::clone(backend),
+                key: self.key.clone(),
+                token: self.token,
+                ttl: self.ttl,
+                holder: Arc::clone(&self.holder),
+            };
+            let fencing = match call.run(GiveBack::AllHolds).await? {
+                ObtainOutcome::Acquired { fencing, .. } => fencing,
+                ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
+                ObtainOutcome::Reacquired { holds } => {
+                    // This plan's token is fresh, so only an earlier attempt of this very
+                    // plan can hold it: one whose reply was lost after the backend applied it
+                    // (a timeout, a cut connection). Give those holds back and ask again, so
+                    // the guard ends with the one hold it asked for and a fencing token it
+                    // knows.
+                    tracing::debug!(
+                        holds,
+                        "an earlier attempt was granted after all: giving it back"
+                    );
+                    give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await?;
+                    continue;
+                }
+            };
+            if clock::now() >= sent_at + self.ttl.as_duration() {
+                give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await?;
+                return Err(Error::new(
+                    ErrorKind::ExpiredOnArrival,
+                    backend.name(),
+                    Operation::Obtain,
+                    format!(
+                        "the lock was granted but its ttl of {} had run out by the time the answer arrived; use a longer ttl",
+                        self.ttl
+                    ),
+                ));
+            }
+            let grant = Grant {
+                backend: Arc::clone(backend),
+                key: self.key.clone(),
+                token: self.token,
+                fencing,
+                holder: Arc::clone(&self.holder),
+                sent_at,
+                ttl: self.ttl,
+                cap: None,
+            };
+            return Ok(Attempt::Obtained(LockGuard::new(
+                grant,
+                &self.locker.registry,
+                self.watchdog,
+            )));
+        }
+        Err(Error::new(
+            ErrorKind::Protocol,
+            backend.name(),
+            Operation::Obtain,
+            "the backend answered Reacquired again for a token whose holds were all given back",
+        ))
+    }
+
+    async fn wait_loop(&self) -> Result<Attempt<LockGuard>> {
+        let deadline = deadline_after(self.wait);
+        let backend = &self.locker.backend;
+        // Subscribed only once the lock turned out busy: an obtain of a free lock costs one
+        // attempt, nothing more.
+        let mut subscription = None;
+        let mut may_subscribe = self.retry.is_notified() && !self.wait.is_zero();
+        let mut retries = 0;
+        loop {
+            let busy = match self.attempt().await {
+                Ok(Attempt::Busy(busy)) => Ok(busy),
+                Err(e) if e.is_retry_safe() => Err(e),
+                done => return done,
+            };
+            let left = deadline.saturating_duration_since(clock::now());
+            let give_up = |last: std::result::Result<Busy, Error>| match last {
+                Ok(busy) => Ok(Attempt::Busy(busy)),
+                Err(e) => Err(e),
+            };
+            if left.is_zero() {
+                return give_up(busy);
+            }
+            if let Ok(b) = &busy {
+                if self.dont_queue && b.remaining > left {
+                    return give_up(busy);
+                }
+            }
+            if std::mem::take(&mut may_subscribe) {
+                subscription = backend.subscribe(&self.key).await.unwrap_or_else(|e| {
+                    tracing::debug!("no release notification, polling: {e}");
+                    None
+                });
+                if subscription.is_some() {
+                    // Once more at once: a release published between the attempt above and
+                    // the subscription reached nobody.
+                    continue;
+                }
+            }
+            let Some(mut delay) = self.retry.delay(retries) else {
+                return give_up(busy);
+            };
+            retries += 1;
+            match &busy {
+                // No point sleeping past the moment the holder's ttl or the cooldown ends.
+                Ok(b) => delay = delay.min(b.remaining + Duration::from_millis(1)),
+                Err(e) => tracing::warn!("obtain failed, retrying within the wait: {e}"),
+            }
+            let delay = delay.min(left);
+            match subscription.as_mut() {
+                Some(sub) => {
+                    sub.released_within(delay).await;
+                }
+                None => tokio::time::sleep(delay).await,
+            }
+        }
+    }
+}
+
+/// `wait` from now, or as good as never for a wait too long to add to an instant
+/// (`Duration::MAX` means "wait until obtained").
+fn deadline_after(wait: Duration) -> Instant {
+    // Thirty years: what tokio itself treats as "never".
+    const NEVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    let now = clock::now();
+    now.checked_add(wait.min(NEVER))
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
