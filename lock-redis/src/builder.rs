@@ -15,10 +15,10 @@ use crate::link::{Acks, Link, LinkKind};
 use crate::lua::{self, Lua};
 use crate::notify::{Notifier, Sharded};
 use crate::pool::Pool;
-use crate::primary::{Primary, Shared};
+use crate::primary::{Primary, SentinelLink};
 use crate::shards::Shards;
 use crate::topology::{AddressMap, Topology};
-use crate::watch::{self, Route, Watch};
+use crate::watch::{self, Pools, Watch};
 
 /// The settings of a [`RedisBackend`], all known before it connects: made by
 /// [`RedisBackend::builder`], consumed by [`RedisBuilder::connect`]. Its `Debug` never
@@ -330,7 +330,7 @@ impl RedisBuilder {
                 }))
             }
             (Variant::Lua, Primary::Sentinel { .. }) => {
-                let shared = Shared::new(primary.clone());
+                let shared = SentinelLink::new(primary.clone());
                 // Fail now on a wrong address or password, not on the first lock.
                 shared.connection(name, op).await?;
                 Engine::Lua(Lua::new(Link {
@@ -342,7 +342,7 @@ impl RedisBuilder {
                 let pool = Pool::new(primary.clone(), self.pool_size, name);
                 pool.get(op).await?.done();
                 Engine::Watch(Box::new(Watch {
-                    route: Route::One(pool),
+                    pools: Pools::Primary(pool),
                     acks,
                 }))
             }
@@ -386,7 +386,7 @@ impl RedisBuilder {
                 let template = nodes[0].clone();
                 let shards = Shards::new(conn.clone(), template, map, self.pool_size, name);
                 Engine::Watch(Box::new(Watch {
-                    route: Route::Cluster(Box::new(shards)),
+                    pools: Pools::Cluster(Box::new(shards)),
                     acks,
                 }))
             }

@@ -13,7 +13,7 @@ use redis::{Script, Value};
 
 use crate::error::map_error;
 use crate::keys::{slot, LockKeys};
-use crate::primary::Shared;
+use crate::primary::SentinelLink;
 
 /// How commands reach the server that owns a lock.
 pub(crate) struct Link {
@@ -33,7 +33,7 @@ pub(crate) enum LinkKind {
     /// and `ASK`.
     Cluster(ClusterConnection),
     /// The primary the sentinels name, found again after a failover.
-    Sentinel(Shared),
+    Sentinel(SentinelLink),
 }
 
 /// Wait for replicas after each write: `WAIT replicas timeout`.

@@ -121,14 +121,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// One multiplexed connection to the primary behind Sentinel, opened on first use and
 /// dropped (with the primary's address) after an error that may mean a failover.
-pub(crate) struct Shared {
+pub(crate) struct SentinelLink {
     pub(crate) primary: std::sync::Arc<Primary>,
     conn: Mutex<Option<redis::aio::MultiplexedConnection>>,
 }
 
-impl Shared {
+impl SentinelLink {
     pub(crate) fn new(primary: std::sync::Arc<Primary>) -> Self {
-        Shared {
+        SentinelLink {
             primary,
             conn: Mutex::new(None),
         }

@@ -38,14 +38,14 @@ pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
 pub(crate) const MAX_CONFLICTS: u32 = 32;
 
 pub(crate) struct Watch {
-    pub(crate) route: Route,
+    pub(crate) pools: Pools,
     pub(crate) acks: Option<Acks>,
 }
 
 /// Where a record's transactions run.
-pub(crate) enum Route {
-    /// One pool, to the one server or the primary the sentinels name.
-    One(Pool),
+pub(crate) enum Pools {
+    /// One pool, to the one primary: the server, or the one the sentinels name.
+    Primary(Pool),
     /// A pool per cluster primary, chosen by the record's slot.
     Cluster(Box<Shards>),
 }
@@ -66,16 +66,16 @@ const REROUTES_CLUSTER: u32 = 20;
 impl Watch {
     pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
         let op = req.operation();
-        let publish = match self.route {
-            Route::One(_) => "PUBLISH",
-            Route::Cluster(_) => "SPUBLISH",
+        let publish = match self.pools {
+            Pools::Primary(_) => "PUBLISH",
+            Pools::Cluster(_) => "SPUBLISH",
         };
         let mut broken = 0;
         let mut attempt = 0;
         while attempt < MAX_CONFLICTS {
-            let pool = match &self.route {
-                Route::One(pool) => Pooled::Borrowed(pool),
-                Route::Cluster(shards) => Pooled::Shared(shards.pool_for(&keys.record, op).await?),
+            let pool = match &self.pools {
+                Pools::Primary(pool) => Pooled::Borrowed(pool),
+                Pools::Cluster(shards) => Pooled::Owned(shards.pool_for(&keys.record, op).await?),
             };
             let read = async {
                 let mut lease = pool.get().get(op).await?;
@@ -91,7 +91,7 @@ impl Watch {
                 Err(e) if e.kind() == ErrorKind::Unavailable && broken < self.reroutes() => {
                     broken += 1;
                     pool.get().discard_idle();
-                    if let Route::Cluster(shards) = &self.route {
+                    if let Pools::Cluster(shards) = &self.pools {
                         shards.forget_slots();
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -110,7 +110,7 @@ impl Watch {
                 Err(e) => {
                     pool.get().primary().failed(&e);
                     let mut error = map_error(NAME, op, e);
-                    if let Route::Cluster(shards) = &self.route {
+                    if let Pools::Cluster(shards) = &self.pools {
                         shards.forget_slots();
                         // A transaction cut short by a slot on the move (its SET answered ASK
                         // or TRYAGAIN, so EXEC aborted) comes back as a reply redis-rs cannot
@@ -159,23 +159,23 @@ impl Watch {
     }
 
     fn reroutes(&self) -> u32 {
-        match self.route {
-            Route::One(_) => REROUTES_ONE,
-            Route::Cluster(_) => REROUTES_CLUSTER,
+        match self.pools {
+            Pools::Primary(_) => REROUTES_ONE,
+            Pools::Cluster(_) => REROUTES_CLUSTER,
         }
     }
 
     /// `(node, id)` of the idle connections.
     pub(crate) fn idle_ids(&self) -> Vec<(String, i64)> {
-        match &self.route {
-            Route::One(pool) => pool.idle_ids(),
-            Route::Cluster(shards) => shards.idle_ids(),
+        match &self.pools {
+            Pools::Primary(pool) => pool.idle_ids(),
+            Pools::Cluster(shards) => shards.idle_ids(),
         }
     }
 
     /// After a call that hit its deadline: behind Sentinel the primary may be gone.
     pub(crate) fn timed_out(&self) {
-        if let Route::One(pool) = &self.route {
+        if let Pools::Primary(pool) = &self.pools {
             pool.primary().forget();
         }
     }
@@ -184,14 +184,14 @@ impl Watch {
 /// The pool of a transaction: the one pool, or a cluster primary's.
 enum Pooled<'a> {
     Borrowed(&'a Pool),
-    Shared(Arc<Pool>),
+    Owned(Arc<Pool>),
 }
 
 impl Pooled<'_> {
     fn get(&self) -> &Pool {
         match self {
             Pooled::Borrowed(p) => p,
-            Pooled::Shared(p) => p,
+            Pooled::Owned(p) => p,
         }
     }
 }
