@@ -277,7 +277,9 @@ async fn replica_acks_pass_with_enough_replicas_and_fail_retry_safe_without() {
             .variant(variant)
             .prefix("acks:")
             // A margin for a replica that a loaded machine schedules late (500 ms once
-            // timed out with both cores busy); only the failing case below is timed.
+            // timed out with both cores busy); only the failing case below is timed. The
+            // replica wait must stay under the call's deadline.
+            .timeout(Duration::from_secs(6))
             .replica_acks(1, Duration::from_secs(3))
             .connect()
             .await
