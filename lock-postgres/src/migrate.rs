@@ -17,21 +17,7 @@ impl Db {
         format!("{}.{}", self.names.schema, self.names.table)
     }
 
-    /// Creates the schema, table and function if missing, and checks that an
-    /// existing table has the expected shape. Idempotent; concurrent calls take turns.
-    ///
-    /// Bounded by the backend's deadline ([`PostgresBuilder::timeout`]), waiting for
-    /// another migration included.
-    ///
-    /// # Errors
-    /// [`ErrorKind::PermissionDenied`] when the user may not create them,
-    /// [`ErrorKind::Config`] when a table of that name exists with another shape,
-    /// [`ErrorKind::Unavailable`] past the deadline (nothing half-made stays: the migration
-    /// is one transaction).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: the migration runs on a connection that is closed when it ends, so a
-    /// migration cut off mid-way is rolled back by the server.
+    /// `PostgresBackend::migrate`, whose docs say what it does, by the deadline.
     pub(crate) async fn migrate(&self) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
         self.within(Operation::Connect, deadline, self.migrate_now())

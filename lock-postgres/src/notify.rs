@@ -210,10 +210,14 @@ impl Listing {
 
     /// Renews this backend's entry in `key`'s `waiting` while `alive` (the entry's handle
     /// in `waiting`) lives.
+    ///
+    /// It never takes `waiting`'s mutex: a renewal stuck until its deadline (a partition)
+    /// must not hold back the subscriptions of other keys, one deadline per key listed. A
+    /// renewal that lands just after the entry was taken out lists the process again
+    /// until its lease ends: releases of that key notify for nothing meanwhile.
     async fn renew(&self, key: Key, alive: Weak<()>) {
         loop {
             tokio::time::sleep(WAIT_RENEWAL).await;
-            let _waiting = self.waiting.lock().await;
             if alive.strong_count() == 0 {
                 return;
             }

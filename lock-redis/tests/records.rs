@@ -30,15 +30,7 @@ async fn both_variants_agree_on_every_record() {
         .connect()
         .await
         .unwrap();
-    let token = lock_core::backend::Token::generate().unwrap();
-    let holder = lock_core::HolderInfo::current();
-    let req = lock_core::backend::ObtainRequest {
-        key: &key,
-        token: &token,
-        ttl: lock_core::Ttl::from_millis(60_000).unwrap(),
-        holder: &holder,
-    };
-    let _ = lua.obtain(req).await.unwrap();
+    obtain(&lua, &key).await;
     let names: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{prefix}*"))
         .query_async(&mut admin)
@@ -96,18 +88,7 @@ async fn records_hold_a_digest_never_the_token() {
             .await
             .unwrap();
         let key = Key::new("k").unwrap();
-        let token = lock_core::backend::Token::generate().unwrap();
-        let holder = lock_core::HolderInfo::current();
-        let req = lock_core::backend::ObtainRequest {
-            key: &key,
-            token: &token,
-            ttl: lock_core::Ttl::from_millis(60_000).unwrap(),
-            holder: &holder,
-        };
-        assert!(matches!(
-            backend.obtain(req).await.unwrap(),
-            lock_core::ObtainOutcome::Acquired { .. }
-        ));
+        let token = obtain(&backend, &key).await;
         let raw: String = redis::cmd("GET")
             .arg(backend.record_name(&key))
             .query_async(&mut admin)
@@ -116,4 +97,21 @@ async fn records_hold_a_digest_never_the_token() {
         assert!(!raw.contains(&token.to_hex()), "{variant:?}: {raw}");
         assert!(raw.contains(&token.digest()), "{variant:?}: {raw}");
     }
+}
+
+/// Obtains the free `key` for a minute with a fresh token, and returns the token.
+async fn obtain(backend: &RedisBackend, key: &Key) -> lock_core::backend::Token {
+    let token = lock_core::backend::Token::generate().unwrap();
+    let holder = lock_core::HolderInfo::current();
+    let req = lock_core::backend::ObtainRequest {
+        key,
+        token: &token,
+        ttl: lock_core::Ttl::from_millis(60_000).unwrap(),
+        holder: &holder,
+    };
+    assert!(matches!(
+        backend.obtain(req).await.unwrap(),
+        lock_core::ObtainOutcome::Acquired { .. }
+    ));
+    token
 }
