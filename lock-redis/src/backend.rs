@@ -16,12 +16,12 @@ use lock_core::{
 use redis::aio::ConnectionManager;
 use tracing::Instrument;
 
+use crate::conn::link::{Link, LinkKind};
+use crate::conn::primary::Primary;
 use crate::error::protocol;
 use crate::keys::{slot, LockKeys};
-use crate::link::{Link, LinkKind};
 use crate::lua::{self, Lua};
 use crate::notify::Notifier;
-use crate::primary::Primary;
 use crate::request::{Reply, Request};
 use crate::watch;
 

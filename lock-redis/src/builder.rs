@@ -10,14 +10,14 @@ use lock_core::{Error, ErrorKind, Operation, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::backend::{Engine, RedisBackend, Variant};
+use crate::conn::link::{Acks, Link, LinkKind};
+use crate::conn::pool::Pool;
+use crate::conn::primary::{Primary, SentinelLink};
+use crate::conn::shards::Shards;
+use crate::conn::topology::{AddressMap, Topology};
 use crate::error::map_error;
-use crate::link::{Acks, Link, LinkKind};
 use crate::lua::{self, Lua};
 use crate::notify::{Notifier, Sharded};
-use crate::pool::Pool;
-use crate::primary::{Primary, SentinelLink};
-use crate::shards::Shards;
-use crate::topology::{AddressMap, Topology};
 use crate::watch::{self, Pools, Watch};
 
 /// The settings of a [`RedisBackend`], all known before it connects: made by

@@ -2,17 +2,13 @@
 
 mod backend;
 mod builder;
+mod conn;
 mod error;
 mod keys;
-mod link;
 mod lua;
 mod notify;
-mod pool;
-mod primary;
 mod record;
 mod request;
-mod shards;
-mod topology;
 mod watch;
 
 pub use backend::{RedisBackend, Variant};

@@ -8,9 +8,9 @@ use lock_core::{
 };
 use redis::Script;
 
+use crate::conn::link::Link;
 use crate::error::protocol;
 use crate::keys::LockKeys;
-use crate::link::Link;
 use crate::record::{parse_holder, FREE_KEEP_MS};
 use crate::request::{Reply, Request};
 

@@ -28,8 +28,8 @@ use redis::aio::PubSubSink;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 
+use crate::conn::primary::Primary;
 use crate::error::map_error;
-use crate::primary::Primary;
 
 pub(crate) struct Notifier {
     source: Source,

@@ -23,13 +23,13 @@ use lock_core::{Error, ErrorKind, Operation, Result};
 
 use std::sync::Arc;
 
+use crate::conn::link::Acks;
+use crate::conn::pool::Pool;
+use crate::conn::shards::Shards;
 use crate::error::map_error;
 use crate::keys::LockKeys;
-use crate::link::Acks;
-use crate::pool::Pool;
 use crate::record::{self, parse_holder, Stored};
 use crate::request::{Reply, Request};
-use crate::shards::Shards;
 
 /// The backend name of this variant.
 pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use lock_core::{Operation, Result};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 
+use super::topology::{AddressMap, Sentinel};
 use crate::error::map_error;
-use crate::topology::{AddressMap, Sentinel};
 use redis::ConnectionAddr;
 
 /// Where connections for commands and subscriptions go.

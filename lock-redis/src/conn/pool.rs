@@ -13,8 +13,8 @@ use lock_core::{Operation, Result};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::primary::{connection_config, Primary};
 use crate::error::map_error;
-use crate::primary::{connection_config, Primary};
 
 /// A pool of at most `size` connections to the primary, opened lazily.
 pub(crate) struct Pool {

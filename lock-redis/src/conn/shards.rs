@@ -16,11 +16,11 @@ use lock_core::{Error, ErrorKind, Operation, Result};
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionInfo, Value};
 
+use super::pool::Pool;
+use super::primary::Primary;
+use super::topology::{at, AddressMap};
 use crate::error::map_error;
 use crate::keys::slot;
-use crate::pool::Pool;
-use crate::primary::Primary;
-use crate::topology::{at, AddressMap};
 
 pub(crate) struct Shards {
     conn: ClusterConnection,

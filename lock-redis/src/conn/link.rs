@@ -11,9 +11,9 @@ use redis::cluster_routing::{
 };
 use redis::{Script, Value};
 
+use super::primary::SentinelLink;
 use crate::error::map_error;
 use crate::keys::{slot, LockKeys};
-use crate::primary::SentinelLink;
 
 /// How commands reach the server that owns a lock.
 pub(crate) struct Link {
