@@ -43,6 +43,8 @@
 mod alloc;
 mod baselines;
 mod cpu;
+mod on_postgres;
+mod on_redis;
 mod report;
 
 #[global_allocator]
@@ -51,10 +53,8 @@ static ALLOCATOR: alloc::Counting = alloc::Counting;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{redact_url, LockBackend, Locker, MemoryBackend, Retry};
+use lock_core::{LockBackend, Locker, MemoryBackend, Retry};
 use lock_file::FileBackend;
-use lock_postgres::{PostgresBackend, Statements};
-use lock_redis::{RedisBackend, Variant};
 use test_servers::bench::{backend_cycles, handoff, locker_cycles, rounds, run, runtime, Run};
 
 use report::Table;
@@ -62,7 +62,7 @@ use test_servers::locks::Counting;
 
 /// How much work each measurement does.
 #[derive(Clone, Copy)]
-struct Size {
+pub(crate) struct Size {
     rounds: usize,
     /// Cycles per measurement for a fast backend (memory, file, Redis).
     cycles: usize,
@@ -74,7 +74,7 @@ struct Size {
     watched_only: bool,
 }
 
-const CONCURRENCY: [usize; 3] = [1, 16, 64];
+pub(crate) const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const WAITERS: [usize; 3] = [2, 8, 32];
 
 fn main() {
@@ -119,12 +119,12 @@ fn main() {
             file(&mut table, size).await;
         }
         if wanted("redis") {
-            if let Err(why) = redis(&mut table, size, &redis_url).await {
+            if let Err(why) = on_redis::redis(&mut table, size, &redis_url).await {
                 table.skipped("redis", &why);
             }
         }
         if wanted("postgres") {
-            if let Err(why) = postgres(&mut table, size, &pg_url).await {
+            if let Err(why) = on_postgres::postgres(&mut table, size, &pg_url).await {
                 table.skipped("postgres", &why);
             }
         }
@@ -219,246 +219,9 @@ async fn file(table: &mut Table, size: Size) {
     watched(table, "file", backend, size, None, || async { None }).await;
 }
 
-async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let no_redis = |why: String| format!("no Redis at {} (set REDIS_URL): {why}", redact_url(url));
-    let connecting = redis::aio::ConnectionManager::new(client.clone());
-    let raw = tokio::time::timeout(Duration::from_secs(10), connecting)
-        .await
-        .map_err(|_| no_redis("no answer in 10 s".into()))?
-        .map_err(|e| no_redis(e.to_string()))?;
-    let rslock = rslock::LockManager::new(vec![url.to_owned()]);
-    let connect = |variant: Variant| {
-        RedisBackend::builder(url)
-            .variant(variant)
-            .prefix("bench:")
-            .pool_size(64)
-            .connect()
-    };
-    let lua: Arc<dyn LockBackend> =
-        Arc::new(connect(Variant::Lua).await.map_err(|e| e.to_string())?);
-    let watch: Arc<dyn LockBackend> =
-        Arc::new(connect(Variant::Watch).await.map_err(|e| e.to_string())?);
-    if size.watched_only {
-        return redis_watched(table, size, lua, raw).await;
-    }
-    let (lua_locker, watch_locker) = (Locker::new(lua.clone()), Locker::new(watch.clone()));
-    for tasks in CONCURRENCY {
-        let [base, peer, obtain, try_obtain, raw_watch, watched_variant] =
-            rounds(size.rounds, async || {
-                let (c, m, w) = (raw.clone(), rslock.clone(), client.clone());
-                [
-                    run(tasks, size.cycles, move |p, n| {
-                        baselines::redis_cycles(c.clone(), p, n)
-                    })
-                    .await,
-                    run(tasks, size.cycles, move |p, n| {
-                        baselines::rslock_cycles(m.clone(), p, n)
-                    })
-                    .await,
-                    through(&lua_locker, tasks, size.cycles, true).await,
-                    through(&lua_locker, tasks, size.cycles, false).await,
-                    run(tasks, size.cycles, move |p, n| {
-                        baselines::redis_watch_cycles(w.clone(), p, n)
-                    })
-                    .await,
-                    through(&watch_locker, tasks, size.cycles, true).await,
-                ]
-            })
-            .await;
-        let what = "raw SET NX PX + compare-and-delete";
-        table.cycles("rslock 0.10", "lock+unlock", tasks, what, base, peer);
-        table.cycles("redis-lua", "obtain()+release", tasks, what, base, obtain);
-        table.cycles(
-            "redis-lua",
-            "try_obtain()+release",
-            tasks,
-            what,
-            base,
-            try_obtain,
-        );
-        table.cycles(
-            "redis-watch",
-            "obtain()+release",
-            tasks,
-            "raw WATCH + GET, MULTI SET/DEL EXEC",
-            raw_watch,
-            watched_variant,
-        );
-    }
-    // Where a cycle's time goes, on both sides of the connection.
-    for tasks in [1, 64] {
-        let (c, w, mut info) = (raw.clone(), client.clone(), raw.clone());
-        let split = [
-            (
-                "raw SET NX PX + compare-and-delete",
-                cpu::split(
-                    &mut info,
-                    size.cycles,
-                    run(tasks, size.cycles, move |p, n| {
-                        baselines::redis_cycles(c.clone(), p, n)
-                    }),
-                )
-                .await,
-            ),
-            (
-                "redis-lua obtain()+release",
-                cpu::split(
-                    &mut info,
-                    size.cycles,
-                    through(&lua_locker, tasks, size.cycles, true),
-                )
-                .await,
-            ),
-            (
-                "raw WATCH + GET, MULTI SET/DEL EXEC",
-                cpu::split(
-                    &mut info,
-                    size.cycles,
-                    run(tasks, size.cycles, move |p, n| {
-                        baselines::redis_watch_cycles(w.clone(), p, n)
-                    }),
-                )
-                .await,
-            ),
-            (
-                "redis-watch obtain()+release",
-                cpu::split(
-                    &mut info,
-                    size.cycles,
-                    through(&watch_locker, tasks, size.cycles, true),
-                )
-                .await,
-            ),
-        ];
-        for (what, split) in split {
-            table.cpu(what, tasks, split);
-        }
-    }
-    handoffs(table, "redis-lua", lua.clone(), size).await;
-    handoffs(table, "redis-watch", watch, size).await;
-    redis_watched(table, size, lua, raw).await
-}
-
-async fn redis_watched(
-    table: &mut Table,
-    size: Size,
-    lua: Arc<dyn LockBackend>,
-    info: redis::aio::ConnectionManager,
-) -> Result<(), String> {
-    watched(
-        table,
-        "redis-lua",
-        lua,
-        size,
-        Some(RedisBackend::BATCH),
-        move || {
-            let mut c = info.clone();
-            async move { baselines::redis_evalsha_calls(&mut c).await }
-        },
-    )
-    .await;
-    Ok(())
-}
-
-async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
-    // Two pools of 24 (durable, async commit) stay inside the server's default 100
-    // connections; 64 tasks queue for them, as they would in a service.
-    let builder = PostgresBackend::builder(url)
-        .table("public", "distlock_bench")
-        .pool_size(24);
-    let durable = builder.clone().build().map_err(|e| e.to_string())?;
-    durable
-        .migrate()
-        .await
-        .map_err(|e| format!("no Postgres at {} (set DATABASE_URL): {e}", redact_url(url)))?;
-    let fast = builder
-        .clone()
-        .durable_commits(false)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let simple = builder
-        .statements(Statements::Simple)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let pool = durable.pool().clone();
-    baselines::pg_rows_table(&pool).await;
-    let durable: Arc<dyn LockBackend> = Arc::new(durable);
-    if size.watched_only {
-        let batch = Some(PostgresBackend::BATCH);
-        watched(table, "postgres", durable, size, batch, || async { None }).await;
-        return Ok(());
-    }
-    let (d, f, s) = (
-        Locker::new(durable.clone()),
-        Locker::new(Arc::new(fast)),
-        Locker::new(Arc::new(simple)),
-    );
-    let mut base_id = 1_000_000_000i64;
-    for tasks in CONCURRENCY {
-        let [raw, writes, project, unsynced, simple] = rounds(size.rounds, async || {
-            base_id += 1_000_000;
-            let next = Arc::new(std::sync::atomic::AtomicI64::new(base_id));
-            let (p, w) = (pool.clone(), pool.clone());
-            [
-                run(tasks, size.pg_cycles, move |_, n| {
-                    let base = next.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed);
-                    baselines::pg_cycles(p.clone(), base, n)
-                })
-                .await,
-                run(tasks, size.pg_cycles, move |prefix, n| {
-                    baselines::pg_write_cycles(w.clone(), prefix, n)
-                })
-                .await,
-                through(&d, tasks, size.pg_cycles, true).await,
-                through(&f, tasks, size.pg_cycles, true).await,
-                through(&s, tasks, size.pg_cycles, true).await,
-            ]
-        })
-        .await;
-        let what = "pg_try_advisory_lock + pg_advisory_unlock";
-        let durable_writes = "a durable single-row upsert + update";
-        table.cycles("postgres", "obtain()+release", tasks, what, raw, project);
-        table.cycles(
-            "postgres",
-            "obtain()+release",
-            tasks,
-            durable_writes,
-            writes,
-            project,
-        );
-        table.cycles(
-            "postgres, async commit",
-            "obtain()+release",
-            tasks,
-            what,
-            raw,
-            unsynced,
-        );
-        table.cycles(
-            "postgres, simple statements",
-            "obtain()+release",
-            tasks,
-            durable_writes,
-            writes,
-            simple,
-        );
-    }
-    handoffs(table, "postgres", durable.clone(), size).await;
-    let batch = Some(PostgresBackend::BATCH);
-    watched(table, "postgres", durable, size, batch, || async { None }).await;
-    let _ = sqlx::raw_sql(
-        "DROP TABLE IF EXISTS public.distlock_bench CASCADE; \
-         DROP TABLE IF EXISTS public.distlock_bench_rows",
-    )
-    .execute(&pool)
-    .await;
-    Ok(())
-}
-
 /// `cycles` obtain+release cycles through `locker` by `tasks` tasks: `obtain()` when
 /// `waiting`, else `try_obtain()`.
-async fn through(locker: &Locker, tasks: usize, cycles: usize, waiting: bool) -> Run {
+pub(crate) async fn through(locker: &Locker, tasks: usize, cycles: usize, waiting: bool) -> Run {
     let locker = locker.clone();
     run(tasks, cycles, move |p, n| {
         locker_cycles(locker.clone(), p, n, waiting)
@@ -467,7 +230,12 @@ async fn through(locker: &Locker, tasks: usize, cycles: usize, waiting: bool) ->
 }
 
 /// Handoff with 2, 8 and 32 waiters, notified and polling.
-async fn handoffs(table: &mut Table, name: &str, backend: Arc<dyn LockBackend>, size: Size) {
+pub(crate) async fn handoffs(
+    table: &mut Table,
+    name: &str,
+    backend: Arc<dyn LockBackend>,
+    size: Size,
+) {
     for waiters in WAITERS {
         for (how, retry) in [
             ("notified", Retry::default()),
@@ -487,7 +255,7 @@ async fn handoffs(table: &mut Table, name: &str, backend: Arc<dyn LockBackend>, 
 /// `size.watched` locks held with the watchdog (ttl 9 s: a prolong every 3 s) for two
 /// renewal periods: prolong calls per period, server calls per period where `server_calls`
 /// can count them, and client memory per held lock.
-async fn watched<F, Fut>(
+pub(crate) async fn watched<F, Fut>(
     table: &mut Table,
     name: &str,
     backend: Arc<dyn LockBackend>,
