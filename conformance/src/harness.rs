@@ -144,12 +144,20 @@ impl Owner {
     }
 
     pub(crate) async fn obtain(&self, ttl: Duration) -> Result<ObtainOutcome> {
-        let req = ObtainRequest {
-            key: &self.key,
-            token: &self.token,
-            ttl: ttl_of(ttl),
-            holder: &self.holder,
-        };
+        let req = ObtainRequest::new(&self.key, &self.token, ttl_of(ttl), &self.holder);
+        self.backend.obtain(req).await
+    }
+
+    /// An obtain in `mode`, queueing (leaving a writer's marker when busy) or not.
+    pub(crate) async fn obtain_as(
+        &self,
+        ttl: Duration,
+        mode: lock_core::Mode,
+        queue: bool,
+    ) -> Result<ObtainOutcome> {
+        let req = ObtainRequest::new(&self.key, &self.token, ttl_of(ttl), &self.holder)
+            .with_mode(mode)
+            .with_queue(queue);
         self.backend.obtain(req).await
     }
 

@@ -194,7 +194,9 @@ macro_rules! for_each_case {
             partition_during_obtain_or_release_leaves_no_orphan,
             subscribe_in_a_partition_ends_by_its_deadline,
             multiprocess_exclusion,
-            killed_holder_frees_after_ttl
+            killed_holder_frees_after_ttl,
+            shared_holds_keep_the_contract,
+            semaphore_capacity_holds_under_contention
         }
     };
 }

@@ -435,12 +435,7 @@ impl Case {
         Ok(match self.ask {
             Ask::Obtain => {
                 let holder = HolderInfo::current();
-                let req = ObtainRequest {
-                    key,
-                    token,
-                    ttl,
-                    holder: &holder,
-                };
+                let req = ObtainRequest::new(key, token, ttl, &holder);
                 Answer::Obtain(backend.obtain(req).await?)
             }
             Ask::Prolong => {

@@ -54,12 +54,9 @@ fn run_table(clock: Clock) {
                 forget: at(forget_in_ms),
             })),
         }
-        .map(|state| Record {
-            fencing: FENCING,
-            state,
-        });
+        .map(|state| Record::new(FENCING, state));
         let before = before.as_ref();
-        let holder = |_: &&str| Ok::<_, ()>(HolderInfo::current());
+        let holder = |_: &&str| Ok::<_, lock_core::Error>(HolderInfo::current());
         let (answer, write) = match case.ask {
             Ask::Obtain => {
                 let ask = Obtain {
@@ -68,9 +65,11 @@ fn run_table(clock: Clock) {
                     ttl,
                     grace,
                     fencing_floor: 0,
+                    mode: lock_core::Mode::Exclusive,
+                    queue: false,
                 };
                 let d = obtain(before, clock, ask);
-                let outcome = d.outcome.try_into_outcome(ttl, holder).unwrap();
+                let outcome = d.outcome.try_into_outcome(ttl, "rules", holder).unwrap();
                 (Answer::Obtain(outcome), d.write)
             }
             Ask::Prolong => {
@@ -109,6 +108,7 @@ fn run_table(clock: Clock) {
                     expires_in_ms: rel(h.expires),
                     forget_in_ms: rel(h.forget),
                 },
+                State::Shared(s) => panic!("the mutex table made shared holds: {s:?}"),
             },
         };
         if let Err(e) = case.check(&answer, &seen, 0) {

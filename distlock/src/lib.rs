@@ -38,9 +38,10 @@
 // The user's items, by name. What only a backend author needs is under [`backend`].
 pub use lock_config::{connect, parse_retry, LockConfig};
 pub use lock_core::{
-    backend, contract, parse_duration, redact_url, Attempt, Busy, Error, ErrorKind, Fencing,
-    HeldLock, HolderInfo, Key, LockBackend, LockBuilder, LockGuard, LockState, Locker, LostFuture,
-    MemoryBackend, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result, Retry, Ttl,
+    backend, contract, parse_duration, redact_url, Attempt, Busy, BusyReason, Error, ErrorKind,
+    Fencing, HeldLock, HolderInfo, Key, LockBackend, LockBuilder, LockGuard, LockState, Locker,
+    LostFuture, MemoryBackend, Mode, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome,
+    Result, Retry, SharedHold, Ttl,
 };
 
 /// Lock files in a directory, for one machine.

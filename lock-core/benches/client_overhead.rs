@@ -24,12 +24,7 @@ async fn raw(backend: &Arc<dyn LockBackend>, names: &[String], holder: &HolderIn
     for i in 0..CYCLES {
         let key = &Key::new(names[i % names.len()].as_str()).unwrap();
         let token = Token::generate().unwrap();
-        let req = ObtainRequest {
-            key,
-            token: &token,
-            ttl,
-            holder,
-        };
+        let req = ObtainRequest::new(key, &token, ttl, holder);
         let _ = backend.obtain(req).await.unwrap();
         let req = ReleaseRequest {
             key,

@@ -22,11 +22,15 @@ pub mod rules;
 pub mod schemes;
 
 use crate::{
-    HolderInfo, Key, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Ttl,
+    HolderInfo, Key, LockState, Mode, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Ttl,
 };
 
 /// Arguments of [`LockBackend::obtain`].
+///
+/// Made with [`ObtainRequest::new`] (an exclusive request) and the `with_` methods, so that
+/// requests can grow without breaking a backend's code.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ObtainRequest<'a> {
     /// The key to lock.
     pub key: &'a Key,
@@ -36,6 +40,61 @@ pub struct ObtainRequest<'a> {
     pub ttl: Ttl,
     /// Stored with the lock for anyone to see.
     pub holder: &'a HolderInfo,
+    /// Exclusive (the default), or shared with a capacity and a weight. A backend that does
+    /// not declare [`Capabilities::shared`] receives only exclusive requests from the
+    /// client layer, and answers a shared one with [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput).
+    pub mode: Mode,
+    /// The caller waits and will ask again: an exclusive request that is busy leaves a
+    /// writer's marker that keeps new shared holds out (see
+    /// [`rules::Obtain::queue`]). Only for backends with [`Capabilities::shared`].
+    pub queue: bool,
+}
+
+impl<'a> ObtainRequest<'a> {
+    /// An exclusive request, not queueing.
+    pub fn new(key: &'a Key, token: &'a Token, ttl: Ttl, holder: &'a HolderInfo) -> Self {
+        ObtainRequest {
+            key,
+            token,
+            ttl,
+            holder,
+            mode: Mode::Exclusive,
+            queue: false,
+        }
+    }
+
+    /// The same request in `mode`.
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The same request, queueing or not.
+    pub fn with_queue(mut self, queue: bool) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// Refuses a shared request, for a backend that keeps no shared holds.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) naming `backend` when
+    /// the request is shared.
+    pub fn exclusive_only(&self, backend: &'static str) -> Result<()> {
+        if self.mode.is_shared() {
+            return Err(crate::Error::new(
+                crate::ErrorKind::InvalidInput,
+                backend,
+                crate::Operation::Obtain,
+                format!(
+                    "the {backend} backend keeps exclusive locks only, not semaphores or \
+                     read locks ({})",
+                    self.mode
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Arguments of [`LockBackend::prolongate`].
@@ -76,6 +135,10 @@ pub struct Capabilities {
     /// at once, in concurrent batches, and applies each batch's answers as it comes back:
     /// a slow answer holds back only the locks that shared its round trip.
     pub prolong_batch: usize,
+    /// Shared holds: semaphores and read locks ([`Mode::Shared`]) and the writer's marker
+    /// ([`ObtainRequest::queue`]). Without it the client layer refuses a shared obtain
+    /// before any I/O, and the conformance suite skips the shared cases.
+    pub shared: bool,
 }
 
 impl Capabilities {
@@ -86,6 +149,7 @@ impl Capabilities {
             cross_host: false,
             release_notification: false,
             prolong_batch: 1,
+            shared: false,
         }
     }
 
@@ -104,6 +168,12 @@ impl Capabilities {
     /// Sets [`Capabilities::release_notification`].
     pub const fn release_notification(mut self, yes: bool) -> Self {
         self.release_notification = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::shared`].
+    pub const fn shared(mut self, yes: bool) -> Self {
+        self.shared = yes;
         self
     }
 

@@ -18,7 +18,7 @@ use std::task::{ready, Context, Poll};
 use tracing::Instrument;
 
 use crate::{
-    Error, ErrorKind, HolderInfo, Key, LockBackend, ObtainOutcome, ObtainRequest, Operation,
+    Error, ErrorKind, HolderInfo, Key, LockBackend, Mode, ObtainOutcome, ObtainRequest, Operation,
     ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
 };
 
@@ -38,6 +38,9 @@ pub(crate) struct Obtain {
     pub(crate) token: Token,
     pub(crate) ttl: Ttl,
     pub(crate) holder: Arc<HolderInfo>,
+    pub(crate) mode: Mode,
+    /// Leave a writer's marker when busy (see [`ObtainRequest::queue`]).
+    pub(crate) queue: bool,
 }
 
 impl Obtain {
@@ -59,12 +62,9 @@ impl Obtain {
         keep: K,
     ) -> (Result<ObtainOutcome>, K) {
         let call = async move {
-            let req = ObtainRequest {
-                key: &self.key,
-                token: &self.token,
-                ttl: self.ttl,
-                holder: &self.holder,
-            };
+            let req = ObtainRequest::new(&self.key, &self.token, self.ttl, &self.holder)
+                .with_mode(self.mode)
+                .with_queue(self.queue);
             let outcome = self.backend.obtain(req).await;
             // If the caller is gone, the unread grant is dropped where the call finishes: it gives
             // back its grant, after the grant, on the same path.

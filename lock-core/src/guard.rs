@@ -15,7 +15,7 @@ use crate::detached::{detached, give_back_detached, GiveBack, Obtain};
 use crate::hold::{Grant, Hold};
 use crate::registry::{Claim, Registry};
 use crate::{
-    Attempt, Error, ErrorKind, Fencing, Key, ObtainOutcome, Operation, ProlongOutcome,
+    Attempt, Error, ErrorKind, Fencing, Key, Mode, ObtainOutcome, Operation, ProlongOutcome,
     ProlongRequest, ReleaseOutcome, Result, Ttl,
 };
 
@@ -116,6 +116,8 @@ impl LockGuard {
             token: hold.token,
             ttl: ticket.ttl,
             holder: Arc::clone(&hold.holder),
+            mode: hold.mode,
+            queue: false,
         };
         // The ticket travels with the obtain: a caller that stops waiting leaves the obtain
         // to finish in the background, and until it lands (it may reset the ttl after a
@@ -158,6 +160,7 @@ impl LockGuard {
                     token: hold.token,
                     fencing,
                     holder: Arc::clone(&hold.holder),
+                    mode: hold.mode,
                     sent_at,
                     ttl,
                     cap,
@@ -183,7 +186,14 @@ impl LockGuard {
         &self.hold().key
     }
 
-    /// The fencing token of this acquisition: pass it to the resource you protect.
+    /// How this lock shares its key: exclusive, or shared (a semaphore's permits, a read
+    /// hold).
+    pub fn mode(&self) -> Mode {
+        self.hold().mode
+    }
+
+    /// The fencing token of this acquisition: pass it to the resource you protect. Each
+    /// shared hold has its own.
     pub fn fencing(&self) -> Fencing {
         self.hold().fencing
     }

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock;
 use crate::detached::{release_holds, GiveBack};
 use crate::{
-    Fencing, HolderInfo, Key, LockBackend, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
+    Fencing, HolderInfo, Key, LockBackend, Mode, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
 };
 
 /// The state one acquisition's guards share.
@@ -37,6 +37,8 @@ pub(crate) struct Hold {
     pub(crate) token: Token,
     pub(crate) fencing: Fencing,
     pub(crate) holder: Arc<HolderInfo>,
+    /// How the hold shares its key.
+    pub(crate) mode: Mode,
     /// The watchdog's period as a fraction of the ttl, when the watchdog renews this hold.
     pub(crate) watchdog: Option<f64>,
     state: Mutex<State>,
@@ -120,6 +122,7 @@ pub(crate) struct Grant {
     pub(crate) token: Token,
     pub(crate) fencing: Fencing,
     pub(crate) holder: Arc<HolderInfo>,
+    pub(crate) mode: Mode,
     /// When the obtain that granted it was sent.
     pub(crate) sent_at: Instant,
     pub(crate) ttl: Ttl,
@@ -136,6 +139,7 @@ impl Hold {
             token: grant.token,
             fencing: grant.fencing,
             holder: grant.holder,
+            mode: grant.mode,
             watchdog,
             state: Mutex::new(State {
                 until: grant

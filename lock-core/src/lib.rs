@@ -61,6 +61,7 @@ mod holder;
 mod key;
 mod locker;
 mod memory;
+mod mode;
 mod outcome;
 mod redact;
 mod registry;
@@ -84,7 +85,10 @@ pub use holder::HolderInfo;
 pub use key::Key;
 pub use locker::{Attempt, HeldLock, LockBuilder, Locker};
 pub use memory::MemoryBackend;
-pub use outcome::{Busy, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome};
+pub use mode::Mode;
+pub use outcome::{
+    Busy, BusyReason, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, SharedHold,
+};
 pub use redact::redact_url;
 pub use retry::Retry;
 pub use ttl::Ttl;

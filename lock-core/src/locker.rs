@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::detached::detached;
 use crate::registry::Registry;
-use crate::{Busy, Fencing, HolderInfo, Key, LockBackend, ReleaseOutcome, Result, Retry, Ttl};
+use crate::{
+    Busy, Fencing, HolderInfo, Key, LockBackend, Mode, ReleaseOutcome, Result, Retry, Ttl,
+};
 
 /// What an obtain came to: the lock, or who has it.
 #[derive(Debug)]
@@ -149,9 +151,61 @@ impl Locker {
         &self.backend
     }
 
-    /// Starts an obtain of `key` (the locker's prefix is prepended).
+    /// Starts an obtain of `key` (the locker's prefix is prepended): one holder alone.
     pub fn lock(&self, key: impl AsRef<str>) -> LockBuilder<'_> {
         LockBuilder::new(self, self.prefixed(key.as_ref()))
+    }
+
+    /// Starts an exclusive obtain of `key`: the write side of a reader-writer lock, the
+    /// same as [`Locker::lock`]. While it waits (with [`LockBuilder::obtain`]), new read
+    /// holds stay out, so a stream of readers cannot starve it.
+    pub fn write(&self, key: impl AsRef<str>) -> LockBuilder<'_> {
+        self.lock(key)
+    }
+
+    /// Starts a shared obtain of `key`: any number of readers at once, no writer.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// let a = locker.read("catalog").try_obtain().await?.obtained().expect("free");
+    /// let b = locker.read("catalog").try_obtain().await?.obtained().expect("readers share");
+    /// assert!(locker.write("catalog").try_obtain().await?.is_busy());
+    /// a.release().await?;
+    /// b.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read(&self, key: impl AsRef<str>) -> LockBuilder<'_> {
+        self.lock(key).in_mode(Mode::READ)
+    }
+
+    /// Starts an obtain of one of `permits` permits of the semaphore `key` (more with
+    /// [`LockBuilder::weight`]). Every holder of a key must ask for the same `permits`: a
+    /// different number is [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
+    /// naming both. Each hold has its own ttl and fencing token: a holder that dies frees
+    /// its own permits when its own ttl ends.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// let two = locker.semaphore("exports", 3).weight(2).try_obtain().await?.obtained().expect("room");
+    /// let one = locker.semaphore("exports", 3).try_obtain().await?.obtained().expect("room");
+    /// assert!(locker.semaphore("exports", 3).try_obtain().await?.is_busy());
+    /// two.release().await?;
+    /// one.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: impl AsRef<str>, permits: u32) -> LockBuilder<'_> {
+        self.lock(key).in_mode(Mode::Shared {
+            capacity: permits,
+            weight: 1,
+        })
     }
 
     /// The full key for `key`, validated.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::rules::{self, Clock, Decision};
+use crate::rules::{self, Clock, Decision, Wake};
 use crate::UrlOptions;
 use crate::{
     Capabilities, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
@@ -173,11 +173,10 @@ impl Store {
     }
 
     /// Stores what a decision wrote (a free record is dropped: the counter keeps fencing
-    /// growing) and wakes one of the key's waiters when it freed the lock.
+    /// growing) and wakes the key's waiters the decision names.
     fn apply<O>(&mut self, key: &str, decision: Decision<O, Token, HolderInfo>) -> O {
-        let frees = decision.frees();
         match decision.write {
-            Some(record) if record.state == rules::State::Free => {
+            Some(record) if record.state == rules::State::Free && record.writer.is_none() => {
                 self.records.remove(key);
             }
             Some(record) => {
@@ -186,8 +185,10 @@ impl Store {
             }
             None => {}
         }
-        if frees {
-            self.waiters.wake_one(key);
+        match decision.wake {
+            Wake::Nobody => {}
+            Wake::One => self.waiters.wake_one(key),
+            Wake::All => self.waiters.wake_key(key),
         }
         decision.outcome
     }
@@ -211,10 +212,11 @@ impl LockBackend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none().release_notification(true)
+        Capabilities::none().release_notification(true).shared(true)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        req.mode.check()?;
         let key = self.full_key(req.key);
         let mut store = self.lock_store();
         let clock = store.clock();
@@ -225,11 +227,15 @@ impl LockBackend for MemoryBackend {
             ttl: req.ttl,
             grace: self.grace_for(req.ttl),
             fencing_floor: store.fencing + 1,
+            mode: req.mode,
+            queue: req.queue,
         };
         let decision = rules::obtain(store.records.get(&key), clock, ask);
+        let outcome = decision.outcome.into_outcome(req.ttl, Self::NAME)?;
         let decision = Decision {
-            outcome: decision.outcome.into_outcome(req.ttl),
+            outcome,
             write: decision.write,
+            wake: decision.wake,
         };
         Ok(store.apply(&key, decision))
     }
@@ -261,11 +267,7 @@ impl LockBackend for MemoryBackend {
         let key = self.full_key(key);
         let mut store = self.lock_store();
         let clock = store.clock();
-        let decision = rules::force(store.records.get(&key), clock);
-        let decision = Decision {
-            outcome: decision.outcome.into_state(),
-            write: decision.write,
-        };
+        let decision = rules::force(store.records.get(&key), clock).map(rules::View::into_state);
         Ok(store.apply(&key, decision))
     }
 
@@ -300,12 +302,7 @@ mod tests {
             }
         }
         async fn obtain(&self, t: &Token, ttl: u64) -> ObtainOutcome {
-            let req = ObtainRequest {
-                key: &self.key,
-                token: t,
-                ttl: ms(ttl),
-                holder: &self.holder,
-            };
+            let req = ObtainRequest::new(&self.key, t, ms(ttl), &self.holder);
             self.backend.obtain(req).await.unwrap()
         }
         async fn prolong(&self, t: &Token, ttl: u64) -> ProlongOutcome {
@@ -354,6 +351,7 @@ mod tests {
             ObtainOutcome::Busy(Busy {
                 holder: Some(h),
                 remaining,
+                ..
             }) => {
                 assert_eq!(h, f.holder);
                 assert_eq!(remaining, Duration::from_millis(100));
@@ -428,10 +426,7 @@ mod tests {
             let busy = f.obtain(t, 100).await;
             assert_eq!(
                 busy,
-                ObtainOutcome::Busy(Busy {
-                    holder: None,
-                    remaining: Duration::from_millis(200)
-                })
+                ObtainOutcome::Busy(Busy::cooling(Duration::from_millis(200)))
             );
         }
         assert_eq!(f.prolong(&a, 100).await, ProlongOutcome::Lost);
@@ -463,12 +458,7 @@ mod tests {
         let other = f.backend.namespaced("other:");
         let (a, b) = tokens();
         let _ = fencing(f.obtain(&a, 1000).await);
-        let req = ObtainRequest {
-            key: &f.key,
-            token: &b,
-            ttl: ms(1000),
-            holder: &f.holder,
-        };
+        let req = ObtainRequest::new(&f.key, &b, ms(1000), &f.holder);
         assert!(matches!(
             other.obtain(req).await.unwrap(),
             ObtainOutcome::Acquired { .. }
@@ -508,12 +498,7 @@ mod tests {
         for i in 0..3000 {
             let key = Key::new(format!("k{i}")).unwrap();
             let t = Token::generate().unwrap();
-            let req = ObtainRequest {
-                key: &key,
-                token: &t,
-                ttl: ms(1),
-                holder: &holder,
-            };
+            let req = ObtainRequest::new(&key, &t, ms(1), &holder);
             let _ = f.backend.obtain(req).await.unwrap();
             advance(3).await;
         }

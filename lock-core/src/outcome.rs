@@ -25,22 +25,79 @@ impl fmt::Display for Fencing {
 /// Why an obtain did not get the lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Busy {
-    /// Who holds it, or `None` while the key cools down after a release.
+    /// Who holds it: the exclusive holder, or for a key held shared the hold whose end
+    /// opens room for this request; `None` while the key cools down after a release, or
+    /// when only a waiting writer keeps a shared request out.
     pub holder: Option<HolderInfo>,
-    /// The holder's remaining ttl, or the remaining cooldown.
+    /// When room can open for this request: the holder's remaining ttl, the remaining
+    /// cooldown, or the waiting writer's remaining marker.
     #[serde(rename = "remaining_ms", with = "millis")]
     pub remaining: Duration,
+    /// What keeps the request out.
+    #[serde(default)]
+    pub reason: BusyReason,
+    /// How many live holds the key has (1 for an exclusive holder, 0 while cooling).
+    #[serde(default)]
+    pub holders: u32,
+}
+
+/// What keeps an obtain out: [`Busy::reason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BusyReason {
+    /// Another token holds the key exclusively.
+    #[default]
+    Held,
+    /// Other tokens hold the key shared, and this request is exclusive.
+    Shared,
+    /// The key's shared holds leave no room for this request's weight.
+    Full,
+    /// A writer waits for the key: new shared holds stay out until it has had its turn.
+    WriterWaiting,
+    /// The key cools down after a release.
+    Cooling,
+}
+
+impl Busy {
+    /// Held exclusively by `holder` for another `remaining`.
+    pub fn held(holder: HolderInfo, remaining: Duration) -> Self {
+        Busy {
+            holder: Some(holder),
+            remaining,
+            reason: BusyReason::Held,
+            holders: 1,
+        }
+    }
+
+    /// Cooling down for another `remaining`.
+    pub fn cooling(remaining: Duration) -> Self {
+        Busy {
+            holder: None,
+            remaining,
+            reason: BusyReason::Cooling,
+            holders: 0,
+        }
+    }
 }
 
 impl fmt::Display for Busy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let remaining = self.remaining;
+        match self.reason {
+            BusyReason::Cooling => return write!(f, "cooling down for another {remaining:?}"),
+            BusyReason::Held => {}
+            BusyReason::Shared => write!(f, "held shared by {} holds; ", self.holders)?,
+            BusyReason::Full => write!(f, "full ({} holds); ", self.holders)?,
+            BusyReason::WriterWaiting => write!(f, "a writer waits ({} holds); ", self.holders)?,
+        }
         match &self.holder {
             Some(h) => write!(
                 f,
-                "held by pid {} on {} for another {:?}",
-                h.pid, h.host, self.remaining
+                "held by pid {} on {} for another {remaining:?}",
+                h.pid, h.host
             )?,
-            None => write!(f, "cooling down for another {:?}", self.remaining)?,
+            None => write!(f, "room in {remaining:?} at the latest")?,
         }
         if let Some(Some(meta)) = self.holder.as_ref().map(|h| &h.metadata) {
             write!(f, " ({meta})")?;
@@ -122,12 +179,63 @@ pub enum LockState {
         /// The reentrant hold count.
         holds: u32,
     },
+    /// Held shared: a semaphore's permits or read holds.
+    Shared {
+        /// The key's capacity ([`Mode::UNBOUNDED`](crate::Mode::UNBOUNDED) for read locks).
+        capacity: u32,
+        /// Every live hold, oldest first.
+        holds: Vec<SharedHold>,
+        /// The remaining life of a waiting writer's marker, which keeps new shared holds
+        /// out, if one waits.
+        #[serde(
+            rename = "writer_waiting_ms",
+            with = "opt_millis",
+            skip_serializing_if = "Option::is_none",
+            default
+        )]
+        writer_waiting: Option<Duration>,
+    },
     /// Released with a cooldown; every obtain is busy until it ends.
     Cooling {
         /// Time left in the cooldown.
         #[serde(rename = "remaining_ms", with = "millis")]
         remaining: Duration,
     },
+}
+
+/// One live hold of a key held shared, in [`LockState::Shared`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedHold {
+    /// Who holds it.
+    pub holder: HolderInfo,
+    /// Its fencing token: every admission gets its own.
+    pub fencing: Fencing,
+    /// Time left before it expires, by the backend's clock.
+    #[serde(rename = "remaining_ms", with = "millis")]
+    pub remaining: Duration,
+    /// Its reentrant hold count.
+    pub holds: u32,
+    /// The permits it takes.
+    pub weight: u32,
+}
+
+mod opt_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::millis::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
 }
 
 mod millis {

@@ -111,6 +111,16 @@ impl Waiters {
         }
     }
 
+    /// Wakes every waiter of `key`: for a release after which several may get in (shared
+    /// holds), or the one that can is not first in line (a waiting writer).
+    pub fn wake_key(&self, key: &str) {
+        if let Some(line) = lock(&self.queues).get(key) {
+            for waiter in line {
+                waiter.wake();
+            }
+        }
+    }
+
     /// Wakes every waiter of every key: for when a release may have gone unannounced.
     pub fn wake_all(&self) {
         for waiter in lock(&self.queues).values().flatten() {

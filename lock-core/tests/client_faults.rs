@@ -58,12 +58,7 @@ impl LockBackend for Faulty {
         let (key, token, ttl, holder) = (req.key.clone(), *req.token, req.ttl, req.holder.clone());
         let applied = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let req = ObtainRequest {
-                key: &key,
-                token: &token,
-                ttl,
-                holder: &holder,
-            };
+            let req = ObtainRequest::new(&key, &token, ttl, &holder);
             inner.obtain(req).await
         });
         let outcome = applied.await.expect("the server task ran")?;

@@ -166,7 +166,7 @@ impl FileBackend {
             slots
                 .write_next(
                     &file,
-                    Record::from_stored(key.as_str(), record, clock.anchor()),
+                    Record::from_stored(key.as_str(), record, clock.anchor())?,
                 )
                 .map_err(|e| io_error(op, &path, e))?;
         }
@@ -424,6 +424,7 @@ impl LockBackend for FileBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        req.exclusive_only(Self::NAME)?;
         let token = req.token.to_hex();
         self.modify(req.key, Operation::Obtain, |record, clock| {
             let ask = rules::Obtain {
@@ -434,14 +435,18 @@ impl LockBackend for FileBackend {
                 // Never below the wall clock in microseconds: fencing keeps growing even if
                 // the file is deleted (this assumes the wall clock does not go backwards).
                 fencing_floor: clock.micros,
+                mode: req.mode,
+                queue: false,
             };
             let decision = rules::obtain(record, clock.rules(), ask);
+            let outcome = decision.outcome.into_outcome(req.ttl, Self::NAME);
             Decision {
-                outcome: decision.outcome.into_outcome(req.ttl),
+                outcome,
                 write: decision.write,
+                wake: decision.wake,
             }
         })
-        .await
+        .await?
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
@@ -494,14 +499,13 @@ impl LockBackend for FileBackend {
         let decision = rules::force(previous.as_ref(), clock.rules());
         let broken = decision.outcome.into_state();
         // Without a readable record, a free one whose fencing token is the clock's floor.
-        let fresh = decision.write.unwrap_or(rules::Record {
-            fencing: clock.micros,
-            state: rules::State::Free,
-        });
+        let fresh = decision
+            .write
+            .unwrap_or(rules::Record::new(clock.micros, rules::State::Free));
         slots
             .write_next(
                 &file,
-                Record::from_stored(key.as_str(), fresh, clock.anchor()),
+                Record::from_stored(key.as_str(), fresh, clock.anchor())?,
             )
             .map_err(|e| io_error(op, &path, e))?;
         tracing::info!(path = %path.display(), "lock broken by force_release");
@@ -606,12 +610,12 @@ mod tests {
 
         /// Whether `token` gets the key for a minute (else it is busy).
         async fn acquires(&self, token: &lock_core::backend::Token) -> bool {
-            let req = ObtainRequest {
-                key: &self.key,
+            let req = ObtainRequest::new(
+                &self.key,
                 token,
-                ttl: Ttl::new(Duration::from_secs(60)).unwrap(),
-                holder: &self.holder,
-            };
+                Ttl::new(Duration::from_secs(60)).unwrap(),
+                &self.holder,
+            );
             match self.backend.obtain(req).await.unwrap() {
                 ObtainOutcome::Acquired { .. } => true,
                 ObtainOutcome::Busy(_) => false,

@@ -155,15 +155,21 @@ impl Record {
                 forget: forget_ms,
             }),
         };
-        rules::Record {
-            fencing: self.fencing,
-            state,
-        }
+        rules::Record::new(self.fencing, state)
     }
 
     /// The record of `key` the rules decided on, its times on the clock `anchor` anchors
-    /// (`seq` is set when it is written).
-    pub(crate) fn from_stored(key: &str, stored: Stored, anchor: Option<Anchor>) -> Self {
+    /// (`seq` is set when it is written). A writer's marker is not kept: this backend keeps
+    /// no shared holds, which are all a marker keeps out.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) for shared holds,
+    /// which this backend does not keep (it refuses shared requests before deciding).
+    pub(crate) fn from_stored(
+        key: &str,
+        stored: Stored,
+        anchor: Option<Anchor>,
+    ) -> lock_core::Result<Self> {
         let state = match stored.state {
             rules::State::Free => State::Free,
             rules::State::Cooling { until } => State::Cooling { until_ms: until },
@@ -174,15 +180,23 @@ impl Record {
                 expires_ms: h.expires,
                 forget_ms: h.forget,
             },
+            rules::State::Shared(_) => {
+                return Err(lock_core::Error::new(
+                    lock_core::ErrorKind::InvalidInput,
+                    crate::FileBackend::NAME,
+                    lock_core::Operation::Obtain,
+                    "the file backend keeps exclusive locks only, not semaphores or read locks",
+                ))
+            }
         };
-        Record {
+        Ok(Record {
             v: VERSION,
             seq: 0,
             key: key.to_owned(),
             fencing: stored.fencing,
             clock: anchor,
             state,
-        }
+        })
     }
 
     /// The slot's line: JSON, a space, the checksum, a newline.

@@ -20,12 +20,7 @@ fn setup() -> (tempfile::TempDir, FileBackend) {
 async fn obtain(backend: &FileBackend, key: &Key) -> lock_core::Result<ObtainOutcome> {
     let token = Token::generate().unwrap();
     let holder = HolderInfo::current();
-    let req = ObtainRequest {
-        key,
-        token: &token,
-        ttl: Ttl::from_millis(30_000).unwrap(),
-        holder: &holder,
-    };
+    let req = ObtainRequest::new(key, &token, Ttl::from_millis(30_000).unwrap(), &holder);
     backend.obtain(req).await
 }
 
@@ -240,12 +235,7 @@ async fn write_big_records(backend: FileBackend, started: std::path::PathBuf) {
     std::fs::write(started, "").unwrap();
     loop {
         let token = Token::generate().unwrap();
-        let req = ObtainRequest {
-            key: &key,
-            token: &token,
-            ttl,
-            holder: &holder,
-        };
+        let req = ObtainRequest::new(&key, &token, ttl, &holder);
         if let ObtainOutcome::Acquired { .. } = backend.obtain(req).await.unwrap() {
             let req = lock_core::backend::ProlongRequest {
                 key: &key,

@@ -178,6 +178,7 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        req.exclusive_only(NAME)?;
         let op = Operation::Obtain;
         let holder = serde_json::to_string(req.holder).map_err(|e| {
             Error::new(
@@ -202,9 +203,9 @@ impl LockBackend for PostgresBackend {
                 ttl: req.ttl,
             }),
             "reacquired" => Ok(ObtainOutcome::Reacquired { holds: r.holds()? }),
-            "busy" => Ok(ObtainOutcome::Busy(Busy {
-                holder: r.holder()?,
-                remaining: r.remaining()?,
+            "busy" => Ok(ObtainOutcome::Busy(match r.holder()? {
+                Some(holder) => Busy::held(holder, r.remaining()?),
+                None => Busy::cooling(r.remaining()?),
             })),
             _ => Err(r.unexpected()),
         }

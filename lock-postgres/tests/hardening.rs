@@ -108,14 +108,9 @@ fn ttl(ms: u64) -> Ttl {
 
 async fn obtain(b: &PostgresBackend, key: &Key, token: &Token, ms: u64) -> ObtainOutcome {
     let holder = HolderInfo::current();
-    b.obtain(ObtainRequest {
-        key,
-        token,
-        ttl: ttl(ms),
-        holder: &holder,
-    })
-    .await
-    .unwrap()
+    b.obtain(ObtainRequest::new(key, token, ttl(ms), &holder))
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -471,12 +466,12 @@ async fn a_read_only_server_says_what_to_do() {
     let token = Token::generate().unwrap();
     let holder = HolderInfo::current();
     let err = b
-        .obtain(ObtainRequest {
-            key: &Key::new("k").unwrap(),
-            token: &token,
-            ttl: ttl(1000),
-            holder: &holder,
-        })
+        .obtain(ObtainRequest::new(
+            &Key::new("k").unwrap(),
+            &token,
+            ttl(1000),
+            &holder,
+        ))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");

@@ -252,6 +252,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        req.exclusive_only(self.name())?;
         let holder_json = serde_json::to_string(req.holder).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,

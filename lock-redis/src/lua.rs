@@ -168,13 +168,13 @@ fn decode(req: &Request<'_>, reply: &[String]) -> Result<Reply> {
                 ttl: *ttl,
             },
             "reacquired" => ObtainOutcome::Reacquired { holds: r.holds(1)? },
-            "busy" => ObtainOutcome::Busy(Busy {
-                remaining: Duration::from_millis(r.number(1)?),
-                holder: match reply.get(2).map(String::as_str) {
-                    None | Some("") => None,
-                    Some(json) => Some(parse_holder(NAME, op, json)?),
-                },
-            }),
+            "busy" => {
+                let remaining = Duration::from_millis(r.number(1)?);
+                ObtainOutcome::Busy(match reply.get(2).map(String::as_str) {
+                    None | Some("") => Busy::cooling(remaining),
+                    Some(json) => Busy::held(parse_holder(NAME, op, json)?, remaining),
+                })
+            }
             _ => return Err(r.unexpected()),
         }),
         Request::Prolong { .. } => Reply::Prolong(match r.word() {

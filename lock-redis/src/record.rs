@@ -73,20 +73,33 @@ pub(crate) fn decode(
             forget,
         }),
     };
-    Ok(rules::Record { fencing, state })
+    Ok(rules::Record::new(fencing, state))
 }
 
-/// The record's text, as the script writes it at server time `now_ms`.
-pub(crate) fn encode(r: &Stored, now_ms: u64) -> String {
+/// The record's text, as the script writes it at server time `now_ms`. A writer's marker
+/// is not kept: this backend keeps no shared holds, which are all a marker keeps out.
+///
+/// # Errors
+/// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) for shared holds, which
+/// this backend does not keep (it refuses shared requests before deciding).
+pub(crate) fn encode(r: &Stored, now_ms: u64) -> Result<String> {
     let fencing = r.fencing;
-    match &r.state {
+    Ok(match &r.state {
         State::Free => format!("v1|free||{fencing}|0|{now_ms}|{now_ms}|"),
         State::Cooling { until } => format!("v1|cooling||{fencing}|0|{until}|{until}|"),
         State::Held(h) => format!(
             "v1|held|{}|{fencing}|{}|{}|{}|{}",
             h.token, h.holds, h.expires, h.forget, h.holder
         ),
-    }
+        State::Shared(_) => {
+            return Err(lock_core::Error::new(
+                lock_core::ErrorKind::InvalidInput,
+                crate::RedisBackend::WATCH_NAME,
+                Operation::Obtain,
+                "the Redis backend keeps exclusive locks only, not semaphores or read locks",
+            ))
+        }
+    })
 }
 
 /// How long the key is kept (its `PX`): a held record to the end of its grace period, a
@@ -96,6 +109,14 @@ pub(crate) fn keep_ms(r: &Stored, now_ms: u64) -> u64 {
         State::Free => FREE_KEEP_MS,
         State::Cooling { until } => until.saturating_sub(now_ms).max(1),
         State::Held(h) => h.forget.saturating_sub(now_ms).max(1),
+        State::Shared(s) => s
+            .holds
+            .iter()
+            .map(|sh| sh.hold.forget)
+            .max()
+            .unwrap_or(now_ms)
+            .saturating_sub(now_ms)
+            .max(1),
     }
 }
 
@@ -120,7 +141,11 @@ mod tests {
     fn records_round_trip_and_junk_is_corrupt() {
         let raw = r#"v1|held|ab12|1795000000000001|2|10|20|{"host":"a|b","pid":1}"#;
         let back = decode("t", Operation::Inspect, "k", raw).unwrap();
-        assert_eq!(encode(&back, 5), raw, "a '|' in the holder survives");
+        assert_eq!(
+            encode(&back, 5).unwrap(),
+            raw,
+            "a '|' in the holder survives"
+        );
         for valid in VALID_RECORDS {
             assert!(
                 decode("t", Operation::Inspect, "k", valid).is_ok(),

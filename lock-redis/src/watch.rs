@@ -251,9 +251,11 @@ fn decide(
                 // Never below the server clock in µs: tokens keep growing after the record
                 // is gone.
                 fencing_floor: s.now_us,
+                mode: lock_core::Mode::Exclusive,
+                queue: false,
             };
             let d = rules::obtain(rec, clock, ask);
-            let reply = Reply::Obtain(d.outcome.try_into_outcome(*ttl, holder)?);
+            let reply = Reply::Obtain(d.outcome.try_into_outcome(*ttl, NAME, holder)?);
             (reply, d.write)
         }
         Request::Prolong { token, ttl, grace } => {
@@ -280,7 +282,7 @@ fn decide(
     tx.atomic();
     tx.cmd("SET")
         .arg(&keys.record)
-        .arg(record::encode(&write, s.now_ms))
+        .arg(record::encode(&write, s.now_ms)?)
         .arg("PX")
         .arg(record::keep_ms(&write, s.now_ms))
         .ignore();

@@ -121,12 +121,7 @@ async fn a_renewal_batch_after_script_flush_still_prolongs_every_lock() {
         .map(|i| Key::new(format!("batch{i}")).unwrap())
         .collect();
     for key in &keys {
-        let req = lock_core::backend::ObtainRequest {
-            key,
-            token: &token,
-            ttl,
-            holder: &holder,
-        };
+        let req = lock_core::backend::ObtainRequest::new(key, &token, ttl, &holder);
         assert!(matches!(
             backend.obtain(req).await.unwrap(),
             lock_core::ObtainOutcome::Acquired { .. }
@@ -567,12 +562,12 @@ async fn a_release_cut_off_after_it_was_applied_is_never_sent_again_on_a_cluster
         let key = Key::new("held-twice").unwrap();
         let token = Token::generate().unwrap();
         let holder = HolderInfo::current();
-        let obtain = ObtainRequest {
-            key: &key,
-            token: &token,
-            ttl: Ttl::new(Duration::from_secs(30)).unwrap(),
-            holder: &holder,
-        };
+        let obtain = ObtainRequest::new(
+            &key,
+            &token,
+            Ttl::new(Duration::from_secs(30)).unwrap(),
+            &holder,
+        );
         for _ in 0..2 {
             let got = faulty.backend.obtain(obtain).await.unwrap();
             assert!(!matches!(got, lock_core::ObtainOutcome::Busy(_)), "{got:?}");

@@ -103,12 +103,12 @@ async fn records_hold_a_digest_never_the_token() {
 async fn obtain(backend: &RedisBackend, key: &Key) -> lock_core::backend::Token {
     let token = lock_core::backend::Token::generate().unwrap();
     let holder = lock_core::HolderInfo::current();
-    let req = lock_core::backend::ObtainRequest {
+    let req = lock_core::backend::ObtainRequest::new(
         key,
-        token: &token,
-        ttl: lock_core::Ttl::from_millis(60_000).unwrap(),
-        holder: &holder,
-    };
+        &token,
+        lock_core::Ttl::from_millis(60_000).unwrap(),
+        &holder,
+    );
     assert!(matches!(
         backend.obtain(req).await.unwrap(),
         lock_core::ObtainOutcome::Acquired { .. }

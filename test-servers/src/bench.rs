@@ -46,12 +46,7 @@ pub async fn backend_cycles(
         let started = Instant::now();
         let key = &keys[i % keys.len()];
         let token = Token::generate().expect("a token");
-        let req = ObtainRequest {
-            key,
-            token: &token,
-            ttl,
-            holder: &holder,
-        };
+        let req = ObtainRequest::new(key, &token, ttl, &holder);
         let o = backend.obtain(req).await.expect("obtain");
         assert!(matches!(o, ObtainOutcome::Acquired { .. }), "{o:?}");
         let req = ReleaseRequest {

@@ -78,8 +78,10 @@ mod client;
 mod expiry;
 mod identity;
 mod recovery;
+mod shared;
 
 pub use client::*;
 pub use expiry::*;
 pub use identity::*;
 pub use recovery::*;
+pub use shared::*;

@@ -14,11 +14,12 @@ use crate::detached::{give_back_detached, GiveBack, Obtain};
 use crate::guard::check_fraction;
 use crate::hold::Grant;
 use crate::{
-    Busy, Error, ErrorKind, HolderInfo, Key, LockGuard, ObtainOutcome, Operation, Result, Retry,
-    Token, Ttl,
+    Busy, Error, ErrorKind, HolderInfo, Key, LockGuard, Mode, ObtainOutcome, Operation, Result,
+    Retry, Token, Ttl,
 };
 
-/// One obtain being set up: from [`Locker::lock`].
+/// One obtain being set up: from [`Locker::lock`] (or [`Locker::write`]), [`Locker::read`]
+/// or [`Locker::semaphore`].
 #[must_use = "a lock builder does nothing until try_obtain() or obtain() is awaited"]
 pub struct LockBuilder<'a> {
     locker: &'a Locker,
@@ -29,6 +30,8 @@ pub struct LockBuilder<'a> {
     metadata: Option<String>,
     dont_queue: bool,
     watchdog: Option<Result<f64>>,
+    mode: Mode,
+    weight: Option<u32>,
 }
 
 impl<'a> LockBuilder<'a> {
@@ -43,7 +46,22 @@ impl<'a> LockBuilder<'a> {
             metadata: None,
             dont_queue: false,
             watchdog: None,
+            mode: Mode::Exclusive,
+            weight: None,
         }
+    }
+
+    /// The same obtain in `mode` (checked by the obtain).
+    pub(super) fn in_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// For a semaphore: take `permits` of its permits instead of 1 (checked by the obtain:
+    /// 1 ..= the semaphore's permits; an exclusive lock or a read lock takes none).
+    pub fn weight(mut self, permits: u32) -> Self {
+        self.weight = Some(permits);
+        self
     }
 
     /// How long the lock stays valid without prolonging (a bad value is reported by the
@@ -120,7 +138,7 @@ impl<'a> LockBuilder<'a> {
     pub async fn try_obtain(self) -> Result<Attempt<LockGuard>> {
         let plan = self.plan()?;
         let span = plan.span();
-        plan.attempt().instrument(span).await
+        plan.attempt(false).instrument(span).await
     }
 
     /// Attempts until the lock is obtained, the wait runs out, the retry strategy gives up,
@@ -142,6 +160,7 @@ impl<'a> LockBuilder<'a> {
     }
 
     fn plan(self) -> Result<Plan<'a>> {
+        let mode = self.mode_asked()?;
         let key = Key::new(self.key)?;
         let ttl = self.ttl?;
         let watchdog = self.watchdog.transpose()?;
@@ -159,7 +178,38 @@ impl<'a> LockBuilder<'a> {
             holder,
             dont_queue: self.dont_queue,
             watchdog,
+            mode,
         })
+    }
+
+    /// The mode with its weight, checked, on a backend that keeps it.
+    fn mode_asked(&self) -> Result<Mode> {
+        let backend = &self.locker.backend;
+        let refuse = |msg: String| {
+            Err(Error::new(
+                ErrorKind::InvalidInput,
+                backend.name(),
+                Operation::Obtain,
+                msg,
+            ))
+        };
+        let mode = match (self.mode, self.weight) {
+            (mode, None) => mode,
+            (Mode::Shared { capacity, .. }, Some(weight)) if capacity != Mode::UNBOUNDED => {
+                Mode::Shared { capacity, weight }
+            }
+            (mode, Some(_)) => {
+                return refuse(format!("weight() is for semaphores, not a {mode} lock"));
+            }
+        };
+        mode.check()?;
+        if mode.is_shared() && !backend.capabilities().shared {
+            return refuse(format!(
+                "the {} backend keeps exclusive locks only, not semaphores or read locks",
+                backend.name()
+            ));
+        }
+        Ok(mode)
     }
 }
 
@@ -185,14 +235,22 @@ struct Plan<'a> {
     holder: Arc<HolderInfo>,
     dont_queue: bool,
     watchdog: Option<f64>,
+    mode: Mode,
 }
 
 impl Plan<'_> {
     fn span(&self) -> tracing::Span {
-        tracing::debug_span!("lock.obtain", backend = self.locker.backend.name(), key = %self.key)
+        tracing::debug_span!(
+            "lock.obtain",
+            backend = self.locker.backend.name(),
+            key = %self.key,
+            mode = %self.mode
+        )
     }
 
-    async fn attempt(&self) -> Result<Attempt<LockGuard>> {
+    /// One attempt; `queue`: leave a writer's marker when busy (an exclusive wait on a
+    /// backend with shared holds).
+    async fn attempt(&self, queue: bool) -> Result<Attempt<LockGuard>> {
         let backend = &self.locker.backend;
         // Two rounds at most: the second only after an earlier attempt's lost grant was given
         // back (see `Reacquired` below).
@@ -204,6 +262,8 @@ impl Plan<'_> {
                 token: self.token,
                 ttl: self.ttl,
                 holder: Arc::clone(&self.holder),
+                mode: self.mode,
+                queue,
             };
             let fencing = match call.run(GiveBack::AllHolds).await? {
                 ObtainOutcome::Acquired { fencing, .. } => fencing,
@@ -240,6 +300,7 @@ impl Plan<'_> {
                 token: self.token,
                 fencing,
                 holder: Arc::clone(&self.holder),
+                mode: self.mode,
                 sent_at,
                 ttl: self.ttl,
                 cap: None,
@@ -258,7 +319,27 @@ impl Plan<'_> {
         ))
     }
 
+    /// Attempts until done; an exclusive wait that ends without the lock takes its writer's
+    /// marker away (a release by its token), so readers need not wait for the marker's end.
     async fn wait_loop(&self) -> Result<Attempt<LockGuard>> {
+        let queue = !self.mode.is_shared()
+            && !self.wait.is_zero()
+            && self.locker.backend.capabilities().shared;
+        let result = self.wait_attempts(queue).await;
+        if queue && !matches!(result, Ok(Attempt::Obtained(_))) {
+            let backend = &self.locker.backend;
+            if let Err(e) =
+                give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await
+            {
+                tracing::debug!(
+                    "could not take the writer's marker away, it lapses with its ttl: {e}"
+                );
+            }
+        }
+        result
+    }
+
+    async fn wait_attempts(&self, queue: bool) -> Result<Attempt<LockGuard>> {
         let deadline = deadline_after(self.wait);
         let backend = &self.locker.backend;
         // Subscribed only once the lock turned out busy: an obtain of a free lock costs one
@@ -267,7 +348,7 @@ impl Plan<'_> {
         let mut may_subscribe = self.retry.is_notified() && !self.wait.is_zero();
         let mut retries = 0;
         loop {
-            let busy = match self.attempt().await {
+            let busy = match self.attempt(queue).await {
                 Ok(Attempt::Busy(busy)) => Ok(busy),
                 Err(e) if e.is_retry_safe() => Err(e),
                 done => return done,

@@ -1,0 +1,389 @@
+//! The decisions for a key held shared: a semaphore's permits and read holds.
+//!
+//! - Admission: a shared request is admitted when the live shared weights plus its weight
+//!   fit the key's capacity, nobody holds the key exclusively, and no other writer's marker
+//!   lives. The admission gets its own fencing token from the key's counter and its own
+//!   ttl.
+//! - The first shared hold fixes the capacity while any shared hold (live, or expired
+//!   within its grace) is remembered; a request with another capacity is
+//!   [`Refusal::Capacity`].
+//! - A token that holds the key shared and asks again with the same weight is
+//!   `Reacquired`; with another weight, [`Refusal::Weight`]; exclusively, [`Refusal::Mode`].
+//! - An expired hold stays in the record, so that its late prolong or release is told
+//!   apart from a lost one, as long as its room is not taken: each admission keeps the
+//!   expired holds (oldest first) that still fit beside the live ones and drops the others.
+//! - A release that leaves no live hold starts the cooldown; any other ignores it.
+
+use super::{
+    cooling, count, give_up_waiting, hold_times, last_fencing, live_writer, next_fencing, nothing,
+    phase, renewed, writer_after, Clock, Decision, Hold, Obtain, Obtained, Phase, Record, Refusal,
+    State, View, Wake,
+};
+use crate::{BusyReason, Fencing, Grace, Mode, ProlongOutcome, ReleaseOutcome, Ttl};
+
+/// The shared holds of a key, in [`State::Shared`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared<T, H> {
+    /// The capacity the first holder fixed ([`Mode::UNBOUNDED`] for read holds).
+    pub capacity: u32,
+    /// The holds, oldest admission first; expired ones only while within their grace and
+    /// their room untaken.
+    pub holds: Vec<Share<T, H>>,
+}
+
+/// One shared hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share<T, H> {
+    /// The holder, its reentrant count and its times.
+    pub hold: Hold<T, H>,
+    /// Its own fencing token.
+    pub fencing: u64,
+    /// The permits it takes, 1 ..= capacity.
+    pub weight: u32,
+}
+
+impl<T, H> Shared<T, H> {
+    /// Whether any hold is still within its grace.
+    pub(super) fn remembered(&self, clock: Clock) -> bool {
+        self.holds.iter().any(|s| s.hold.forget > clock.now())
+    }
+
+    /// The live holds.
+    pub(super) fn live(&self, clock: Clock) -> Vec<&Share<T, H>> {
+        self.holds
+            .iter()
+            .filter(|s| s.hold.expires > clock.now())
+            .collect()
+    }
+
+    /// The live holds' weights together.
+    fn used(&self, clock: Clock) -> u64 {
+        self.live(clock).iter().map(|s| u64::from(s.weight)).sum()
+    }
+
+    /// What an observer sees: the live holds, or free when none lives.
+    pub(super) fn view(&self, clock: Clock, writer_until: Option<u64>) -> View<'_, H> {
+        let holds: Vec<_> = self
+            .live(clock)
+            .into_iter()
+            .map(|s| {
+                (
+                    &s.hold.holder,
+                    Fencing(s.fencing),
+                    clock.until(s.hold.expires),
+                    s.hold.holds,
+                    s.weight,
+                )
+            })
+            .collect();
+        if holds.is_empty() {
+            return View::Free;
+        }
+        View::Shared {
+            capacity: self.capacity,
+            holds,
+            writer_waiting: writer_until.map(|at| clock.until(at)),
+        }
+    }
+}
+
+/// Decides a shared obtain of `weight` permits of `capacity` (the cooldown is answered
+/// before).
+pub(super) fn obtain<'r, T: Clone + PartialEq, H: Clone>(
+    record: Option<&'r Record<T, H>>,
+    clock: Clock,
+    ask: Obtain<'_, T, H>,
+    capacity: u32,
+    weight: u32,
+) -> Decision<Obtained<'r, H>, T, H> {
+    let writer = live_writer(record, clock).filter(|w| w.token != *ask.token);
+    let writer_waiting = |holders| {
+        nothing(Obtained::Busy {
+            holder: None,
+            remaining: writer.map_or_else(Default::default, |w| clock.until(w.until)),
+            reason: BusyReason::WriterWaiting,
+            holders,
+        })
+    };
+    match phase(record, clock) {
+        Phase::Live(h) if h.token == *ask.token => nothing(Obtained::Refused(Refusal::Mode {
+            held: Mode::Exclusive,
+        })),
+        Phase::Live(h) => nothing(Obtained::Busy {
+            holder: Some(&h.holder),
+            remaining: clock.until(h.expires),
+            reason: BusyReason::Held,
+            holders: 1,
+        }),
+        Phase::Shared(s) if s.capacity != capacity => {
+            nothing(Obtained::Refused(Refusal::Capacity {
+                stored: s.capacity,
+                asked: capacity,
+            }))
+        }
+        Phase::Shared(s) => {
+            let live = s.live(clock);
+            if let Some(own) = live.iter().find(|sh| sh.hold.token == *ask.token) {
+                if own.weight != weight {
+                    return nothing(Obtained::Refused(Refusal::Weight {
+                        stored: own.weight,
+                        asked: weight,
+                    }));
+                }
+                return reacquire(record, s, clock, &ask);
+            }
+            if writer.is_some() {
+                return writer_waiting(count(live.len()));
+            }
+            let used = s.used(clock);
+            if used + u64::from(weight) <= u64::from(capacity) {
+                return admit(record, &s.holds, clock, &ask, capacity, weight);
+            }
+            // Full: the hold whose end, with those ending before it, makes room.
+            let mut ending: Vec<&Share<T, H>> = live.clone();
+            ending.sort_by_key(|sh| sh.hold.expires);
+            let mut left = used;
+            let opener = ending.into_iter().find(|sh| {
+                left -= u64::from(sh.weight);
+                left + u64::from(weight) <= u64::from(capacity)
+            });
+            nothing(Obtained::Busy {
+                holder: opener.map(|sh| &sh.hold.holder),
+                remaining: opener.map_or_else(Default::default, |sh| clock.until(sh.hold.expires)),
+                reason: BusyReason::Full,
+                holders: count(live.len()),
+            })
+        }
+        Phase::Free | Phase::Expired(_) if writer.is_some() => writer_waiting(0),
+        Phase::Free | Phase::Expired(_) => admit(record, &[], clock, &ask, capacity, weight),
+        Phase::Cooling { until } => nothing(cooling(clock, until)),
+    }
+}
+
+/// One more hold for the asker's live share, its ttl reset.
+fn reacquire<'r, T: Clone + PartialEq, H: Clone>(
+    record: Option<&'r Record<T, H>>,
+    s: &Shared<T, H>,
+    clock: Clock,
+    ask: &Obtain<'_, T, H>,
+) -> Decision<Obtained<'r, H>, T, H> {
+    let mut holds = 0;
+    let shares = s
+        .holds
+        .iter()
+        .map(|sh| match sh.hold.token == *ask.token {
+            true => {
+                holds = sh.hold.holds.saturating_add(1);
+                Share {
+                    hold: Hold {
+                        holds,
+                        ..renewed(&sh.hold, clock, ask.ttl, ask.grace)
+                    },
+                    ..sh.clone()
+                }
+            }
+            false => sh.clone(),
+        })
+        .collect();
+    Decision {
+        outcome: Obtained::Reacquired { holds },
+        write: Some(Record {
+            fencing: last_fencing(record),
+            state: State::Shared(Shared {
+                capacity: s.capacity,
+                holds: shares,
+            }),
+            writer: live_writer(record, clock).cloned(),
+        }),
+        wake: Wake::Nobody,
+    }
+}
+
+/// A new share for the asker. The live holds stay; expired ones (the asker's own aside)
+/// stay, oldest first, while they fit beside the live ones and the new one.
+fn admit<'r, T: Clone + PartialEq, H: Clone>(
+    record: Option<&'r Record<T, H>>,
+    before: &[Share<T, H>],
+    clock: Clock,
+    ask: &Obtain<'_, T, H>,
+    capacity: u32,
+    weight: u32,
+) -> Decision<Obtained<'r, H>, T, H> {
+    let now = clock.now();
+    let others = before
+        .iter()
+        .filter(|sh| sh.hold.forget > now && sh.hold.token != *ask.token);
+    let mut used: u64 = others
+        .clone()
+        .filter(|sh| sh.hold.expires > now)
+        .map(|sh| u64::from(sh.weight))
+        .sum::<u64>()
+        + u64::from(weight);
+    let mut holds: Vec<Share<T, H>> = others
+        .filter(|sh| {
+            if sh.hold.expires > now {
+                return true;
+            }
+            let fits = used + u64::from(sh.weight) <= u64::from(capacity);
+            if fits {
+                used += u64::from(sh.weight);
+            }
+            fits
+        })
+        .cloned()
+        .collect();
+    let fencing = next_fencing(record, ask.fencing_floor);
+    let (expires, forget) = hold_times(clock, ask.ttl, ask.grace);
+    holds.push(Share {
+        hold: Hold {
+            token: ask.token.clone(),
+            holder: ask.holder.clone(),
+            holds: 1,
+            expires,
+            forget,
+        },
+        fencing,
+        weight,
+    });
+    Decision {
+        outcome: Obtained::Acquired {
+            fencing: Fencing(fencing),
+        },
+        write: Some(Record {
+            fencing,
+            state: State::Shared(Shared { capacity, holds }),
+            writer: writer_after(record, clock, ask.token),
+        }),
+        wake: Wake::One,
+    }
+}
+
+/// Decides a prolong of a shared hold: `Prolonged` when live, `ProlongedLate` when expired
+/// but still in the record, else `Lost`.
+pub(super) fn prolong<T: Clone + PartialEq, H: Clone>(
+    record: Option<&Record<T, H>>,
+    s: &Shared<T, H>,
+    clock: Clock,
+    token: &T,
+    ttl: Ttl,
+    grace: Grace,
+) -> Decision<ProlongOutcome, T, H> {
+    let now = clock.now();
+    let Some(own) = s
+        .holds
+        .iter()
+        .find(|sh| sh.hold.token == *token && sh.hold.forget > now)
+    else {
+        return nothing(ProlongOutcome::Lost);
+    };
+    let outcome = match own.hold.expires > now {
+        true => ProlongOutcome::Prolonged,
+        false => ProlongOutcome::ProlongedLate,
+    };
+    let holds = s
+        .holds
+        .iter()
+        .filter(|sh| sh.hold.forget > now)
+        .map(|sh| match sh.hold.token == *token {
+            true => Share {
+                hold: renewed(&sh.hold, clock, ttl, grace),
+                ..sh.clone()
+            },
+            false => sh.clone(),
+        })
+        .collect();
+    Decision {
+        outcome,
+        write: Some(Record {
+            fencing: last_fencing(record),
+            state: State::Shared(Shared {
+                capacity: s.capacity,
+                holds,
+            }),
+            writer: live_writer(record, clock).cloned(),
+        }),
+        wake: Wake::Nobody,
+    }
+}
+
+/// Decides a release of a shared hold.
+pub(super) fn release<T: Clone + PartialEq, H: Clone>(
+    record: Option<&Record<T, H>>,
+    s: &Shared<T, H>,
+    clock: Clock,
+    token: &T,
+    delay: Option<Ttl>,
+) -> Decision<ReleaseOutcome, T, H> {
+    let now = clock.now();
+    let Some(own) = s
+        .holds
+        .iter()
+        .find(|sh| sh.hold.token == *token && sh.hold.forget > now)
+    else {
+        return give_up_waiting(record, clock, token);
+    };
+    let live = own.hold.expires > now;
+    let writer = writer_after(record, clock, token);
+    let fencing = last_fencing(record);
+    if live && own.hold.holds > 1 {
+        let holds = own.hold.holds - 1;
+        let shares = s
+            .holds
+            .iter()
+            .map(|sh| match sh.hold.token == *token {
+                true => Share {
+                    hold: Hold {
+                        holds,
+                        ..sh.hold.clone()
+                    },
+                    ..sh.clone()
+                },
+                false => sh.clone(),
+            })
+            .collect();
+        return Decision {
+            outcome: ReleaseOutcome::Decremented { holds },
+            write: Some(Record {
+                fencing,
+                state: State::Shared(Shared {
+                    capacity: s.capacity,
+                    holds: shares,
+                }),
+                writer,
+            }),
+            wake: Wake::Nobody,
+        };
+    }
+    let rest: Vec<Share<T, H>> = s
+        .holds
+        .iter()
+        .filter(|sh| sh.hold.token != *token && sh.hold.forget > now)
+        .cloned()
+        .collect();
+    let state = match delay {
+        _ if rest.iter().any(|sh| sh.hold.expires > now) => State::Shared(Shared {
+            capacity: s.capacity,
+            holds: rest,
+        }),
+        Some(d) => State::Cooling {
+            until: clock.after(d.as_millis()),
+        },
+        None if rest.is_empty() => State::Free,
+        None => State::Shared(Shared {
+            capacity: s.capacity,
+            holds: rest,
+        }),
+    };
+    Decision {
+        outcome: match live {
+            true => ReleaseOutcome::Released,
+            false => ReleaseOutcome::ReleasedLate,
+        },
+        write: Some(Record {
+            fencing,
+            state,
+            writer,
+        }),
+        wake: Wake::All,
+    }
+}
