@@ -1,0 +1,258 @@
+//! Semaphores and reader-writer locks through the client layer (Locker::semaphore, read,
+//! write), over the memory backend, under paused time.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::{
+    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
+use lock_core::{
+    Attempt, BusyReason, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend, Mode,
+    ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Retry,
+};
+
+/// The memory backend as a backend that keeps exclusive locks only, counting obtains.
+#[derive(Debug, Default)]
+struct MutexOnly {
+    inner: MemoryBackend,
+    obtains: AtomicUsize,
+}
+
+#[async_trait]
+impl LockBackend for MutexOnly {
+    fn name(&self) -> &'static str {
+        "mutex-only"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+    }
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        self.obtains.fetch_add(1, Ordering::SeqCst);
+        self.inner.obtain(req).await
+    }
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        self.inner.prolongate(req).await
+    }
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.inner.release(req).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.inner.force_release(key).await
+    }
+    async fn subscribe(&self, _key: &Key) -> Result<Option<ReleaseSubscription>> {
+        Ok(None)
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn memory() -> Locker {
+    Locker::new(Arc::new(MemoryBackend::new()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shared_obtain_on_a_backend_without_shared_holds_is_refused_before_io() {
+    let backend = Arc::new(MutexOnly::default());
+    let locker = Locker::new(backend.clone());
+    for builder in [locker.read("k"), locker.semaphore("k", 3)] {
+        let e = builder.try_obtain().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.to_string()
+                .contains("mutex-only backend keeps exclusive locks only"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        backend.obtains.load(Ordering::SeqCst),
+        0,
+        "nothing was sent"
+    );
+    // The write lock is the mutex, and works.
+    let guard = locker
+        .write("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert_eq!(guard.mode(), Mode::Exclusive);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_permits_and_weights_are_refused_before_io() {
+    let locker = memory();
+    let cases = [
+        (locker.semaphore("k", 0), "at least 1 permit"),
+        (locker.semaphore("k", 3).weight(4), "1 to 3 permits, not 4"),
+        (locker.semaphore("k", 3).weight(0), "1 to 3 permits, not 0"),
+        (locker.lock("k").weight(2), "weight() is for semaphores"),
+        (locker.read("k").weight(2), "weight() is for semaphores"),
+    ];
+    for (builder, says) in cases {
+        let e = builder.try_obtain().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    assert_eq!(
+        locker
+            .backend()
+            .inspect(&Key::new("k").unwrap())
+            .await
+            .unwrap(),
+        LockState::Free
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_semaphore_mismatch_names_both_capacities() {
+    let locker = memory();
+    let held = locker
+        .semaphore("k", 3)
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert_eq!(
+        held.mode(),
+        Mode::Shared {
+            capacity: 3,
+            weight: 1
+        }
+    );
+    let e = locker.semaphore("k", 5).try_obtain().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("capacity 3, not 5"), "{e}");
+    held.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_writer_that_gives_up_lets_readers_in_at_once() {
+    let locker = memory().with_retry(Retry::linear(ms(10)).notified());
+    let reader = locker
+        .read("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    // The writer waits 100 ms and gives up; its marker (30 s, its ttl) must go with it.
+    let writer = locker.write("k").wait(ms(100)).obtain().await.unwrap();
+    match writer {
+        Attempt::Busy(busy) => assert_eq!(busy.reason, BusyReason::Shared),
+        Attempt::Obtained(_) => panic!("the writer got in past a reader"),
+    }
+    let second = locker.read("k").try_obtain().await.unwrap();
+    assert!(
+        !second.is_busy(),
+        "a reader is kept out by a writer that gave up: {second:?}"
+    );
+    reader.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn readers_behind_a_writer_all_get_in_when_it_releases() {
+    // A fallback poll of 10 s: readers that get in within a second were woken.
+    let locker = memory().with_retry(Retry::linear(Duration::from_secs(10)).notified());
+    let writer = locker
+        .write("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let mut readers = Vec::new();
+    for _ in 0..5 {
+        let locker = locker.clone();
+        readers.push(tokio::spawn(async move {
+            let guard = locker
+                .read("k")
+                .wait(Duration::from_secs(60))
+                .obtain()
+                .await?;
+            Ok::<_, lock_core::Error>(guard.obtained().map(|g| (g, tokio::time::Instant::now())))
+        }));
+    }
+    tokio::time::sleep(ms(50)).await;
+    writer.release().await.unwrap();
+    // Every reader is awaited before any guard is dropped: a dropped guard's release would
+    // wake the rest.
+    let mut guards = Vec::new();
+    for r in readers {
+        let (guard, at) = r.await.unwrap().unwrap().expect("every reader gets in");
+        assert!(
+            at - start < Duration::from_secs(1),
+            "a reader waited for its fallback poll"
+        );
+        guards.push(guard);
+    }
+    for guard in guards {
+        assert!(guard.mode().is_shared());
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
+    let locker = memory().with_retry(Retry::linear(ms(5)).notified());
+    let first = locker
+        .read("k")
+        .ttl(ms(200))
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let writer = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .write("k")
+                .wait(Duration::from_secs(10))
+                .obtain()
+                .await
+        })
+    };
+    tokio::time::sleep(ms(20)).await;
+    // Readers keep coming every 10 ms, each holding 200 ms: without the marker the key would
+    // never drain. With it, none gets in and the writer has it once the first one ends.
+    let mut refused = 0;
+    for _ in 0..30 {
+        match locker.read("k").ttl(ms(200)).try_obtain().await.unwrap() {
+            Attempt::Busy(b) => {
+                refused += 1;
+                assert!(
+                    matches!(b.reason, BusyReason::WriterWaiting | BusyReason::Held),
+                    "{b}"
+                );
+            }
+            Attempt::Obtained(g) => {
+                assert!(
+                    writer.is_finished(),
+                    "a reader got in while the writer waited"
+                );
+                g.release().await.unwrap();
+            }
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(refused > 0);
+    let guard = writer
+        .await
+        .unwrap()
+        .unwrap()
+        .obtained()
+        .expect("the writer got its turn");
+    drop(first);
+    guard.release().await.unwrap();
+}
