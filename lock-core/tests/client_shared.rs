@@ -84,7 +84,7 @@ async fn a_shared_obtain_on_a_backend_without_shared_holds_is_refused_before_io(
         .obtained()
         .unwrap();
     assert_eq!(guard.mode(), Mode::Exclusive);
-    guard.release().await.unwrap();
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
 #[tokio::test(start_paused = true)]
@@ -132,7 +132,7 @@ async fn a_semaphore_mismatch_names_both_capacities() {
     let e = locker.semaphore("k", 5).try_obtain().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert!(e.to_string().contains("capacity 3, not 5"), "{e}");
-    held.release().await.unwrap();
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
 #[tokio::test(start_paused = true)]
@@ -156,7 +156,7 @@ async fn a_writer_that_gives_up_lets_readers_in_at_once() {
         !second.is_busy(),
         "a reader is kept out by a writer that gave up: {second:?}"
     );
-    reader.release().await.unwrap();
+    assert_eq!(reader.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
 #[tokio::test(start_paused = true)]
@@ -184,7 +184,7 @@ async fn readers_behind_a_writer_all_get_in_when_it_releases() {
         }));
     }
     tokio::time::sleep(ms(50)).await;
-    writer.release().await.unwrap();
+    assert_eq!(writer.release().await.unwrap(), ReleaseOutcome::Released);
     // Every reader is awaited before any guard is dropped: a dropped guard's release would
     // wake the rest.
     let mut guards = Vec::new();
@@ -198,7 +198,7 @@ async fn readers_behind_a_writer_all_get_in_when_it_releases() {
     }
     for guard in guards {
         assert!(guard.mode().is_shared());
-        guard.release().await.unwrap();
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     }
 }
 
@@ -241,7 +241,7 @@ async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
                     writer.is_finished(),
                     "a reader got in while the writer waited"
                 );
-                g.release().await.unwrap();
+                assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
             }
         }
         tokio::time::sleep(ms(10)).await;
@@ -254,5 +254,5 @@ async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
         .obtained()
         .expect("the writer got its turn");
     drop(first);
-    guard.release().await.unwrap();
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
 }
