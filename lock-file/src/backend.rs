@@ -19,7 +19,7 @@ use lock_core::{
 
 use crate::clock::Clock;
 use crate::names::file_name;
-use crate::record::{Record, Stored, SLOT, VERSION};
+use crate::record::{Record, Stored, SLOT};
 
 /// Locks as files in one directory, for one machine.
 ///
@@ -166,7 +166,7 @@ impl FileBackend {
             slots
                 .write_next(
                     &file,
-                    Record::from_stored(key.as_str(), record, clock.anchor())?,
+                    Record::from_stored(key.as_str(), record, clock.anchor()),
                 )
                 .map_err(|e| io_error(op, &path, e))?;
         }
@@ -322,13 +322,16 @@ impl Slots {
                 })?,
             ),
         };
-        record.v = VERSION;
+        record.v = record.version();
         record.seq = seq;
         let line = record.encode();
         if line.len() > SLOT {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("a record of {} bytes does not fit a slot", line.len()),
+                format!(
+                    "a record of {} bytes does not fit a slot of {SLOT} bytes",
+                    line.len()
+                ),
             ));
         }
         Ok(((slot * SLOT) as u64, line))
@@ -394,6 +397,11 @@ fn io_error(op: Operation, path: &Path, e: io::Error) -> Error {
                 ErrorKind::Corrupt,
                 "the file was not written by lock-file: inspect it, then remove it",
             ),
+            io::ErrorKind::InvalidInput => (
+                ErrorKind::InvalidInput,
+                "one lock file keeps all of a key's holds, and this one would be too big: \
+                 fewer shared holds at once, or shorter holder metadata",
+            ),
             io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => (
                 ErrorKind::PermissionDenied,
                 "check the lock directory's owner and mode",
@@ -420,11 +428,11 @@ impl LockBackend for FileBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none().cross_process(true)
+        Capabilities::none().cross_process(true).shared(true)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        req.exclusive_only(Self::NAME)?;
+        req.mode.check()?;
         let token = req.token.to_hex();
         self.modify(req.key, Operation::Obtain, |record, clock| {
             let ask = rules::Obtain {
@@ -436,7 +444,7 @@ impl LockBackend for FileBackend {
                 // the file is deleted (this assumes the wall clock does not go backwards).
                 fencing_floor: clock.micros,
                 mode: req.mode,
-                queue: false,
+                queue: req.queue,
             };
             let decision = rules::obtain(record, clock.rules(), ask);
             let outcome = decision.outcome.into_outcome(req.ttl, Self::NAME);
@@ -505,7 +513,7 @@ impl LockBackend for FileBackend {
         slots
             .write_next(
                 &file,
-                Record::from_stored(key.as_str(), fresh, clock.anchor())?,
+                Record::from_stored(key.as_str(), fresh, clock.anchor()),
             )
             .map_err(|e| io_error(op, &path, e))?;
         tracing::info!(path = %path.display(), "lock broken by force_release");
@@ -516,7 +524,7 @@ impl LockBackend for FileBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::State;
+    use crate::record::{State, VERSION};
 
     fn record(key: &str, fencing: u64) -> Record {
         Record {
@@ -525,6 +533,7 @@ mod tests {
             key: key.to_owned(),
             fencing,
             clock: None,
+            writer: None,
             state: State::Held {
                 token: "ab".repeat(16),
                 holder: HolderInfo::current()

@@ -20,6 +20,13 @@
 //! finished (no record), while garbage at offset 0 stays `Corrupt`. Every read and write
 //! happens under the file's `flock`, so no reader sees a write in progress.
 //!
+//! Shared holds (a semaphore's permits, read holds) are `"state":"shared"` with
+//! `"capacity"` and `"shares"`, one object per hold with its own `"fencing"` and `"weight"`;
+//! such a record is version 3, so that a lock-file that knows no shared holds refuses it
+//! (`Corrupt`) instead of misreading it. Every other record stays version 2, so a rolling
+//! upgrade on one host is safe while nobody uses shared holds. A waiting writer's marker is
+//! `"writer":{"token","until_ms"}` beside any state (version 3 too).
+//!
 //! A released lock keeps its file (`"state":"free"`) so that the fencing sequence survives.
 //! Version 1 records (one padded line at offset 0, no checksum) are still read, as `seq` 0.
 
@@ -29,8 +36,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Anchor;
 
-/// The record format's version.
+/// The record format's version for exclusive records.
 pub(crate) const VERSION: u32 = 2;
+
+/// The version of a record with shared holds or a writer's marker.
+pub(crate) const VERSION_SHARED: u32 = 3;
 
 /// The offset of the second slot, and the longest line a slot holds. A record's JSON is at
 /// most about 33 KiB (a 1 KiB key and 4 KiB of metadata, every byte escaped as `\u00XX`).
@@ -50,8 +60,30 @@ pub(crate) struct Record {
     /// the wall clock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) clock: Option<Anchor>,
+    /// A waiting writer's marker: new shared holds stay out until `until_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) writer: Option<Writer>,
     #[serde(flatten)]
     pub(crate) state: State,
+}
+
+/// A waiting writer's marker in a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Writer {
+    pub(crate) token: String,
+    pub(crate) until_ms: u64,
+}
+
+/// One shared hold in a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Share {
+    pub(crate) token: String,
+    pub(crate) holder: HolderInfo,
+    pub(crate) holds: u32,
+    pub(crate) expires_ms: u64,
+    pub(crate) forget_ms: u64,
+    pub(crate) fencing: u64,
+    pub(crate) weight: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,6 +100,10 @@ pub(crate) enum State {
     },
     Cooling {
         until_ms: u64,
+    },
+    Shared {
+        capacity: u32,
+        shares: Vec<Share>,
     },
 }
 
@@ -90,6 +126,9 @@ struct Flat {
     expires_ms: Option<u64>,
     forget_ms: Option<u64>,
     until_ms: Option<u64>,
+    capacity: Option<u32>,
+    shares: Option<Vec<Share>>,
+    writer: Option<Writer>,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +137,7 @@ enum Tag {
     Free,
     Held,
     Cooling,
+    Shared,
 }
 
 impl TryFrom<Flat> for Record {
@@ -119,6 +159,10 @@ impl TryFrom<Flat> for Record {
                 expires_ms: needs(flat.expires_ms, "expires_ms")?,
                 forget_ms: needs(flat.forget_ms, "forget_ms")?,
             },
+            Tag::Shared => State::Shared {
+                capacity: needs(flat.capacity, "capacity")?,
+                shares: needs(flat.shares, "shares")?,
+            },
         };
         Ok(Record {
             v: flat.v,
@@ -126,6 +170,7 @@ impl TryFrom<Flat> for Record {
             key: flat.key,
             fencing: flat.fencing,
             clock: flat.clock,
+            writer: flat.writer,
             state,
         })
     }
@@ -154,22 +199,46 @@ impl Record {
                 expires: expires_ms,
                 forget: forget_ms,
             }),
+            State::Shared { capacity, shares } => rules::State::Shared(rules::Shared {
+                capacity,
+                holds: shares
+                    .into_iter()
+                    .map(|sh| rules::Share {
+                        hold: rules::Hold {
+                            token: sh.token,
+                            holder: sh.holder,
+                            holds: sh.holds,
+                            expires: sh.expires_ms,
+                            forget: sh.forget_ms,
+                        },
+                        fencing: sh.fencing,
+                        weight: sh.weight,
+                    })
+                    .collect(),
+            }),
         };
-        rules::Record::new(self.fencing, state)
+        rules::Record {
+            fencing: self.fencing,
+            state,
+            writer: self.writer.map(|w| rules::Writer {
+                token: w.token,
+                until: w.until_ms,
+            }),
+        }
+    }
+
+    /// The version this record is written as: 3 with shared holds or a writer's marker,
+    /// else 2.
+    pub(crate) fn version(&self) -> u32 {
+        match (&self.state, &self.writer) {
+            (State::Shared { .. }, _) | (_, Some(_)) => VERSION_SHARED,
+            _ => VERSION,
+        }
     }
 
     /// The record of `key` the rules decided on, its times on the clock `anchor` anchors
-    /// (`seq` is set when it is written). A writer's marker is not kept: this backend keeps
-    /// no shared holds, which are all a marker keeps out.
-    ///
-    /// # Errors
-    /// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) for shared holds,
-    /// which this backend does not keep (it refuses shared requests before deciding).
-    pub(crate) fn from_stored(
-        key: &str,
-        stored: Stored,
-        anchor: Option<Anchor>,
-    ) -> lock_core::Result<Self> {
+    /// (`seq` is set when it is written).
+    pub(crate) fn from_stored(key: &str, stored: Stored, anchor: Option<Anchor>) -> Self {
         let state = match stored.state {
             rules::State::Free => State::Free,
             rules::State::Cooling { until } => State::Cooling { until_ms: until },
@@ -180,23 +249,37 @@ impl Record {
                 expires_ms: h.expires,
                 forget_ms: h.forget,
             },
-            rules::State::Shared(_) => {
-                return Err(lock_core::Error::new(
-                    lock_core::ErrorKind::InvalidInput,
-                    crate::FileBackend::NAME,
-                    lock_core::Operation::Obtain,
-                    "the file backend keeps exclusive locks only, not semaphores or read locks",
-                ))
-            }
+            rules::State::Shared(s) => State::Shared {
+                capacity: s.capacity,
+                shares: s
+                    .holds
+                    .into_iter()
+                    .map(|sh| Share {
+                        token: sh.hold.token,
+                        holder: sh.hold.holder,
+                        holds: sh.hold.holds,
+                        expires_ms: sh.hold.expires,
+                        forget_ms: sh.hold.forget,
+                        fencing: sh.fencing,
+                        weight: sh.weight,
+                    })
+                    .collect(),
+            },
         };
-        Ok(Record {
+        let mut record = Record {
             v: VERSION,
             seq: 0,
             key: key.to_owned(),
             fencing: stored.fencing,
             clock: anchor,
+            writer: stored.writer.map(|w| Writer {
+                token: w.token,
+                until_ms: w.until,
+            }),
             state,
-        })
+        };
+        record.v = record.version();
+        record
     }
 
     /// The slot's line: JSON, a space, the checksum, a newline.
@@ -238,9 +321,10 @@ impl Record {
         }
         let record: Record =
             serde_json::from_slice(json).map_err(|e| format!("not a lock record: {e}"))?;
-        if record.v != VERSION {
+        if record.v != VERSION && record.v != VERSION_SHARED {
             return Err(format!(
-                "record version {} is not {VERSION}: written by another version of lock-file",
+                "record version {} is neither {VERSION} nor {VERSION_SHARED}: written by another \
+                 version of lock-file",
                 record.v
             ));
         }
@@ -280,9 +364,22 @@ mod tests {
                 expires_ms: 7,
                 forget_ms: 9,
             },
+            State::Shared {
+                capacity: 3,
+                shares: vec![Share {
+                    token: "cd".repeat(16),
+                    holder: HolderInfo::current(),
+                    holds: 1,
+                    expires_ms: 7,
+                    forget_ms: 9,
+                    fencing: 12,
+                    weight: 2,
+                }],
+            },
         ] {
             let record = Record {
                 v: VERSION,
+                writer: None,
                 seq: 3,
                 key: "jobs/\"nightly\"".into(),
                 fencing: 1_732_200_000_123_456,
@@ -293,7 +390,16 @@ mod tests {
                 }),
                 state,
             };
-            assert_eq!(Record::decode(&record.encode()), Ok(Some(record)));
+            assert_eq!(Record::decode(&record.encode()), Ok(Some(record.clone())));
+            let marked = Record {
+                v: VERSION_SHARED,
+                writer: Some(Writer {
+                    token: "ef".repeat(16),
+                    until_ms: 11,
+                }),
+                ..record
+            };
+            assert_eq!(Record::decode(&marked.encode()), Ok(Some(marked)));
         }
     }
 
