@@ -196,7 +196,8 @@ macro_rules! for_each_case {
             multiprocess_exclusion,
             killed_holder_frees_after_ttl,
             shared_holds_keep_the_contract,
-            semaphore_capacity_holds_under_contention
+            semaphore_capacity_holds_under_contention,
+            multiprocess_semaphore_stays_within_its_permits
         }
     };
 }

@@ -26,7 +26,9 @@ pub struct Job {
     pub config: String,
     /// The key to contend for.
     pub key: String,
-    /// `contend` (obtain, log, release, `rounds` times) or `hold` (obtain, report, sleep).
+    /// `contend` (obtain, log, release, `rounds` times), `semaphore` (the same with one of
+    /// [`SEMAPHORE_PERMITS`] permits, holding each a little longer) or `hold` (obtain,
+    /// report, sleep).
     pub mode: String,
     /// Rounds for `contend`.
     pub rounds: usize,
@@ -90,8 +92,11 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
         _ => {
             let mut log = String::new();
             for _ in 0..job.rounds {
-                let guard = match locker
-                    .lock(&job.key)
+                let (builder, inside) = match job.mode.as_str() {
+                    "semaphore" => (locker.semaphore(&job.key, SEMAPHORE_PERMITS), ms(20)),
+                    _ => (locker.lock(&job.key), ms(2)),
+                };
+                let guard = match builder
                     .ttl(ttl)
                     .wait(Duration::from_secs(120))
                     .obtain()
@@ -101,7 +106,7 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
                     Attempt::Busy(b) => return Err(Failure(format!("worker gave up: {b}"))),
                 };
                 let start = now_ns();
-                std::thread::sleep(ms(2));
+                std::thread::sleep(inside);
                 let end = now_ns();
                 log.push_str(&format!("{} {start} {end}\n", guard.fencing()));
                 let _ = guard.release().await?;
@@ -204,6 +209,80 @@ pub async fn multiprocess_exclusion(suite: &Suite) -> CaseResult {
         return Err(Failure(format!(
             "two processes held the lock at once: {a:?} and {b:?}"
         )));
+    }
+    Ok(())
+}
+
+/// The permits of the semaphore [`multiprocess_semaphore_stays_within_its_permits`]'s
+/// workers share.
+pub const SEMAPHORE_PERMITS: u32 = 2;
+
+/// Four processes take one of 2 permits of a semaphore ten times each, holding each 20 ms:
+/// at no instant do more than 2 of them hold one, and every admission has its own fencing
+/// token. Skipped for a backend without shared holds.
+pub async fn multiprocess_semaphore_stays_within_its_permits(suite: &Suite) -> CaseResult {
+    const PROCESSES: usize = 4;
+    const ROUNDS: usize = 10;
+    if !suite.harness.backend().await.capabilities().shared {
+        eprintln!(
+            "{}: multiprocess_semaphore_stays_within_its_permits: skipped, the backend keeps \
+             exclusive locks only",
+            suite.name
+        );
+        return Ok(());
+    }
+    let Some(config) = shared_config(suite).await? else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
+    let mut children = Vec::new();
+    for i in 0..PROCESSES {
+        let job = Job {
+            config: config.clone(),
+            key: "multiprocess-semaphore".into(),
+            mode: "semaphore".into(),
+            rounds: ROUNDS,
+            ttl_ms: 30_000,
+            out: dir.path().join(format!("worker-{i}.log")),
+        };
+        children.push((spawn(suite, &job)?, job.out));
+    }
+    let mut sections = Vec::new();
+    for (mut child, out) in children {
+        let status = tokio::time::timeout(Duration::from_secs(300), child.wait())
+            .await
+            .map_err(|_| Failure("a worker did not finish within 300 s".into()))?
+            .map_err(|e| Failure(format!("waiting for a worker: {e}")))?;
+        ensure!(status.success(), "a worker failed: {status}");
+        sections.extend(parse(&out)?);
+    }
+    ensure!(
+        sections.len() == PROCESSES * ROUNDS,
+        "{} sections logged, expected {}",
+        sections.len(),
+        PROCESSES * ROUNDS
+    );
+    let mut tokens: Vec<Fencing> = sections.iter().map(|s| s.fencing).collect();
+    tokens.sort();
+    tokens.dedup();
+    ensure!(
+        tokens.len() == sections.len(),
+        "two admissions shared a fencing token"
+    );
+    // Every entry and exit in time order (an exit before an entry at the same instant):
+    // the count inside never passes the permits.
+    let mut events: Vec<(u128, i32)> = sections
+        .iter()
+        .flat_map(|s| [(s.start, 1), (s.end, -1)])
+        .collect();
+    events.sort();
+    let mut inside = 0;
+    for (at, step) in events {
+        inside += step;
+        ensure!(
+            inside <= i32::try_from(SEMAPHORE_PERMITS).unwrap_or(i32::MAX),
+            "{inside} processes held a permit of {SEMAPHORE_PERMITS} at once (at {at} ns)"
+        );
     }
     Ok(())
 }

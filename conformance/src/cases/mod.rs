@@ -33,7 +33,10 @@ pub use crate::precise::{
     inspect_counts_reentrant_holds, late_release_with_delay_starts_the_cooldown,
     reacquire_resets_the_ttl,
 };
-pub use crate::process::{killed_holder_frees_after_ttl, multiprocess_exclusion};
+pub use crate::process::{
+    killed_holder_frees_after_ttl, multiprocess_exclusion,
+    multiprocess_semaphore_stays_within_its_permits,
+};
 
 const LONG: Duration = Duration::from_secs(30);
 
