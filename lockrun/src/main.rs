@@ -109,12 +109,24 @@ struct RunArgs {
     /// After a lost lock, how long COMMAND has between SIGTERM and SIGKILL.
     #[arg(long, default_value = "10s", value_parser = duration, value_name = "DURATION")]
     kill_after: Duration,
+    /// Take a permit of a semaphore of N permits instead of the lock alone: at most N
+    /// commands run at once under KEY (every lockrun on KEY must give the same N).
+    #[arg(long, value_name = "N", conflicts_with = "shared")]
+    permits: Option<u32>,
+    /// With --permits, take W of the N permits (default 1).
+    #[arg(long, value_name = "W", requires = "permits")]
+    weight: Option<u32>,
+    /// Take a read (shared) hold: any number of --shared commands run together, none while
+    /// a lockrun without --shared (a writer) holds KEY or waits for it.
+    #[arg(long)]
+    shared: bool,
 }
 
 #[derive(Subcommand)]
 enum Sub {
-    /// Print the lock's state as JSON: free, held (holder, fencing, remaining_ms, holds) or
-    /// cooling (remaining_ms).
+    /// Print the lock's state as JSON: free, held (holder, fencing, remaining_ms, holds),
+    /// shared (capacity, every hold with its holder, fencing, remaining_ms, holds and weight,
+    /// writer_waiting_ms) or cooling (remaining_ms).
     Inspect,
     /// Break the lock for an operator, whoever holds it (needs --force); prints the state it
     /// broke as JSON. The holder's next prolong or release answers Lost.

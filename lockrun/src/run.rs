@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lock_config::LockConfig;
-use lock_core::{Attempt, Busy, Key, ReleaseOutcome, Ttl};
+use lock_core::{Attempt, Busy, BusyReason, Key, ReleaseOutcome, Ttl};
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -41,11 +41,14 @@ pub(crate) async fn run(
         Ok(l) => l,
         Err(e) => return fail(&e),
     };
-    let mut builder = locker
-        .lock(key.as_str())
-        .ttl(args.ttl)
-        .wait(args.wait)
-        .watchdog();
+    let builder = match (args.permits, args.shared) {
+        (Some(n), _) => locker
+            .semaphore(key.as_str(), n)
+            .weight(args.weight.unwrap_or(1)),
+        (None, true) => locker.read(key.as_str()),
+        (None, false) => locker.lock(key.as_str()),
+    };
+    let mut builder = builder.ttl(args.ttl).wait(args.wait).watchdog();
     if let Some(m) = &args.metadata {
         builder = builder.metadata(m.clone());
     }
@@ -183,6 +186,10 @@ async fn futures_select_all<F: std::future::Future<Output = Signal> + Unpin>(
 fn report_busy(key: &Key, busy: &Busy, wait: Duration) {
     let remaining = busy.remaining.as_secs_f64();
     match &busy.holder {
+        _ if !matches!(busy.reason, BusyReason::Held | BusyReason::Cooling) => eprintln!(
+            "lockrun: {key} is busy: {busy}; gave up after waiting {:.1}s",
+            wait.as_secs_f64()
+        ),
         Some(h) => {
             let meta = h
                 .metadata

@@ -464,3 +464,69 @@ fn a_delay_after_out_of_range_is_refused_before_command_runs() {
     assert!(!ran, "COMMAND ran although its options were refused");
     assert_eq!(env.state()["state"], "free");
 }
+
+/// Polls `inspect` until the key is held shared by `holds` holds.
+fn wait_until_shared(env: &Env, holds: usize) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = env.state();
+        if state["state"] == "shared" && state["holds"].as_array().map(Vec::len) == Some(holds) {
+            return state;
+        }
+        assert!(Instant::now() < deadline, "never held by {holds}: {state}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn permits_let_that_many_commands_run_at_once() {
+    let env = Env::new("file");
+    let mut a = env.spawn(&["--permits", "3", "--", "sleep", "3"]);
+    let mut b = env.spawn(&["--permits", "3", "--weight", "2", "--", "sleep", "3"]);
+    let state = wait_until_shared(&env, 2);
+    assert_eq!(state["capacity"], 3, "{state}");
+    let busy = env.output(&["--permits", "3", "--", "true"]);
+    assert_eq!(busy.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&busy.stderr);
+    assert!(stderr.contains("full (2 holds)"), "{stderr}");
+    let mismatch = env.output(&["--permits", "4", "--", "true"]);
+    assert_eq!(mismatch.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&mismatch.stderr);
+    assert!(stderr.contains("capacity 3, not 4"), "{stderr}");
+    assert!(wait_exit(&mut a, Duration::from_secs(30)).success());
+    assert!(wait_exit(&mut b, Duration::from_secs(30)).success());
+    assert_eq!(env.state()["state"], "free");
+}
+
+#[test]
+fn shared_runs_run_together_and_keep_a_writer_out() {
+    let env = Env::new("file");
+    let mut a = env.spawn(&["--shared", "--", "sleep", "3"]);
+    let mut b = env.spawn(&["--shared", "--", "sleep", "3"]);
+    wait_until_shared(&env, 2);
+    let writer = env.output(&["--", "true"]);
+    assert_eq!(writer.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&writer.stderr);
+    assert!(stderr.contains("held shared by 2 holds"), "{stderr}");
+    // A writer that waits gets its turn once the readers are done.
+    let waited = env.output(&["--wait", "60s", "--", "true"]);
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    assert!(wait_exit(&mut a, Duration::from_secs(30)).success());
+    assert!(wait_exit(&mut b, Duration::from_secs(30)).success());
+}
+
+#[test]
+fn a_backend_without_shared_holds_refuses_permits_before_running() {
+    let env = Env::new("redis");
+    let marker = std::env::temp_dir().join(format!("lockrun-ran-{}", unique()));
+    let out = env.output(&["--permits", "2", "--", "touch", marker.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("keeps exclusive locks only"), "{stderr}");
+    assert!(!marker.exists(), "COMMAND ran");
+}
