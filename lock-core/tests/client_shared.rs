@@ -256,3 +256,52 @@ async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
     drop(first);
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_writer_wait_takes_its_marker_away() {
+    let locker = memory().with_retry(Retry::linear(ms(10)).notified());
+    let reader = locker
+        .read("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let waiting = locker.write("k").wait(Duration::from_secs(60)).obtain();
+    // Cancelled mid-wait, as a `select!` on a shutdown signal would.
+    assert!(tokio::time::timeout(ms(100), waiting).await.is_err());
+    tokio::time::sleep(ms(1)).await;
+    let second = locker.read("k").try_obtain().await.unwrap();
+    assert!(
+        !second.is_busy(),
+        "a reader is kept out by a cancelled writer: {second:?}"
+    );
+    assert_eq!(reader.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_writer_that_obtains_after_waiting_keeps_its_lock() {
+    let locker = memory().with_retry(Retry::linear(ms(10)).notified());
+    let reader = locker
+        .read("k")
+        .ttl(ms(200))
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let writer = locker
+        .write("k")
+        .wait(Duration::from_secs(5))
+        .obtain()
+        .await
+        .unwrap();
+    let writer = writer.obtained().expect("the reader's ttl ends");
+    tokio::time::sleep(ms(50)).await;
+    assert!(
+        locker.read("k").try_obtain().await.unwrap().is_busy(),
+        "the writer holds"
+    );
+    assert_eq!(writer.release().await.unwrap(), ReleaseOutcome::Released);
+    drop(reader);
+}

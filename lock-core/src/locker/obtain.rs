@@ -321,20 +321,26 @@ impl Plan<'_> {
 
     /// Attempts until done; an exclusive wait that ends without the lock takes its writer's
     /// marker away (a release by its token), so readers need not wait for the marker's end.
+    ///
+    /// # Cancel safety
+    /// Dropped mid-wait, it sends that release from a task of its own (when a runtime is
+    /// there); an attempt still in flight may set the marker again after it, which then
+    /// lapses with the request's ttl.
     async fn wait_loop(&self) -> Result<Attempt<LockGuard>> {
         let queue = !self.mode.is_shared()
             && !self.wait.is_zero()
             && self.locker.backend.capabilities().shared;
+        let marker = Marker(queue.then(|| {
+            (
+                Arc::clone(&self.locker.backend),
+                self.key.clone(),
+                self.token,
+            )
+        }));
         let result = self.wait_attempts(queue).await;
-        if queue && !matches!(result, Ok(Attempt::Obtained(_))) {
-            let backend = &self.locker.backend;
-            if let Err(e) =
-                give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await
-            {
-                tracing::debug!(
-                    "could not take the writer's marker away, it lapses with its ttl: {e}"
-                );
-            }
+        match result {
+            Ok(Attempt::Obtained(_)) => marker.disarm(),
+            _ => marker.take_away().await,
         }
         result
     }
@@ -393,6 +399,43 @@ impl Plan<'_> {
                 }
                 None => tokio::time::sleep(delay).await,
             }
+        }
+    }
+}
+
+/// A waiting writer's marker that its wait may have left on the key: taken away (a
+/// release by the wait's token, which holds nothing then) when the wait ends without the
+/// lock, or from a task of its own if the wait is dropped; left alone once the lock is
+/// obtained (the grant took it away, and a release would free the lock).
+struct Marker(Option<(Arc<dyn crate::LockBackend>, Key, Token)>);
+
+impl Marker {
+    /// The wait obtained the lock: nothing to take away.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+
+    /// The wait ended without the lock: takes the marker away now.
+    async fn take_away(mut self) {
+        if let Some((backend, key, token)) = self.0.take() {
+            if let Err(e) = give_back_detached(&backend, &key, &token, GiveBack::AllHolds).await {
+                tracing::debug!(
+                    "could not take the writer's marker away, it lapses with its ttl: {e}"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        let Some((backend, key, token)) = self.0.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = give_back_detached(&backend, &key, &token, GiveBack::AllHolds).await;
+            });
         }
     }
 }
