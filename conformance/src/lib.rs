@@ -78,6 +78,7 @@
 //! `LOCK_CONFORMANCE_CASES` sets the number of random sequences of `model_sequences`
 //! (default 24, up to 24 steps each); raise it for deep runs.
 
+mod as_semaphore;
 mod check;
 mod harness;
 mod model;
@@ -88,6 +89,7 @@ pub mod faults;
 pub mod process;
 pub mod table;
 
+pub use as_semaphore::AsSemaphore;
 pub use async_trait::async_trait;
 pub use check::{CaseResult, Failure};
 pub use harness::{Faulty, Harness, NetworkFaults, Suite};

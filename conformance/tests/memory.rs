@@ -1,4 +1,5 @@
-//! The whole suite on the reference backend.
+//! The whole suite on the reference backend, and the mutex suite again through semaphores
+//! of one permit.
 
 use std::sync::Arc;
 
@@ -30,4 +31,16 @@ fn fastrand_u64() -> u64 {
     u64::from_le_bytes(token.as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
-lock_conformance::suite!("memory", Memory(MemoryBackend::new()));
+mod direct {
+    use super::*;
+    lock_conformance::suite!("memory", Memory(MemoryBackend::new()));
+}
+
+/// The mutex suite again, every lock one permit of a semaphore of 1.
+mod as_semaphore {
+    use super::*;
+    lock_conformance::suite!(
+        "memory",
+        lock_conformance::AsSemaphore(Memory(MemoryBackend::new()))
+    );
+}

@@ -1,4 +1,5 @@
-//! The whole conformance suite on the file backend, multi-process cases included.
+//! The whole conformance suite on the file backend, multi-process cases included, and the
+//! mutex suite again through semaphores of one permit.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -55,4 +56,13 @@ impl Harness for Files {
     }
 }
 
-lock_conformance::suite!("file", Files::new());
+mod direct {
+    use super::*;
+    lock_conformance::suite!("file", Files::new());
+}
+
+/// The mutex suite again, every lock one permit of a semaphore of 1.
+mod as_semaphore {
+    use super::*;
+    lock_conformance::suite!("file", lock_conformance::AsSemaphore(Files::new()));
+}

@@ -1,18 +1,5 @@
-//! The decisions for a key held shared: a semaphore's permits and read holds.
-//!
-//! - Admission: a shared request is admitted when the live shared weights plus its weight
-//!   fit the key's capacity, nobody holds the key exclusively, and no other writer's marker
-//!   lives. The admission gets its own fencing token from the key's counter and its own
-//!   ttl.
-//! - The first shared hold fixes the capacity while any shared hold (live, or expired
-//!   within its grace) is remembered; a request with another capacity is
-//!   [`Refusal::Capacity`].
-//! - A token that holds the key shared and asks again with the same weight is
-//!   `Reacquired`; with another weight, [`Refusal::Weight`]; exclusively, [`Refusal::Mode`].
-//! - An expired hold stays in the record, so that its late prolong or release is told
-//!   apart from a lost one, as long as its room is not taken: each admission keeps the
-//!   expired holds (oldest first) that still fit beside the live ones and drops the others.
-//! - A release that leaves no live hold starts the cooldown; any other ignores it.
+//! The decisions for a key held shared: a semaphore's permits and read holds (the rules
+//! are on [`Shared`]).
 
 use super::{
     cooling, count, give_up_waiting, hold_times, last_fencing, live_writer, next_fencing, nothing,
@@ -21,7 +8,21 @@ use super::{
 };
 use crate::{BusyReason, Fencing, Grace, Mode, ProlongOutcome, ReleaseOutcome, Ttl};
 
-/// The shared holds of a key, in [`State::Shared`].
+/// The shared holds of a key, in [`State::Shared`], and the rules that decide on them:
+///
+/// - Admission: a shared request is admitted when the live shared weights plus its weight
+///   fit the key's capacity, nobody holds the key exclusively, and no other writer's marker
+///   lives. The admission gets its own fencing token from the key's counter and its own
+///   ttl.
+/// - The first shared hold fixes the capacity while any shared hold (live, or expired
+///   within its grace) is remembered; a request with another capacity is
+///   [`Refusal::Capacity`].
+/// - A token that holds the key shared and asks again with the same weight is
+///   `Reacquired`; with another weight, [`Refusal::Weight`]; exclusively, [`Refusal::Mode`].
+/// - An expired hold stays in the record, so that its late prolong or release is told
+///   apart from a lost one, as long as its room is not taken: each admission keeps the
+///   expired holds (oldest first) that still fit beside the live ones and drops the others.
+/// - A release that leaves no live hold starts the cooldown; any other ignores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shared<T, H> {
     /// The capacity the first holder fixed ([`Mode::UNBOUNDED`] for read holds).

@@ -1,0 +1,163 @@
+//! The mutex suite again, through semaphores of one permit: [`AsSemaphore`] wraps a harness
+//! so that every exclusive obtain its backends receive becomes one permit of a semaphore
+//! of 1, and reads the answers back as the mutex's. A backend whose shared holds keep the
+//! contract passes the whole mutex suite this way too (madelson/DistributedLock's
+//! `TestingSemaphoreAsMutexProvider` is the idea).
+//!
+//! ```ignore
+//! mod as_semaphore {
+//!     lock_conformance::suite!("file", lock_conformance::AsSemaphore(Files::new()));
+//! }
+//! ```
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use lock_core::backend::{
+    Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
+use lock_core::{
+    Key, LockBackend, LockState, Mode, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
+};
+
+use crate::{Faulty, Harness};
+
+/// A harness whose backends hold every lock as one permit of a semaphore of 1. Their
+/// capabilities say no shared holds, so the shared cases (which ran on the backend itself)
+/// are skipped.
+pub struct AsSemaphore<H>(pub H);
+
+/// One permit of a semaphore of 1 for every exclusive obtain of `inner`.
+#[derive(Debug)]
+struct SemaphoreOfOne {
+    inner: Arc<dyn LockBackend>,
+}
+
+const ONE: Mode = Mode::Shared {
+    capacity: 1,
+    weight: 1,
+};
+
+/// A semaphore of 1's state as the mutex's: one live hold is `Held`.
+fn as_mutex(state: LockState) -> LockState {
+    match state {
+        LockState::Shared { holds, .. } => match <[_; 1]>::try_from(holds) {
+            Ok([h]) => LockState::Held {
+                holder: h.holder,
+                fencing: h.fencing,
+                remaining: h.remaining,
+                holds: h.holds,
+            },
+            Err(holds) => LockState::Shared {
+                capacity: 1,
+                holds,
+                writer_waiting: None,
+            },
+        },
+        other => other,
+    }
+}
+
+#[async_trait]
+impl LockBackend for SemaphoreOfOne {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().shared(false)
+    }
+
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        let req = match req.mode {
+            Mode::Exclusive => req.with_mode(ONE).with_queue(false),
+            Mode::Shared { .. } => req,
+        };
+        self.inner.obtain(req).await
+    }
+
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        self.inner.prolongate(req).await
+    }
+
+    async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
+        self.inner.prolongate_many(reqs).await
+    }
+
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.inner.release(req).await
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.inner.inspect(key).await.map(as_mutex)
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.inner.force_release(key).await.map(as_mutex)
+    }
+
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        self.inner.subscribe(key).await
+    }
+}
+
+/// The wrapped backends the harness made, with the inner ones its methods need.
+static MADE: Mutex<Vec<(usize, Arc<dyn LockBackend>)>> = Mutex::new(Vec::new());
+
+fn wrap(inner: Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
+    let outer: Arc<dyn LockBackend> = Arc::new(SemaphoreOfOne {
+        inner: Arc::clone(&inner),
+    });
+    let id = Arc::as_ptr(&outer).cast::<()>() as usize;
+    MADE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((id, inner));
+    outer
+}
+
+/// The backend `outer` wraps (itself when it is not one of ours).
+fn unwrap(outer: &Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
+    let id = Arc::as_ptr(outer).cast::<()>() as usize;
+    MADE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .rev()
+        .find(|(made, _)| *made == id)
+        .map_or_else(|| Arc::clone(outer), |(_, inner)| Arc::clone(inner))
+}
+
+#[async_trait]
+impl<H: Harness> Harness for AsSemaphore<H> {
+    async fn backend(&self) -> Arc<dyn LockBackend> {
+        wrap(self.0.backend().await)
+    }
+
+    async fn lose_data(&self, backend: &Arc<dyn LockBackend>) -> bool {
+        self.0.lose_data(&unwrap(backend)).await
+    }
+
+    async fn drop_connections(&self, backend: &Arc<dyn LockBackend>) -> bool {
+        self.0.drop_connections(&unwrap(backend)).await
+    }
+
+    async fn namespaced(&self, namespace: &str) -> Option<Arc<dyn LockBackend>> {
+        self.0.namespaced(namespace).await.map(wrap)
+    }
+
+    async fn behind_faults(&self) -> Option<Faulty> {
+        let faulty = self.0.behind_faults().await?;
+        Some(Faulty {
+            backend: wrap(faulty.backend),
+            direct: wrap(faulty.direct),
+            ..faulty
+        })
+    }
+
+    async fn shared_config(&self) -> Option<String> {
+        self.0.shared_config().await
+    }
+
+    async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {
+        wrap(self.0.connect(config).await)
+    }
+}

@@ -1,0 +1,247 @@
+//! The rules on their own: fencing floors and the shared holds' decisions.
+
+use super::*;
+
+#[test]
+fn fencing_never_goes_below_the_floor_nor_the_last_token() {
+    let ttl = Ttl::from_millis(1).unwrap();
+    let grace = Grace::or_ttl(None, ttl);
+    let free: Record<u8, ()> = Record::new(50, State::Free);
+    for (record, floor, want) in [(None, 10, 10), (Some(&free), 10, 51), (Some(&free), 90, 90)] {
+        let ask = Obtain {
+            token: &1,
+            holder: &(),
+            ttl,
+            grace,
+            fencing_floor: floor,
+            mode: Mode::Exclusive,
+            queue: false,
+        };
+        let got = obtain(record, Clock::millis(0), ask).outcome;
+        assert_eq!(
+            got,
+            Obtained::Acquired {
+                fencing: Fencing(want)
+            }
+        );
+    }
+}
+
+fn ask(token: &u8, mode: Mode, queue: bool) -> Obtain<'_, u8, ()> {
+    let ttl = Ttl::from_millis(1_000).unwrap();
+    Obtain {
+        token,
+        holder: &(),
+        ttl,
+        grace: Grace::or_ttl(None, ttl),
+        fencing_floor: 1,
+        mode,
+        queue,
+    }
+}
+
+/// Applies `d`'s write to `record`; returns the outcome.
+fn apply<O>(record: &mut Option<Record<u8, ()>>, d: Decision<O, u8, ()>) -> O {
+    if let Some(w) = d.write {
+        *record = Some(w);
+    }
+    d.outcome
+}
+
+fn release_into(record: &mut Option<Record<u8, ()>>, at: u64, token: u8) -> (ReleaseOutcome, Wake) {
+    let d = release(record.as_ref(), Clock::millis(at), &token, None);
+    let wake = d.wake;
+    (apply(record, d), wake)
+}
+
+fn obtain_into(
+    record: &mut Option<Record<u8, ()>>,
+    at: u64,
+    token: u8,
+    mode: Mode,
+    queue: bool,
+) -> String {
+    let d = obtain(record.as_ref(), Clock::millis(at), ask(&token, mode, queue));
+    let outcome = format!("{:?}", d.outcome);
+    let write = d.write;
+    if let Some(w) = write {
+        *record = Some(w);
+    }
+    outcome
+}
+
+const SEM3: fn(u32) -> Mode = |w| Mode::Shared {
+    capacity: 3,
+    weight: w,
+};
+
+#[test]
+fn a_semaphore_admits_up_to_its_capacity() {
+    let mut r = None;
+    assert!(obtain_into(&mut r, 0, 1, SEM3(2), false).starts_with("Acquired"));
+    assert!(obtain_into(&mut r, 0, 2, SEM3(1), false).starts_with("Acquired"));
+    let full = obtain_into(&mut r, 10, 3, SEM3(1), false);
+    assert!(
+        full.contains("Full") && full.contains("holders: 2"),
+        "{full}"
+    );
+    // The room opens when the first hold ends: both end at 1000, remaining 990 ms.
+    assert!(full.contains("990ms"), "{full}");
+    assert!(obtain_into(&mut r, 10, 3, SEM3(1), false).contains("Full"));
+    let refused = obtain_into(
+        &mut r,
+        10,
+        3,
+        Mode::Shared {
+            capacity: 4,
+            weight: 1,
+        },
+        false,
+    );
+    assert!(
+        refused.contains("Capacity { stored: 3, asked: 4 }"),
+        "{refused}"
+    );
+    assert!(obtain_into(&mut r, 10, 2, SEM3(2), false).contains("Weight"));
+    assert!(obtain_into(&mut r, 10, 2, SEM3(1), false).contains("Reacquired { holds: 2 }"));
+    // Token 1 releases its two permits: token 3 gets in, with a higher fencing token.
+    assert_eq!(release_into(&mut r, 20, 1).0, ReleaseOutcome::Released);
+    assert!(obtain_into(&mut r, 20, 3, SEM3(1), false).contains("Acquired { fencing: Fencing(3) }"));
+    // Every hold has its own lease: at 1000 token 2's holds end, token 3's (from 20) live.
+    // Token 2's reentrant obtain at 10 renewed it to 1010; token 3's runs to 1020.
+    let view = format!("{:?}", view(r.as_ref(), Clock::millis(1_012)));
+    assert!(
+        view.contains("holds: [((), Fencing(3), 8ms, 1, 1)]"),
+        "{view}"
+    );
+}
+
+#[test]
+fn readers_share_and_exclude_a_writer() {
+    let mut r = None;
+    assert!(obtain_into(&mut r, 0, 1, Mode::READ, false).starts_with("Acquired"));
+    assert!(obtain_into(&mut r, 0, 2, Mode::READ, false).starts_with("Acquired"));
+    let writer = obtain_into(&mut r, 0, 3, Mode::Exclusive, false);
+    assert!(
+        writer.contains("Shared") && writer.contains("holders: 2"),
+        "{writer}"
+    );
+    assert!(obtain_into(&mut r, 0, 1, Mode::Exclusive, false).contains("Refused(Mode"));
+    // Once both readers expire, the writer gets it, and their late calls are lost.
+    assert!(obtain_into(&mut r, 1_000, 3, Mode::Exclusive, false).starts_with("Acquired"));
+    let late = prolong(
+        r.as_ref(),
+        Clock::millis(1_001),
+        &1,
+        Ttl::from_millis(10).unwrap(),
+        Grace::or_ttl(None, Ttl::from_millis(10).unwrap()),
+    );
+    assert_eq!(late.outcome, ProlongOutcome::Lost);
+    let reader = obtain_into(&mut r, 1_001, 1, Mode::READ, false);
+    assert!(
+        reader.contains("Held") && reader.contains("holders: 1"),
+        "{reader}"
+    );
+    assert!(obtain_into(&mut r, 1_001, 3, Mode::READ, false).contains("Refused(Mode"));
+}
+
+#[test]
+fn a_waiting_writer_keeps_new_readers_out() {
+    let mut r = None;
+    assert!(obtain_into(&mut r, 0, 1, Mode::READ, false).starts_with("Acquired"));
+    // Without queueing, nothing is marked.
+    assert!(obtain_into(&mut r, 0, 9, Mode::Exclusive, false).contains("Shared"));
+    assert!(obtain_into(&mut r, 0, 2, Mode::READ, false).starts_with("Acquired"));
+    // Queueing, the writer leaves its marker for its ttl.
+    assert!(obtain_into(&mut r, 10, 9, Mode::Exclusive, true).contains("Shared"));
+    let kept_out = obtain_into(&mut r, 10, 3, Mode::READ, false);
+    assert!(
+        kept_out.contains("WriterWaiting") && kept_out.contains("1s"),
+        "{kept_out}"
+    );
+    // A second writer's queueing leaves the first one's marker alone.
+    assert!(obtain_into(&mut r, 20, 8, Mode::Exclusive, true).contains("Shared"));
+    assert_eq!(
+        r.as_ref().and_then(|r| r.writer.as_ref()).map(|w| w.token),
+        Some(9)
+    );
+    // Readers inside keep reentering; the marker outlives them; the writer gets in.
+    assert!(obtain_into(&mut r, 20, 1, Mode::READ, false).contains("Reacquired"));
+    for t in [1, 1, 2] {
+        let _ = release_into(&mut r, 30, t);
+    }
+    assert!(obtain_into(&mut r, 30, 3, Mode::READ, false).contains("WriterWaiting"));
+    assert!(obtain_into(&mut r, 40, 9, Mode::Exclusive, true).starts_with("Acquired"));
+    assert_eq!(
+        r.as_ref().and_then(|r| r.writer.as_ref()),
+        None,
+        "obtained: marker gone"
+    );
+    // One waiter is woken; a reader that gets in wakes the next, and so on.
+    assert_eq!(
+        release_into(&mut r, 50, 9),
+        (ReleaseOutcome::Released, Wake::One)
+    );
+    let d = obtain(r.as_ref(), Clock::millis(50), ask(&3, Mode::READ, false));
+    assert_eq!(
+        d.wake,
+        Wake::One,
+        "a shared admission wakes the next in line"
+    );
+    r = d.write;
+    // A writer that gives up takes its marker away; a dead one's lapses with its ttl.
+    assert!(obtain_into(&mut r, 60, 9, Mode::Exclusive, true).contains("Shared"));
+    assert_eq!(release_into(&mut r, 60, 9).0, ReleaseOutcome::Lost);
+    assert!(obtain_into(&mut r, 60, 4, Mode::READ, false).starts_with("Acquired"));
+    assert!(obtain_into(&mut r, 70, 9, Mode::Exclusive, true).contains("Shared"));
+    assert!(obtain_into(&mut r, 1_069, 5, Mode::READ, false).contains("WriterWaiting"));
+    assert!(obtain_into(&mut r, 1_070, 5, Mode::READ, false).starts_with("Acquired"));
+}
+
+#[test]
+fn an_expired_share_is_late_while_its_room_is_untaken() {
+    let two = |w| Mode::Shared {
+        capacity: 2,
+        weight: w,
+    };
+    let mut r = None;
+    let short = Ttl::from_millis(100).unwrap();
+    let long = Ttl::from_millis(10_000).unwrap();
+    let grace = Grace::or_ttl(None, long);
+    let d = obtain(
+        None,
+        Clock::millis(0),
+        Obtain {
+            ttl: short,
+            grace,
+            ..ask(&1, two(1), false)
+        },
+    );
+    let _ = apply(&mut r, d);
+    assert!(obtain_into(&mut r, 200, 2, two(1), false).starts_with("Acquired"));
+    let late = prolong(r.as_ref(), Clock::millis(300), &1, long, grace);
+    assert_eq!(late.outcome, ProlongOutcome::ProlongedLate);
+    let d = obtain(
+        None,
+        Clock::millis(0),
+        Obtain {
+            ttl: short,
+            grace,
+            ..ask(&1, two(1), false)
+        },
+    );
+    let mut r2 = None;
+    let _ = apply(&mut r2, d);
+    assert!(
+        obtain_into(&mut r2, 200, 2, two(2), false).starts_with("Acquired"),
+        "1's room taken"
+    );
+    assert_eq!(
+        prolong(r2.as_ref(), Clock::millis(300), &1, long, grace).outcome,
+        ProlongOutcome::Lost
+    );
+    assert_eq!(
+        release(r2.as_ref(), Clock::millis(300), &1, None).outcome,
+        ReleaseOutcome::Lost
+    );
+}
