@@ -51,7 +51,7 @@ impl Clock {
 
 /// What a backend stores for a key, whatever its encoding. `T` is how the backend stores the
 /// owner token (the [`Token`](crate::backend::Token) itself, its hex, a digest), `H` the
-/// holder info ([`HolderInfo`], or its JSON).
+/// holder info ([`HolderInfo`](crate::HolderInfo), or its JSON).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record<T, H> {
     /// The key's last fencing token: kept while the record is free or cooling, so that the
