@@ -60,7 +60,7 @@ pub struct Record<T, H> {
     /// Held, shared, cooling or free.
     pub state: State<T, H>,
     /// A waiting writer's marker: while it lives, new shared holds stay out. Only an
-    /// exclusive obtain that was busy and asked to queue ([`Obtain::queue`]) leaves one; a
+    /// exclusive obtain that was busy and asked to queue ([`Obtain::queue`](super::Obtain::queue)) leaves one; a
     /// backend that keeps no shared holds never sees one.
     pub writer: Option<Writer<T>>,
 }
