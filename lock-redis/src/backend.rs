@@ -244,15 +244,22 @@ impl LockBackend for RedisBackend {
             Engine::Lua(lua) if !lua.link.is_cluster() => Self::BATCH,
             _ => 1,
         };
+        // Shared holds: the WATCH variant decides with lock-core's rules; the Lua script
+        // keeps exclusive locks only so far.
+        let shared = matches!(self.inner.engine, Engine::Watch(_));
         Capabilities::none()
             .cross_process(true)
             .cross_host(true)
             .release_notification(true)
             .prolong_batch(batch)
+            .shared(shared)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        req.exclusive_only(self.name())?;
+        if !self.capabilities().shared {
+            req.exclusive_only(self.name())?;
+        }
+        req.mode.check()?;
         let holder_json = serde_json::to_string(req.holder).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
@@ -266,6 +273,8 @@ impl LockBackend for RedisBackend {
             ttl: req.ttl,
             grace: self.grace_for(req.ttl),
             holder_json: &holder_json,
+            mode: req.mode,
+            queue: req.queue,
         };
         match self.run(req.key, request).await? {
             Reply::Obtain(o) => Ok(o),

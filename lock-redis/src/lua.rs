@@ -70,6 +70,7 @@ impl Lua {
                 ttl,
                 grace,
                 holder_json,
+                ..
             } => cmd
                 .arg("obtain")
                 .arg(token.digest())

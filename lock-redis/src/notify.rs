@@ -8,7 +8,9 @@
 //! `subscribe` returns only once the server confirmed the `SUBSCRIBE`, so a release
 //! published after that point reaches the waiter.
 //! A message wakes *one* waiter of the process, in turn (`lock_core::backend::Waiters`): only one
-//! can win the lock. Waiters on one key share one server subscription; a channel nobody
+//! can win the lock; a message `all` (shared holds or a writer's marker were involved, see
+//! `rules::Wake`) wakes every waiter of the key. Waiters on one key share one server
+//! subscription; a channel nobody
 //! waits on any more is unsubscribed with the next subscription change.
 //!
 //! When the pub/sub connection drops, every waiter is woken (a release may have been missed,
@@ -97,7 +99,10 @@ impl Sharded {
                 _ => String::new(),
             };
             match push.kind {
-                PushKind::SMessage | PushKind::Message => waiters.wake_one(&channel),
+                PushKind::SMessage | PushKind::Message => match push.data.get(1) {
+                    Some(Value::BulkString(b)) if b == b"all" => waiters.wake_key(&channel),
+                    _ => waiters.wake_one(&channel),
+                },
                 PushKind::Disconnection => {
                     lock(&state).subscribed.clear();
                     waiters.wake_all();
@@ -329,7 +334,11 @@ fn connect(pipe: &Pipe) -> futures_util::future::BoxFuture<'_, Result<PubSubSink
                     _ = pipe.closed.changed() => return,
                 };
                 let Some(msg) = msg else { break };
-                pipe.waiters.wake_one(msg.get_channel_name());
+                // "all": shared holds or a writer's marker were involved (`rules::Wake`).
+                match msg.get_payload_bytes() {
+                    b"all" => pipe.waiters.wake_key(msg.get_channel_name()),
+                    _ => pipe.waiters.wake_one(msg.get_channel_name()),
+                }
             }
             // The connection is gone: messages may have been missed, so wake everyone. (Behind
             // Sentinel the next connection asks for the primary again: it may have moved.)

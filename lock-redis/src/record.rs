@@ -3,9 +3,18 @@
 //! The format is that of `scripts/lock.lua` (whose header documents it), so the two variants
 //! share records and exclude each other on one server. The decisions on a record are
 //! `lock_core::backend::rules`, run with the server's clock in milliseconds.
+//!
+//! Shared holds (semaphores, read locks) and a waiting writer's marker, which only the
+//! WATCH variant keeps so far, are written as `v2|` followed by JSON:
+//! `{"fencing":N,"state":"shared","capacity":C,"holds":[{"token","holder","holds","expires",
+//! "forget","fencing","weight"}],"writer":{"token","until"}}` (`"state"` may also be
+//! `free`, `cooling` with `until`, or `held` with `hold`, when only a marker needs the
+//! second form). Every other record stays `v1`, so the mutex path and the Lua script are
+//! unchanged; the script answers a `v2` record `Corrupt` until it keeps shared holds too.
 
-use lock_core::backend::rules::{self, Hold, State};
+use lock_core::backend::rules::{self, Hold, Share, Shared, State, Writer};
 use lock_core::{HolderInfo, Operation, Result};
+use serde::{Deserialize, Serialize};
 
 use crate::error::corrupt;
 
@@ -33,6 +42,9 @@ pub(crate) fn decode(
             format!("{name} is a string but not a lock record"),
         )
     };
+    if let Some(json) = raw.strip_prefix("v2|") {
+        return decode_v2(json).ok_or_else(bad);
+    }
     let mut f = raw.splitn(8, '|');
     if f.next() != Some("v1") {
         return Err(bad());
@@ -76,14 +88,13 @@ pub(crate) fn decode(
     Ok(rules::Record::new(fencing, state))
 }
 
-/// The record's text, as the script writes it at server time `now_ms`. A writer's marker
-/// is not kept: this backend keeps no shared holds, which are all a marker keeps out.
-///
-/// # Errors
-/// [`ErrorKind::InvalidInput`](lock_core::ErrorKind::InvalidInput) for shared holds, which
-/// this backend does not keep (it refuses shared requests before deciding).
+/// The record's text at server time `now_ms`: `v1` as the script writes it, or `v2` with
+/// shared holds or a writer's marker.
 pub(crate) fn encode(r: &Stored, now_ms: u64) -> Result<String> {
     let fencing = r.fencing;
+    if r.writer.is_some() || matches!(r.state, State::Shared(_)) {
+        return Ok(encode_v2(r));
+    }
     Ok(match &r.state {
         State::Free => format!("v1|free||{fencing}|0|{now_ms}|{now_ms}|"),
         State::Cooling { until } => format!("v1|cooling||{fencing}|0|{until}|{until}|"),
@@ -91,21 +102,151 @@ pub(crate) fn encode(r: &Stored, now_ms: u64) -> Result<String> {
             "v1|held|{}|{fencing}|{}|{}|{}|{}",
             h.token, h.holds, h.expires, h.forget, h.holder
         ),
-        State::Shared(_) => {
-            return Err(lock_core::Error::new(
-                lock_core::ErrorKind::InvalidInput,
-                crate::RedisBackend::WATCH_NAME,
-                Operation::Obtain,
-                "the Redis backend keeps exclusive locks only, not semaphores or read locks",
-            ))
-        }
+        State::Shared(_) => encode_v2(r),
+    })
+}
+
+/// One hold in a `v2` record.
+#[derive(Serialize, Deserialize)]
+struct V2Hold {
+    token: String,
+    holder: String,
+    holds: u32,
+    expires: u64,
+    forget: u64,
+}
+
+/// One shared hold in a `v2` record.
+#[derive(Serialize, Deserialize)]
+struct V2Share {
+    #[serde(flatten)]
+    hold: V2Hold,
+    fencing: u64,
+    weight: u32,
+}
+
+/// The state of a `v2` record.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+enum V2State {
+    Free,
+    Cooling { until: u64 },
+    Held { hold: V2Hold },
+    Shared { capacity: u32, holds: Vec<V2Share> },
+}
+
+/// A waiting writer's marker in a `v2` record.
+#[derive(Serialize, Deserialize)]
+struct V2Writer {
+    token: String,
+    until: u64,
+}
+
+/// A `v2` record.
+#[derive(Serialize, Deserialize)]
+struct V2 {
+    fencing: u64,
+    #[serde(flatten)]
+    state: V2State,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    writer: Option<V2Writer>,
+}
+
+fn v2_hold(h: &Hold<String, String>) -> V2Hold {
+    V2Hold {
+        token: h.token.clone(),
+        holder: h.holder.clone(),
+        holds: h.holds,
+        expires: h.expires,
+        forget: h.forget,
+    }
+}
+
+fn encode_v2(r: &Stored) -> String {
+    let state = match &r.state {
+        State::Free => V2State::Free,
+        State::Cooling { until } => V2State::Cooling { until: *until },
+        State::Held(h) => V2State::Held { hold: v2_hold(h) },
+        State::Shared(s) => V2State::Shared {
+            capacity: s.capacity,
+            holds: s
+                .holds
+                .iter()
+                .map(|sh| V2Share {
+                    hold: v2_hold(&sh.hold),
+                    fencing: sh.fencing,
+                    weight: sh.weight,
+                })
+                .collect(),
+        },
+    };
+    let v2 = V2 {
+        fencing: r.fencing,
+        state,
+        writer: r.writer.as_ref().map(|w| V2Writer {
+            token: w.token.clone(),
+            until: w.until,
+        }),
+    };
+    // Plain data with string keys: serializing cannot fail.
+    format!("v2|{}", serde_json::to_string(&v2).unwrap_or_default())
+}
+
+/// Decodes a `v2` record's JSON; `None` for anything else (tokens must be hex, as in v1).
+fn decode_v2(json: &str) -> Option<Stored> {
+    let v2: V2 = serde_json::from_str(json).ok()?;
+    let hex = |t: &str| t.bytes().all(|b| b.is_ascii_hexdigit());
+    let hold = |h: V2Hold| {
+        hex(&h.token).then_some(Hold {
+            token: h.token,
+            holder: h.holder,
+            holds: h.holds,
+            expires: h.expires,
+            forget: h.forget,
+        })
+    };
+    let state = match v2.state {
+        V2State::Free => State::Free,
+        V2State::Cooling { until } => State::Cooling { until },
+        V2State::Held { hold: h } => State::Held(hold(h)?),
+        V2State::Shared { capacity, holds } => State::Shared(Shared {
+            capacity,
+            holds: holds
+                .into_iter()
+                .map(|sh| {
+                    Some(Share {
+                        hold: hold(sh.hold)?,
+                        fencing: sh.fencing,
+                        weight: sh.weight,
+                    })
+                })
+                .collect::<Option<_>>()?,
+        }),
+    };
+    let writer = match v2.writer {
+        Some(w) if hex(&w.token) => Some(Writer {
+            token: w.token,
+            until: w.until,
+        }),
+        Some(_) => return None,
+        None => None,
+    };
+    Some(rules::Record {
+        fencing: v2.fencing,
+        state,
+        writer,
     })
 }
 
 /// How long the key is kept (its `PX`): a held record to the end of its grace period, a
-/// cooling one to the end of the cooldown, a free one [`FREE_KEEP_MS`].
+/// cooling one to the end of the cooldown, a free one [`FREE_KEEP_MS`]; and at least to the
+/// end of a writer's marker.
 pub(crate) fn keep_ms(r: &Stored, now_ms: u64) -> u64 {
-    match &r.state {
+    let marker = r
+        .writer
+        .as_ref()
+        .map_or(0, |w| w.until.saturating_sub(now_ms));
+    let state = match &r.state {
         State::Free => FREE_KEEP_MS,
         State::Cooling { until } => until.saturating_sub(now_ms).max(1),
         State::Held(h) => h.forget.saturating_sub(now_ms).max(1),
@@ -117,7 +258,8 @@ pub(crate) fn keep_ms(r: &Stored, now_ms: u64) -> u64 {
             .unwrap_or(now_ms)
             .saturating_sub(now_ms)
             .max(1),
-    }
+    };
+    state.max(marker)
 }
 
 /// Holder info stored as JSON in the record.
@@ -136,6 +278,57 @@ mod tests {
     use super::*;
 
     include!("../tests/support/records.rs");
+
+    #[test]
+    fn shared_records_and_markers_round_trip_as_v2() {
+        let hold = |token: &str, expires| Hold {
+            token: token.to_owned(),
+            holder: r#"{"host":"a|b","pid":1}"#.to_owned(),
+            holds: 2,
+            expires,
+            forget: expires + 10,
+        };
+        let shared = rules::Record {
+            fencing: 9,
+            state: State::Shared(Shared {
+                capacity: 3,
+                holds: vec![Share {
+                    hold: hold("ab", 20),
+                    fencing: 8,
+                    weight: 2,
+                }],
+            }),
+            writer: Some(Writer {
+                token: "cd".to_owned(),
+                until: 40,
+            }),
+        };
+        let marked = rules::Record {
+            state: State::Held(hold("ef", 30)),
+            ..shared.clone()
+        };
+        for record in [shared, marked] {
+            let text = encode(&record, 5).unwrap();
+            assert!(text.starts_with("v2|{"), "{text}");
+            assert_eq!(decode("t", Operation::Inspect, "k", &text).unwrap(), record);
+            assert_eq!(keep_ms(&record, 5), 35, "kept to the marker's end");
+        }
+        let plain = rules::Record::new(9, State::Held(hold("ef", 30)));
+        assert!(encode(&plain, 5)
+            .unwrap()
+            .starts_with("v1|held|ef|9|2|30|40|"));
+        for junk in [
+            "v2|",
+            "v2|{}",
+            r#"v2|{"fencing":1,"state":"held","hold":{"token":"zz","holder":"","holds":1,"expires":1,"forget":1}}"#,
+            r#"v2|{"fencing":1,"state":"free","writer":{"token":"not hex","until":1}}"#,
+        ] {
+            assert!(
+                decode("t", Operation::Inspect, "k", junk).is_err(),
+                "{junk}"
+            );
+        }
+    }
 
     #[test]
     fn records_round_trip_and_junk_is_corrupt() {

@@ -1,7 +1,7 @@
 //! One operation of the contract as both variants receive it, and its answer.
 
 use lock_core::backend::{Grace, Token};
-use lock_core::{LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Ttl};
+use lock_core::{LockState, Mode, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Ttl};
 
 /// What to do to one lock.
 pub(crate) enum Request<'a> {
@@ -10,6 +10,10 @@ pub(crate) enum Request<'a> {
         ttl: Ttl,
         grace: Grace,
         holder_json: &'a str,
+        /// Exclusive, or shared (the WATCH variant only; the Lua one refuses it before).
+        mode: Mode,
+        /// Leave a writer's marker when busy.
+        queue: bool,
     },
     Prolong {
         token: &'a Token,

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use lock_core::backend::rules;
+use lock_core::backend::rules::{self, Wake};
 use lock_core::{Error, ErrorKind, Operation, Result};
 
 use std::sync::Arc;
@@ -236,12 +236,14 @@ fn decide(
     let clock = rules::Clock::millis(s.now_ms);
     let rec = s.record.as_ref();
     let holder = |json: &String| parse_holder(NAME, op, json);
-    let (reply, write) = match req {
+    let (reply, write, wake) = match req {
         Request::Obtain {
             token,
             ttl,
             grace,
             holder_json,
+            mode,
+            queue,
         } => {
             let ask = rules::Obtain {
                 token: &token.digest(),
@@ -251,28 +253,32 @@ fn decide(
                 // Never below the server clock in µs: tokens keep growing after the record
                 // is gone.
                 fencing_floor: s.now_us,
-                mode: lock_core::Mode::Exclusive,
-                queue: false,
+                mode: *mode,
+                queue: *queue,
             };
             let d = rules::obtain(rec, clock, ask);
             let reply = Reply::Obtain(d.outcome.try_into_outcome(*ttl, NAME, holder)?);
-            (reply, d.write)
+            (reply, d.write, d.wake)
         }
         Request::Prolong { token, ttl, grace } => {
             let d = rules::prolong(rec, clock, &token.digest(), *ttl, *grace);
-            (Reply::Prolong(d.outcome), d.write)
+            (Reply::Prolong(d.outcome), d.write, d.wake)
         }
         Request::Release { token, delay } => {
             let d = rules::release(rec, clock, &token.digest(), *delay);
-            (Reply::Release(d.outcome), d.write)
+            (Reply::Release(d.outcome), d.write, d.wake)
         }
         Request::Inspect => {
             let state = rules::view(rec, clock).try_into_state(holder)?;
-            (Reply::State(state), None)
+            (Reply::State(state), None, Wake::Nobody)
         }
         Request::Force => {
             let d = rules::force(rec, clock);
-            (Reply::State(d.outcome.try_into_state(holder)?), d.write)
+            (
+                Reply::State(d.outcome.try_into_state(holder)?),
+                d.write,
+                d.wake,
+            )
         }
     };
     let Some(write) = write else {
@@ -286,9 +292,16 @@ fn decide(
         .arg("PX")
         .arg(record::keep_ms(&write, s.now_ms))
         .ignore();
-    // A write that ends a hold (a release, a forced release) wakes the key's waiters.
-    if !matches!(write.state, rules::State::Held(_)) {
-        tx.cmd(publish).arg(&keys.channel).arg("released").ignore();
+    // A write that frees room wakes the key's waiters: one of them ("released"), or all
+    // ("all": shared holds or a writer's marker were involved; see `rules::Wake`).
+    match wake {
+        Wake::Nobody => {}
+        Wake::One => {
+            tx.cmd(publish).arg(&keys.channel).arg("released").ignore();
+        }
+        Wake::All => {
+            tx.cmd(publish).arg(&keys.channel).arg("all").ignore();
+        }
     }
     Ok((Some(tx), reply))
 }

@@ -41,3 +41,13 @@ mod sentinel_watch {
     use super::*;
     lock_conformance::suite!("redis-watch", Redis::sentinel(Variant::Watch));
 }
+
+/// The mutex suite again on the WATCH variant, every lock one permit of a semaphore of 1
+/// (a `v2` record): its shared holds keep the mutex's contract.
+mod watch_as_semaphore {
+    use super::*;
+    lock_conformance::suite!(
+        "redis-watch",
+        lock_conformance::AsSemaphore(Redis::new(Variant::Watch))
+    );
+}
