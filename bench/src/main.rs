@@ -27,6 +27,9 @@
 //! - **where a Redis cycle's time goes**: the raw cycles and the project's, at 1 and 64
 //!   tasks, once more each, with the CPU per cycle of this process (`/proc/self/stat`) and
 //!   of the Redis server (`INFO cpu`): which side bounds the rate.
+//! - **shared holds**: a read hold's and one permit of a semaphore of 8's
+//!   `try_obtain()`+release cycles, next to the mutex's `try_obtain()`+release of the same
+//!   rounds, on the backends that keep shared holds (memory, file, redis-watch).
 //! - **handoff**: 2, 8 and 32 waiters on one key; from the holder's release call to the next
 //!   holder's `Acquired`, woken by the backend's notification or by polling alone, with
 //!   the obtain attempts per acquisition.
@@ -53,9 +56,11 @@ static ALLOCATOR: alloc::Counting = alloc::Counting;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockBackend, Locker, MemoryBackend, Retry};
+use lock_core::{LockBackend, Locker, MemoryBackend, Mode, Retry};
 use lock_file::FileBackend;
-use test_servers::bench::{backend_cycles, handoff, locker_cycles, rounds, run, runtime, Run};
+use test_servers::bench::{
+    backend_cycles, handoff, locker_cycles, mode_cycles, rounds, run, runtime, Run,
+};
 
 use report::Table;
 use test_servers::locks::Counting;
@@ -172,6 +177,7 @@ async fn memory(table: &mut Table, size: Size) {
         );
     }
     if !size.watched_only {
+        shared_holds(table, "memory", &locker, size).await;
         handoffs(table, "memory", backend, size).await;
     }
     watched(
@@ -214,9 +220,52 @@ async fn file(table: &mut Table, size: Size) {
         );
     }
     if !size.watched_only {
+        shared_holds(table, "file", &locker, size).await;
         handoffs(table, "file", backend.clone(), size).await;
     }
     watched(table, "file", backend, size, None, || async { None }).await;
+}
+
+/// A read hold's and a semaphore permit's (of 8) try_obtain()+release cycles next to the
+/// mutex's of the same rounds.
+pub(crate) async fn shared_holds(table: &mut Table, name: &str, locker: &Locker, size: Size) {
+    const SEMAPHORE: Mode = Mode::Shared {
+        capacity: 8,
+        weight: 1,
+    };
+    for tasks in CONCURRENCY {
+        let [mutex, read, semaphore] = rounds(size.rounds, async || {
+            let cycles = |mode: Mode| {
+                let locker = locker.clone();
+                run(tasks, size.cycles, move |p, n| {
+                    mode_cycles(locker.clone(), p, n, mode)
+                })
+            };
+            [
+                cycles(Mode::Exclusive).await,
+                cycles(Mode::READ).await,
+                cycles(SEMAPHORE).await,
+            ]
+        })
+        .await;
+        let baseline = "the mutex's try_obtain()+release, same rounds";
+        table.cycles(
+            name,
+            "read: try_obtain()+release",
+            tasks,
+            baseline,
+            mutex,
+            read,
+        );
+        table.cycles(
+            name,
+            "semaphore of 8: try_obtain()+release",
+            tasks,
+            baseline,
+            mutex,
+            semaphore,
+        );
+    }
 }
 
 /// `cycles` obtain+release cycles through `locker` by `tasks` tasks: `obtain()` when

@@ -9,7 +9,7 @@ use lock_redis::{RedisBackend, Variant};
 use test_servers::bench::{rounds, run};
 
 use crate::report::Table;
-use crate::{baselines, cpu, handoffs, through, watched, Size, CONCURRENCY};
+use crate::{baselines, cpu, handoffs, shared_holds, through, watched, Size, CONCURRENCY};
 
 pub(crate) async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
@@ -127,6 +127,7 @@ pub(crate) async fn redis(table: &mut Table, size: Size, url: &str) -> Result<()
             table.cpu(what, tasks, split);
         }
     }
+    shared_holds(table, "redis-watch", &watch_locker, size).await;
     handoffs(table, "redis-lua", lua.clone(), size).await;
     handoffs(table, "redis-watch", watch, size).await;
     redis_watched(table, size, lua, raw).await

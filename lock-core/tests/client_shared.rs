@@ -305,3 +305,56 @@ async fn a_writer_that_obtains_after_waiting_keeps_its_lock() {
     assert_eq!(writer.release().await.unwrap(), ReleaseOutcome::Released);
     drop(reader);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_mutex_handoff_on_a_backend_with_shared_holds_wakes_one_waiter_per_release() {
+    // Eight waiters behind a holder, a 20 s fallback poll: each release must wake one of
+    // them. Each waiter makes two attempts before it waits (the first, and one right after
+    // subscribing), then one per wake-up: 8 x 2 + 8 = 24. A writer's marker left behind an
+    // exclusive holder made every release wake all of them: 16 + 8 + 7 + ... + 1 = 52.
+    let counting = Arc::new(test_servers::locks::Counting::new(Arc::new(
+        MemoryBackend::new(),
+    )));
+    let locker =
+        Locker::new(counting.clone()).with_retry(Retry::linear(Duration::from_secs(20)).notified());
+    let first = locker
+        .lock("herd")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let before = counting.obtains();
+    let mut waiters = Vec::new();
+    for _ in 0..8 {
+        let locker = locker.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = locker
+                .lock("herd")
+                .wait(Duration::from_secs(60))
+                .obtain()
+                .await;
+            let guard = guard
+                .unwrap()
+                .obtained()
+                .expect("each waiter gets its turn");
+            tokio::time::sleep(ms(20)).await;
+            assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+        }));
+    }
+    tokio::time::sleep(ms(20)).await;
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let started = tokio::time::Instant::now();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a release reached no waiter"
+    );
+    let attempts = counting.obtains() - before;
+    assert!(
+        attempts <= 28,
+        "{attempts} attempts for 8 handoffs: releases wake more than one waiter"
+    );
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::backend::{ObtainRequest, ReleaseRequest, Token};
 use lock_core::{
-    Attempt, HolderInfo, Key, LockBackend, Locker, ObtainOutcome, ReleaseOutcome, Retry, Ttl,
+    Attempt, HolderInfo, Key, LockBackend, Locker, Mode, ObtainOutcome, ReleaseOutcome, Retry, Ttl,
 };
 
 /// The runtime of every bench: two worker threads, like the 2-core machines CI runs on.
@@ -81,6 +81,38 @@ pub async fn locker_cycles(
             lock.try_obtain().await
         };
         let guard = got.expect("obtain").obtained().expect("a free key");
+        assert_eq!(
+            guard.release().await.expect("release"),
+            ReleaseOutcome::Released
+        );
+        times.push(started.elapsed());
+    }
+    times
+}
+
+/// As [`locker_cycles`] without waiting, in `mode`: the mutex (`lock`), a read hold
+/// (`read`) or one permit of a semaphore (`semaphore(key, capacity)`), so that the shared
+/// holds' cycles sit next to the mutex's of the same run.
+pub async fn mode_cycles(locker: Locker, prefix: String, n: usize, mode: Mode) -> Vec<Duration> {
+    let keys: Vec<String> = (0..64).map(|i| format!("{prefix}{i}")).collect();
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let key = &keys[i % keys.len()];
+        let lock = match mode {
+            Mode::Exclusive => locker.lock(key),
+            Mode::Shared {
+                capacity: Mode::UNBOUNDED,
+                ..
+            } => locker.read(key),
+            Mode::Shared { capacity, .. } => locker.semaphore(key, capacity),
+        };
+        let guard = lock
+            .try_obtain()
+            .await
+            .expect("obtain")
+            .obtained()
+            .expect("a free key");
         assert_eq!(
             guard.release().await.expect("release"),
             ReleaseOutcome::Released

@@ -164,9 +164,9 @@ fn writer_after<T: Clone + PartialEq, H>(
 /// Exclusive (the mutex):
 /// - Cooling: `Busy` with no holder and the remaining cooldown.
 /// - Live and `token`'s: `Reacquired`, one more hold, the ttl reset, the fencing kept.
-/// - Live and another's, or live shared holds: `Busy` with the holder whose end opens the
-///   key and its remaining ttl; with [`Obtain::queue`], a writer's marker for `ttl` (unless
-///   another writer's marker lives).
+/// - Live and another's: `Busy` with the holder and its remaining ttl.
+/// - Live shared holds: `Busy` with the hold that ends last and its remaining ttl; with
+///   [`Obtain::queue`], a writer's marker for `ttl` (unless another writer's marker lives).
 /// - Free, expired (whoever held it) or past its grace: `Acquired` with one hold and the
 ///   fencing token `max(last + 1, fencing_floor)`.
 ///
@@ -187,14 +187,11 @@ fn obtain_exclusive<'r, T: Clone + PartialEq, H: Clone>(
     clock: Clock,
     ask: Obtain<'_, T, H>,
 ) -> Decision<Obtained<'r, H>, T, H> {
-    let busy = |hold: &'r Hold<T, H>, reason, holders| {
-        let outcome = Obtained::Busy {
-            holder: Some(&hold.holder),
-            remaining: clock.until(hold.expires),
-            reason,
-            holders,
-        };
-        mark_writer(record, clock, &ask, outcome)
+    let busy = |hold: &'r Hold<T, H>, reason, holders| Obtained::Busy {
+        holder: Some(&hold.holder),
+        remaining: clock.until(hold.expires),
+        reason,
+        holders,
     };
     match phase(record, clock) {
         Phase::Live(hold) if hold.token == *ask.token => {
@@ -213,7 +210,11 @@ fn obtain_exclusive<'r, T: Clone + PartialEq, H: Clone>(
                 wake: Wake::Nobody,
             }
         }
-        Phase::Live(hold) => busy(hold, BusyReason::Held, 1),
+        // Behind another exclusive holder no marker: readers are kept out by the holder
+        // anyway, and a marker would make its release wake every waiter (a mutex's waiters
+        // would all come at once). Should readers win the race after the release, the next
+        // busy attempt, behind them, marks.
+        Phase::Live(hold) => nothing(busy(hold, BusyReason::Held, 1)),
         Phase::Shared(s) => {
             let live = s.live(clock);
             if let Some(own) = live.iter().find(|sh| sh.hold.token == *ask.token) {
@@ -224,7 +225,10 @@ fn obtain_exclusive<'r, T: Clone + PartialEq, H: Clone>(
                 return nothing(Obtained::Refused(Refusal::Mode { held }));
             }
             match live.iter().max_by_key(|sh| sh.hold.expires) {
-                Some(last) => busy(&last.hold, BusyReason::Shared, count(live.len())),
+                Some(last) => {
+                    let outcome = busy(&last.hold, BusyReason::Shared, count(live.len()));
+                    mark_writer(record, clock, &ask, outcome)
+                }
                 None => acquire_exclusive(record, clock, ask),
             }
         }

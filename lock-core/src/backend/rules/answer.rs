@@ -68,9 +68,9 @@ pub struct Obtain<'a, T, H> {
     pub fencing_floor: u64,
     /// Exclusive, or shared with a capacity and a weight.
     pub mode: Mode,
-    /// The caller waits and will ask again: an exclusive request that is busy leaves a
-    /// writer's marker for `ttl`, which keeps new shared holds out until the caller
-    /// obtains, gives up (a release by its token) or stops asking.
+    /// The caller waits and will ask again: an exclusive request that is busy because of
+    /// shared holds leaves a writer's marker for `ttl`, which keeps new shared holds out until
+    /// the caller obtains, gives up (a release by its token) or stops asking.
     pub queue: bool,
 }
 
