@@ -177,14 +177,33 @@ pub async fn multiprocess_exclusion(suite: &Suite) -> CaseResult {
     let Some(config) = shared_config(suite).await? else {
         return Ok(());
     };
+    let sections = contend(suite, &config, "multiprocess", "contend", PROCESSES, ROUNDS).await?;
+    if let Some((a, b)) = find_overlap(&sections) {
+        return Err(Failure(format!(
+            "two processes held the lock at once: {a:?} and {b:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `processes` workers of `mode` on `key`, `rounds` each, and gathers the critical
+/// sections they logged (all of them, or a failure saying what is missing).
+async fn contend(
+    suite: &Suite,
+    config: &str,
+    key: &str,
+    mode: &str,
+    processes: usize,
+    rounds: usize,
+) -> Result<Vec<Section>, Failure> {
     let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
     let mut children = Vec::new();
-    for i in 0..PROCESSES {
+    for i in 0..processes {
         let job = Job {
-            config: config.clone(),
-            key: "multiprocess".into(),
-            mode: "contend".into(),
-            rounds: ROUNDS,
+            config: config.to_owned(),
+            key: key.into(),
+            mode: mode.into(),
+            rounds,
             ttl_ms: 30_000,
             out: dir.path().join(format!("worker-{i}.log")),
         };
@@ -200,17 +219,12 @@ pub async fn multiprocess_exclusion(suite: &Suite) -> CaseResult {
         sections.extend(parse(&out)?);
     }
     ensure!(
-        sections.len() == PROCESSES * ROUNDS,
+        sections.len() == processes * rounds,
         "{} sections logged, expected {}",
         sections.len(),
-        PROCESSES * ROUNDS
+        processes * rounds
     );
-    if let Some((a, b)) = find_overlap(&sections) {
-        return Err(Failure(format!(
-            "two processes held the lock at once: {a:?} and {b:?}"
-        )));
-    }
-    Ok(())
+    Ok(sections)
 }
 
 /// The permits of the semaphore [`multiprocess_semaphore_stays_within_its_permits`]'s
@@ -234,34 +248,15 @@ pub async fn multiprocess_semaphore_stays_within_its_permits(suite: &Suite) -> C
     let Some(config) = shared_config(suite).await? else {
         return Ok(());
     };
-    let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
-    let mut children = Vec::new();
-    for i in 0..PROCESSES {
-        let job = Job {
-            config: config.clone(),
-            key: "multiprocess-semaphore".into(),
-            mode: "semaphore".into(),
-            rounds: ROUNDS,
-            ttl_ms: 30_000,
-            out: dir.path().join(format!("worker-{i}.log")),
-        };
-        children.push((spawn(suite, &job)?, job.out));
-    }
-    let mut sections = Vec::new();
-    for (mut child, out) in children {
-        let status = tokio::time::timeout(Duration::from_secs(300), child.wait())
-            .await
-            .map_err(|_| Failure("a worker did not finish within 300 s".into()))?
-            .map_err(|e| Failure(format!("waiting for a worker: {e}")))?;
-        ensure!(status.success(), "a worker failed: {status}");
-        sections.extend(parse(&out)?);
-    }
-    ensure!(
-        sections.len() == PROCESSES * ROUNDS,
-        "{} sections logged, expected {}",
-        sections.len(),
-        PROCESSES * ROUNDS
-    );
+    let sections = contend(
+        suite,
+        &config,
+        "multiprocess-semaphore",
+        "semaphore",
+        PROCESSES,
+        ROUNDS,
+    )
+    .await?;
     let mut tokens: Vec<Fencing> = sections.iter().map(|s| s.fencing).collect();
     tokens.sort();
     tokens.dedup();

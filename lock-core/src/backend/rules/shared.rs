@@ -62,6 +62,29 @@ impl<T, H> Shared<T, H> {
         self.live(clock).iter().map(|s| u64::from(s.weight)).sum()
     }
 
+    /// The holds, `token`'s changed by `change`.
+    fn with_own(
+        &self,
+        token: &T,
+        mut change: impl FnMut(&Hold<T, H>) -> Hold<T, H>,
+    ) -> Vec<Share<T, H>>
+    where
+        T: Clone + PartialEq,
+        H: Clone,
+    {
+        self.holds
+            .iter()
+            .map(|sh| Share {
+                hold: match sh.hold.token == *token {
+                    true => change(&sh.hold),
+                    false => sh.hold.clone(),
+                },
+                fencing: sh.fencing,
+                weight: sh.weight,
+            })
+            .collect()
+    }
+
     /// What an observer sees: the live holds, or free when none lives.
     pub(super) fn view(&self, clock: Clock, writer_until: Option<u64>) -> View<'_, H> {
         let holds: Vec<_> = self
@@ -169,23 +192,13 @@ fn reacquire<'r, T: Clone + PartialEq, H: Clone>(
     ask: &Obtain<'_, T, H>,
 ) -> Decision<Obtained<'r, H>, T, H> {
     let mut holds = 0;
-    let shares = s
-        .holds
-        .iter()
-        .map(|sh| match sh.hold.token == *ask.token {
-            true => {
-                holds = sh.hold.holds.saturating_add(1);
-                Share {
-                    hold: Hold {
-                        holds,
-                        ..renewed(&sh.hold, clock, ask.ttl, ask.grace)
-                    },
-                    ..sh.clone()
-                }
-            }
-            false => sh.clone(),
-        })
-        .collect();
+    let shares = s.with_own(ask.token, |hold| {
+        holds = hold.holds.saturating_add(1);
+        Hold {
+            holds,
+            ..renewed(hold, clock, ask.ttl, ask.grace)
+        }
+    });
     Decision {
         outcome: Obtained::Reacquired { holds },
         write: Some(Record {
@@ -282,16 +295,9 @@ pub(super) fn prolong<T: Clone + PartialEq, H: Clone>(
         false => ProlongOutcome::ProlongedLate,
     };
     let holds = s
-        .holds
-        .iter()
+        .with_own(token, |hold| renewed(hold, clock, ttl, grace))
+        .into_iter()
         .filter(|sh| sh.hold.forget > now)
-        .map(|sh| match sh.hold.token == *token {
-            true => Share {
-                hold: renewed(&sh.hold, clock, ttl, grace),
-                ..sh.clone()
-            },
-            false => sh.clone(),
-        })
         .collect();
     Decision {
         outcome,
@@ -328,20 +334,10 @@ pub(super) fn release<T: Clone + PartialEq, H: Clone>(
     let fencing = last_fencing(record);
     if live && own.hold.holds > 1 {
         let holds = own.hold.holds - 1;
-        let shares = s
-            .holds
-            .iter()
-            .map(|sh| match sh.hold.token == *token {
-                true => Share {
-                    hold: Hold {
-                        holds,
-                        ..sh.hold.clone()
-                    },
-                    ..sh.clone()
-                },
-                false => sh.clone(),
-            })
-            .collect();
+        let shares = s.with_own(token, |hold| Hold {
+            holds,
+            ..hold.clone()
+        });
         return Decision {
             outcome: ReleaseOutcome::Decremented { holds },
             write: Some(Record {
