@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use lock_conformance::{async_trait, case_count, cases, CaseResult, Harness, Suite};
 use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
-    Fencing, Key, LockBackend, LockState, MemoryBackend, ObtainOutcome, ProlongOutcome,
+    Fencing, Key, LockBackend, LockState, MemoryBackend, Mode, ObtainOutcome, ProlongOutcome,
     ReleaseOutcome, Result, Ttl,
 };
 
@@ -24,6 +24,12 @@ enum Bug {
     InspectForgetsExpired,
     InspectHoldsAlwaysOne,
     LateReleaseIgnoresCooldown,
+    /// A waiting writer's request leaves no marker.
+    WriterMarkerIgnored,
+    /// Every shared request is taken as exclusive: a semaphore behaves as a mutex.
+    SharedAsExclusive,
+    /// Every shared hold takes one permit, whatever its weight.
+    WeightIgnored,
 }
 
 #[derive(Debug)]
@@ -44,8 +50,17 @@ impl LockBackend for Broken {
     }
     async fn obtain(&self, mut req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let asked = req.ttl;
-        if let Bug::TtlIgnored = self.bug {
-            req.ttl = Ttl::MAX;
+        match (self.bug, req.mode) {
+            (Bug::TtlIgnored, _) => req.ttl = Ttl::MAX,
+            (Bug::WriterMarkerIgnored, _) => req = req.with_queue(false),
+            (Bug::SharedAsExclusive, Mode::Shared { .. }) => req = req.with_mode(Mode::Exclusive),
+            (Bug::WeightIgnored, Mode::Shared { capacity, .. }) => {
+                req = req.with_mode(Mode::Shared {
+                    capacity,
+                    weight: 1,
+                })
+            }
+            _ => {}
         }
         let outcome = self.inner.obtain(req).await?;
         Ok(match outcome {
@@ -261,4 +276,25 @@ catches!(
     reentrant_release_freeing_at_once_is_caught,
     ReentrantReleaseFrees,
     reentrant_obtain_counts_holds
+);
+
+catches!(by_name
+    an_ignored_writer_marker_is_caught,
+    WriterMarkerIgnored,
+    shared_holds_keep_the_contract
+);
+catches!(by_name
+    a_semaphore_that_is_a_mutex_is_caught,
+    SharedAsExclusive,
+    shared_holds_keep_the_contract
+);
+catches!(by_name
+    a_semaphore_that_is_a_mutex_is_caught_under_contention,
+    SharedAsExclusive,
+    semaphore_capacity_holds_under_contention
+);
+catches!(by_name
+    ignored_weights_are_caught,
+    WeightIgnored,
+    shared_holds_keep_the_contract
 );
