@@ -10,7 +10,7 @@
 //! }
 //! ```
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
 use lock_core::backend::{
@@ -101,17 +101,18 @@ impl LockBackend for SemaphoreOfOne {
     }
 }
 
-/// The wrapped backends the harness made, with the inner ones its methods need.
-static MADE: Mutex<Vec<(usize, Arc<dyn LockBackend>)>> = Mutex::new(Vec::new());
+/// The wrapped backends the harness made (by address), with the inner ones its methods
+/// need. Weak: an inner backend lives as long as its wrapper, and no longer.
+static MADE: Mutex<Vec<(usize, Weak<dyn LockBackend>)>> = Mutex::new(Vec::new());
 
 fn wrap(inner: Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
-    let outer: Arc<dyn LockBackend> = Arc::new(SemaphoreOfOne {
-        inner: Arc::clone(&inner),
-    });
+    let weak = Arc::downgrade(&inner);
+    let outer: Arc<dyn LockBackend> = Arc::new(SemaphoreOfOne { inner });
     let id = Arc::as_ptr(&outer).cast::<()>() as usize;
-    MADE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push((id, inner));
+    let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    // An address may come again once its wrapper is gone: drop what is gone.
+    made.retain(|(_, inner)| inner.strong_count() > 0);
+    made.push((id, weak));
     outer
 }
 
@@ -123,7 +124,8 @@ fn unwrap(outer: &Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
         .iter()
         .rev()
         .find(|(made, _)| *made == id)
-        .map_or_else(|| Arc::clone(outer), |(_, inner)| Arc::clone(inner))
+        .and_then(|(_, inner)| inner.upgrade())
+        .unwrap_or_else(|| Arc::clone(outer))
 }
 
 #[async_trait]

@@ -216,7 +216,6 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        req.mode.check()?;
         let key = self.full_key(req.key);
         let mut store = self.lock_store();
         let clock = store.clock();

@@ -47,7 +47,7 @@ impl Mode {
     /// [`ErrorKind::InvalidInput`] for a capacity of 0, or a weight of 0 or over the capacity.
     pub fn shared(capacity: u32, weight: u32) -> Result<Mode> {
         let mode = Mode::Shared { capacity, weight };
-        mode.check()?;
+        mode.check("client")?;
         Ok(mode)
     }
 
@@ -56,32 +56,38 @@ impl Mode {
         matches!(self, Mode::Shared { .. })
     }
 
-    /// Checks a mode received from elsewhere (a backend's request).
+    /// Checks a mode before it is used (the client layer before any I/O; the rules again,
+    /// for a caller of the trait), naming `backend` in the error.
     ///
     /// # Errors
     /// As [`Mode::shared`].
-    pub fn check(self) -> Result<()> {
-        let Mode::Shared { capacity, weight } = self else {
-            return Ok(());
-        };
-        let refuse = |msg: String| {
-            Err(Error::new(
+    pub fn check(self, backend: &'static str) -> Result<()> {
+        match self.problem() {
+            Some(msg) => Err(Error::new(
                 ErrorKind::InvalidInput,
-                "client",
+                backend,
                 Operation::Obtain,
                 msg,
-            ))
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// What is wrong with this mode, if anything.
+    pub(crate) fn problem(self) -> Option<String> {
+        let Mode::Shared { capacity, weight } = self else {
+            return None;
         };
         if capacity == 0 {
-            return refuse("a semaphore needs at least 1 permit, not 0".into());
+            return Some("a semaphore needs at least 1 permit, not 0".into());
         }
         if weight == 0 || weight > capacity {
-            return refuse(format!(
+            return Some(format!(
                 "a shared hold takes 1 to {} permits, not {weight}",
                 Capacity(capacity)
             ));
         }
-        Ok(())
+        None
     }
 }
 
@@ -131,8 +137,8 @@ mod tests {
                 weight: 3
             }
         );
-        assert!(Mode::READ.check().is_ok());
-        assert!(Mode::Exclusive.check().is_ok());
+        assert!(Mode::READ.check("t").is_ok());
+        assert!(Mode::Exclusive.check("t").is_ok());
     }
 
     #[test]

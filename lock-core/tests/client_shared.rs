@@ -13,11 +13,14 @@ use lock_core::{
     ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Retry,
 };
 
-/// The memory backend as a backend that keeps exclusive locks only, counting obtains.
+/// The memory backend counting obtains and releases; `shared: false` makes it a backend
+/// that keeps exclusive locks only.
 #[derive(Debug, Default)]
 struct MutexOnly {
     inner: MemoryBackend,
+    shared: bool,
     obtains: AtomicUsize,
+    releases: AtomicUsize,
 }
 
 #[async_trait]
@@ -26,7 +29,7 @@ impl LockBackend for MutexOnly {
         "mutex-only"
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
+        Capabilities::none().shared(self.shared)
     }
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);
@@ -36,6 +39,7 @@ impl LockBackend for MutexOnly {
         self.inner.prolongate(req).await
     }
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
         self.inner.release(req).await
     }
     async fn inspect(&self, key: &Key) -> Result<LockState> {
@@ -357,4 +361,46 @@ async fn a_mutex_handoff_on_a_backend_with_shared_holds_wakes_one_waiter_per_rel
         attempts <= 28,
         "{attempts} attempts for 8 handoffs: releases wake more than one waiter"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_that_only_met_an_exclusive_holder_sends_no_release_when_it_gives_up() {
+    let backend = Arc::new(MutexOnly {
+        shared: true,
+        ..MutexOnly::default()
+    });
+    let locker = Locker::new(backend.clone()).with_retry(Retry::linear(ms(10)));
+    let holder = locker
+        .lock("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let waited = locker.lock("k").wait(ms(100)).obtain().await.unwrap();
+    assert!(waited.is_busy());
+    assert_eq!(
+        backend.releases.load(Ordering::SeqCst),
+        0,
+        "a give-up behind an exclusive holder, where no marker is ever left, cost a release"
+    );
+    // Behind a reader it does mark, and takes the marker away: one release.
+    assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    let reader = locker
+        .read("k")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let before = backend.releases.load(Ordering::SeqCst);
+    assert!(locker
+        .lock("k")
+        .wait(ms(100))
+        .obtain()
+        .await
+        .unwrap()
+        .is_busy());
+    assert_eq!(backend.releases.load(Ordering::SeqCst), before + 1);
+    assert_eq!(reader.release().await.unwrap(), ReleaseOutcome::Released);
 }

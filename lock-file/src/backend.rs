@@ -432,7 +432,6 @@ impl LockBackend for FileBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        req.mode.check()?;
         let token = req.token.to_hex();
         self.modify(req.key, Operation::Obtain, |record, clock| {
             let ask = rules::Obtain {

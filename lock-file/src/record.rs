@@ -237,7 +237,7 @@ impl Record {
     }
 
     /// The record of `key` the rules decided on, its times on the clock `anchor` anchors
-    /// (`seq` is set when it is written).
+    /// (`v` and `seq` are set when it is written).
     pub(crate) fn from_stored(key: &str, stored: Stored, anchor: Option<Anchor>) -> Self {
         let state = match stored.state {
             rules::State::Free => State::Free,
@@ -266,7 +266,8 @@ impl Record {
                     .collect(),
             },
         };
-        let mut record = Record {
+        Record {
+            // Set by the write, with `seq`: 2, or 3 with shared holds or a marker.
             v: VERSION,
             seq: 0,
             key: key.to_owned(),
@@ -277,9 +278,7 @@ impl Record {
                 until_ms: w.until,
             }),
             state,
-        };
-        record.v = record.version();
-        record
+        }
     }
 
     /// The slot's line: JSON, a space, the checksum, a newline.

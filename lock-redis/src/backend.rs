@@ -256,10 +256,10 @@ impl LockBackend for RedisBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        if !self.capabilities().shared {
+        // The WATCH variant's rules refuse a bad mode; the Lua script keeps no shared holds.
+        if let Engine::Lua(_) = self.inner.engine {
             req.exclusive_only(self.name())?;
         }
-        req.mode.check()?;
         let holder_json = serde_json::to_string(req.holder).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,

@@ -46,10 +46,7 @@ pub async fn exclusion_under_contention(suite: &Suite) -> CaseResult {
             Ok::<(), Failure>(())
         }));
     }
-    for t in tasks {
-        t.await
-            .map_err(|e| Failure(format!("task panicked: {e}")))??;
-    }
+    join_tasks(tasks).await?;
     let order = order
         .lock()
         .map_err(|_| Failure("poisoned".into()))?

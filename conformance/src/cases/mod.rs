@@ -70,6 +70,15 @@ async fn take(
     }
 }
 
+/// Waits for every task, failing the case on the first that failed or panicked.
+async fn join_tasks(tasks: Vec<tokio::task::JoinHandle<CaseResult>>) -> CaseResult {
+    for t in tasks {
+        t.await
+            .map_err(|e| Failure(format!("task panicked: {e}")))??;
+    }
+    Ok(())
+}
+
 async fn pair(suite: &Suite, key: &str) -> (Arc<dyn LockBackend>, Owner, Owner) {
     let backend = suite.harness.backend().await;
     let a = Owner::new(&backend, key, "owner a");

@@ -76,6 +76,14 @@ pub async fn shared_holds_keep_the_contract(suite: &Suite) -> CaseResult {
         "another capacity",
     )?;
     refused(
+        c.obtain_as(LONG, permits(3, 4), false).await,
+        "a weight over the capacity",
+    )?;
+    refused(
+        c.obtain_as(LONG, permits(0, 1), false).await,
+        "no permits at all",
+    )?;
+    refused(
         b.obtain_as(LONG, permits(3, 2), false).await,
         "b asks another weight",
     )?;
@@ -285,10 +293,7 @@ pub async fn semaphore_capacity_holds_under_contention(suite: &Suite) -> CaseRes
             Ok::<(), Failure>(())
         }));
     }
-    for t in tasks {
-        t.await
-            .map_err(|e| Failure(format!("task panicked: {e}")))??;
-    }
+    join_tasks(tasks).await?;
     ensure!(
         most.load(Ordering::SeqCst) >= 2,
         "the semaphore never let two in at once: it behaved as a mutex"

@@ -176,6 +176,9 @@ pub fn obtain<'r, T: Clone + PartialEq, H: Clone>(
     clock: Clock,
     ask: Obtain<'_, T, H>,
 ) -> Decision<Obtained<'r, H>, T, H> {
+    if ask.mode.problem().is_some() {
+        return nothing(Obtained::Refused(Refusal::Invalid(ask.mode)));
+    }
     match ask.mode {
         Mode::Exclusive => obtain_exclusive(record, clock, ask),
         Mode::Shared { capacity, weight } => shared::obtain(record, clock, ask, capacity, weight),
@@ -202,11 +205,7 @@ fn obtain_exclusive<'r, T: Clone + PartialEq, H: Clone>(
             };
             Decision {
                 outcome: Obtained::Reacquired { holds },
-                write: Some(Record {
-                    fencing: last_fencing(record),
-                    state: State::Held(next),
-                    writer: writer_after(record, clock, ask.token),
-                }),
+                write: Some(rewritten(record, clock, State::Held(next))),
                 wake: Wake::Nobody,
             }
         }
@@ -300,10 +299,11 @@ pub fn prolong<T: Clone + PartialEq, H: Clone>(
     };
     Decision {
         outcome,
-        write: Some(Record {
-            state: State::Held(renewed(hold, clock, ttl, grace)),
-            ..record_or_free(record)
-        }),
+        write: Some(rewritten(
+            record,
+            clock,
+            State::Held(renewed(hold, clock, ttl, grace)),
+        )),
         wake: Wake::Nobody,
     }
 }
@@ -324,10 +324,11 @@ pub fn release<T: Clone + PartialEq, H: Clone>(
             let holds = h.holds - 1;
             return Decision {
                 outcome: ReleaseOutcome::Decremented { holds },
-                write: Some(Record {
-                    state: State::Held(Hold { holds, ..h.clone() }),
-                    ..record_or_free(record)
-                }),
+                write: Some(rewritten(
+                    record,
+                    clock,
+                    State::Held(Hold { holds, ..h.clone() }),
+                )),
                 wake: Wake::Nobody,
             };
         }
@@ -421,11 +422,19 @@ fn freed<T, H>(record: Option<&Record<T, H>>, clock: Clock, delay: Option<Ttl>) 
     )
 }
 
-/// `record`, or a free record, to update with `..`.
-fn record_or_free<T: Clone, H: Clone>(record: Option<&Record<T, H>>) -> Record<T, H> {
-    record
-        .cloned()
-        .unwrap_or_else(|| Record::new(0, State::Free))
+/// `record` with a new `state`: its fencing token and its live writer's marker kept (a dead
+/// marker dropped). Builds the record afresh rather than cloning the old one, whose holds
+/// (holder info of up to 4 KiB each) `state` replaces.
+fn rewritten<T: Clone, H>(
+    record: Option<&Record<T, H>>,
+    clock: Clock,
+    state: State<T, H>,
+) -> Record<T, H> {
+    Record {
+        fencing: last_fencing(record),
+        state,
+        writer: live_writer(record, clock).cloned(),
+    }
 }
 
 fn nothing<O, T, H>(outcome: O) -> Decision<O, T, H> {

@@ -2,6 +2,7 @@
 //! once validated (attempts, waiting with its deadline and retry strategy, the guard).
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,8 +15,8 @@ use crate::detached::{give_back_detached, GiveBack, Obtain};
 use crate::guard::check_fraction;
 use crate::hold::Grant;
 use crate::{
-    Busy, Error, ErrorKind, HolderInfo, Key, LockGuard, Mode, ObtainOutcome, Operation, Result,
-    Retry, Token, Ttl,
+    Busy, BusyReason, Error, ErrorKind, HolderInfo, Key, LockGuard, Mode, ObtainOutcome, Operation,
+    Result, Retry, Token, Ttl,
 };
 
 /// One obtain being set up: from [`Locker::lock`] (or [`Locker::write`]), [`Locker::read`]
@@ -202,7 +203,7 @@ impl<'a> LockBuilder<'a> {
                 return refuse(format!("weight() is for semaphores, not a {mode} lock"));
             }
         };
-        mode.check()?;
+        mode.check(backend.name())?;
         if mode.is_shared() && !backend.capabilities().shared {
             return refuse(format!(
                 "the {} backend keeps exclusive locks only, not semaphores or read locks",
@@ -330,14 +331,11 @@ impl Plan<'_> {
         let queue = !self.mode.is_shared()
             && !self.wait.is_zero()
             && self.locker.backend.capabilities().shared;
-        let marker = Marker(queue.then(|| {
-            (
-                Arc::clone(&self.locker.backend),
-                self.key.clone(),
-                self.token,
-            )
-        }));
-        let result = self.wait_attempts(queue).await;
+        let mut marker = Marker {
+            target: queue.then_some((&self.locker.backend, &self.key, &self.token)),
+            maybe_left: false,
+        };
+        let result = self.wait_attempts(queue, &mut marker).await;
         match result {
             Ok(Attempt::Obtained(_)) => marker.disarm(),
             _ => marker.take_away().await,
@@ -345,7 +343,11 @@ impl Plan<'_> {
         result
     }
 
-    async fn wait_attempts(&self, queue: bool) -> Result<Attempt<LockGuard>> {
+    async fn wait_attempts(
+        &self,
+        queue: bool,
+        marker: &mut Marker<'_>,
+    ) -> Result<Attempt<LockGuard>> {
         let deadline = deadline_after(self.wait);
         let backend = &self.locker.backend;
         // Subscribed only once the lock turned out busy: an obtain of a free lock costs one
@@ -354,7 +356,7 @@ impl Plan<'_> {
         let mut may_subscribe = self.retry.is_notified() && !self.wait.is_zero();
         let mut retries = 0;
         loop {
-            let busy = match self.attempt(queue).await {
+            let busy = match marker.around(self.attempt(queue)).await {
                 Ok(Attempt::Busy(busy)) => Ok(busy),
                 Err(e) if e.is_retry_safe() => Err(e),
                 done => return done,
@@ -407,17 +409,54 @@ impl Plan<'_> {
 /// release by the wait's token, which holds nothing then) when the wait ends without the
 /// lock, or from a task of its own if the wait is dropped; left alone once the lock is
 /// obtained (the grant took it away, and a release would free the lock).
-struct Marker(Option<(Arc<dyn crate::LockBackend>, Key, Token)>);
+///
+/// Only an attempt answered busy because of shared holds leaves a marker (or one whose
+/// answer never came: it may have), so a wait that only ever met an exclusive holder costs
+/// no release when it gives up.
+struct Marker<'a> {
+    /// Borrowed: cloned only to send the release, so a wait costs no allocation for it.
+    target: Option<(&'a Arc<dyn crate::LockBackend>, &'a Key, &'a Token)>,
+    /// An attempt may have left a marker on the key.
+    maybe_left: bool,
+}
 
-impl Marker {
+impl Marker<'_> {
+    /// Around one attempt: while it is in flight it may leave a marker; once answered, it
+    /// did if it was busy because of shared holds, or failed (it may have been applied).
+    async fn around<F: Future<Output = Result<Attempt<LockGuard>>>>(
+        &mut self,
+        attempt: F,
+    ) -> Result<Attempt<LockGuard>> {
+        if self.target.is_none() {
+            return attempt.await;
+        }
+        let before = self.maybe_left;
+        self.maybe_left = true;
+        let answer = attempt.await;
+        self.maybe_left = before
+            || match &answer {
+                Ok(Attempt::Busy(busy)) => busy.reason == BusyReason::Shared,
+                Ok(Attempt::Obtained(_)) => false,
+                Err(_) => true,
+            };
+        answer
+    }
+
     /// The wait obtained the lock: nothing to take away.
     fn disarm(mut self) {
-        self.0 = None;
+        self.target = None;
+    }
+
+    /// What to release, if a marker may be there.
+    fn armed(&mut self) -> Option<(Arc<dyn crate::LockBackend>, Key, Token)> {
+        let (backend, key, token) = self.target.take()?;
+        self.maybe_left
+            .then(|| (Arc::clone(backend), key.clone(), *token))
     }
 
     /// The wait ended without the lock: takes the marker away now.
     async fn take_away(mut self) {
-        if let Some((backend, key, token)) = self.0.take() {
+        if let Some((backend, key, token)) = self.armed() {
             if let Err(e) = give_back_detached(&backend, &key, &token, GiveBack::AllHolds).await {
                 tracing::debug!(
                     "could not take the writer's marker away, it lapses with its ttl: {e}"
@@ -427,9 +466,9 @@ impl Marker {
     }
 }
 
-impl Drop for Marker {
+impl Drop for Marker<'_> {
     fn drop(&mut self) {
-        let Some((backend, key, token)) = self.0.take() else {
+        let Some((backend, key, token)) = self.armed() else {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

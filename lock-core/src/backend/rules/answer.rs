@@ -92,6 +92,8 @@ pub enum Refusal {
         /// The request's.
         asked: u32,
     },
+    /// The mode itself is invalid (no permits, or a weight outside 1 ..= capacity).
+    Invalid(Mode),
     /// The caller's token holds the key in the other mode.
     Mode {
         /// How the caller's token holds the key.
@@ -104,6 +106,7 @@ impl Refusal {
     pub fn into_error(self, backend: &'static str) -> Error {
         use crate::mode::Capacity;
         let msg = match self {
+            Refusal::Invalid(mode) => mode.problem().unwrap_or_else(|| mode.to_string()),
             Refusal::Capacity { stored, asked } => format!(
                 "the key is held shared with capacity {}, not {}: every holder must ask \
                  for the same number of permits",

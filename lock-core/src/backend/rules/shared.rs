@@ -3,8 +3,8 @@
 
 use super::{
     cooling, count, give_up_waiting, hold_times, last_fencing, live_writer, next_fencing, nothing,
-    phase, renewed, writer_after, Clock, Decision, Hold, Obtain, Obtained, Phase, Record, Refusal,
-    State, View, Wake,
+    phase, renewed, rewritten, writer_after, Clock, Decision, Hold, Obtain, Obtained, Phase,
+    Record, Refusal, State, View, Wake,
 };
 use crate::{BusyReason, Fencing, Grace, Mode, ProlongOutcome, ReleaseOutcome, Ttl};
 
@@ -199,16 +199,13 @@ fn reacquire<'r, T: Clone + PartialEq, H: Clone>(
             ..renewed(hold, clock, ask.ttl, ask.grace)
         }
     });
+    let state = State::Shared(Shared {
+        capacity: s.capacity,
+        holds: shares,
+    });
     Decision {
         outcome: Obtained::Reacquired { holds },
-        write: Some(Record {
-            fencing: last_fencing(record),
-            state: State::Shared(Shared {
-                capacity: s.capacity,
-                holds: shares,
-            }),
-            writer: live_writer(record, clock).cloned(),
-        }),
+        write: Some(rewritten(record, clock, state)),
         wake: Wake::Nobody,
     }
 }
@@ -299,16 +296,13 @@ pub(super) fn prolong<T: Clone + PartialEq, H: Clone>(
         .into_iter()
         .filter(|sh| sh.hold.forget > now)
         .collect();
+    let state = State::Shared(Shared {
+        capacity: s.capacity,
+        holds,
+    });
     Decision {
         outcome,
-        write: Some(Record {
-            fencing: last_fencing(record),
-            state: State::Shared(Shared {
-                capacity: s.capacity,
-                holds,
-            }),
-            writer: live_writer(record, clock).cloned(),
-        }),
+        write: Some(rewritten(record, clock, state)),
         wake: Wake::Nobody,
     }
 }
@@ -330,24 +324,18 @@ pub(super) fn release<T: Clone + PartialEq, H: Clone>(
         return give_up_waiting(record, clock, token);
     };
     let live = own.hold.expires > now;
-    let writer = writer_after(record, clock, token);
-    let fencing = last_fencing(record);
     if live && own.hold.holds > 1 {
         let holds = own.hold.holds - 1;
-        let shares = s.with_own(token, |hold| Hold {
-            holds,
-            ..hold.clone()
+        let state = State::Shared(Shared {
+            capacity: s.capacity,
+            holds: s.with_own(token, |hold| Hold {
+                holds,
+                ..hold.clone()
+            }),
         });
         return Decision {
             outcome: ReleaseOutcome::Decremented { holds },
-            write: Some(Record {
-                fencing,
-                state: State::Shared(Shared {
-                    capacity: s.capacity,
-                    holds: shares,
-                }),
-                writer,
-            }),
+            write: Some(rewritten(record, clock, state)),
             wake: Wake::Nobody,
         };
     }
@@ -377,9 +365,9 @@ pub(super) fn release<T: Clone + PartialEq, H: Clone>(
             false => ReleaseOutcome::ReleasedLate,
         },
         write: Some(Record {
-            fencing,
+            fencing: last_fencing(record),
             state,
-            writer,
+            writer: writer_after(record, clock, token),
         }),
         wake: Wake::All,
     }

@@ -245,3 +245,27 @@ fn an_expired_share_is_late_while_its_room_is_untaken() {
         ReleaseOutcome::Lost
     );
 }
+
+#[test]
+fn an_invalid_mode_is_refused_whatever_the_record() {
+    for mode in [
+        Mode::Shared {
+            capacity: 0,
+            weight: 1,
+        },
+        Mode::Shared {
+            capacity: 2,
+            weight: 3,
+        },
+        Mode::Shared {
+            capacity: 2,
+            weight: 0,
+        },
+    ] {
+        let d = obtain(None, Clock::millis(0), ask(&1, mode, false));
+        assert_eq!(d.outcome, Obtained::Refused(Refusal::Invalid(mode)));
+        assert!(d.write.is_none());
+        let e = Refusal::Invalid(mode).into_error("b");
+        assert!(e.to_string().contains("permit"), "{e}");
+    }
+}
