@@ -244,21 +244,18 @@ impl LockBackend for RedisBackend {
             Engine::Lua(lua) if !lua.link.is_cluster() => Self::BATCH,
             _ => 1,
         };
-        // Shared holds: the WATCH variant decides with lock-core's rules; the Lua script
-        // keeps exclusive locks only so far.
-        let shared = matches!(self.inner.engine, Engine::Watch(_));
         Capabilities::none()
             .cross_process(true)
             .cross_host(true)
             .release_notification(true)
             .prolong_batch(batch)
-            .shared(shared)
+            .shared(true)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        // The WATCH variant's rules refuse a bad mode; the Lua script keeps no shared holds.
+        // The WATCH variant's rules refuse a bad mode; the script trusts its arguments.
         if let Engine::Lua(_) = self.inner.engine {
-            req.exclusive_only(self.name())?;
+            req.mode.check(self.name())?;
         }
         let holder_json = serde_json::to_string(req.holder).map_err(|e| {
             Error::new(

@@ -1,10 +1,12 @@
-//! The Lua variant: every operation is one `EVALSHA` of `scripts/lock.lua`.
+//! The Lua variant: every operation is one `EVALSHA` of `scripts/lock.lua`, with
+//! `scripts/shared.lua` (shared holds, a writer's marker) spliced into it.
 
 use std::time::Duration;
 
-use lock_core::LockState;
+use lock_core::backend::rules::Refusal;
 use lock_core::{
-    Busy, Fencing, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result, Ttl,
+    Busy, BusyReason, Fencing, LockState, Mode, ObtainOutcome, Operation, ProlongOutcome,
+    ReleaseOutcome, Result, SharedHold, Ttl,
 };
 use redis::Script;
 
@@ -15,6 +17,8 @@ use crate::record::{parse_holder, FREE_KEEP_MS};
 use crate::request::{Reply, Request};
 
 const SCRIPT: &str = include_str!("scripts/lock.lua");
+/// The script's second half: shared holds and a waiting writer's marker.
+const SHARED: &str = include_str!("scripts/shared.lua");
 
 /// The backend name of this variant.
 pub(crate) const NAME: &str = crate::RedisBackend::LUA_NAME;
@@ -32,7 +36,9 @@ pub(crate) struct Lua {
 /// The script's text, with the publish command the topology needs.
 pub(crate) fn script_text(sharded: bool) -> String {
     // How long a free record is kept is written once, in record.rs.
-    let text = SCRIPT.replace("{free_keep_ms}", &FREE_KEEP_MS.to_string());
+    let text = SCRIPT
+        .replace("--{shared.lua}", SHARED)
+        .replace("{free_keep_ms}", &FREE_KEEP_MS.to_string());
     if sharded {
         text.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',")
     } else {
@@ -57,8 +63,8 @@ impl Lua {
             Request::Obtain { holder_json, .. } => holder_json.len(),
             _ => 0,
         };
-        let size = 128 + keys.record.len() + keys.channel.len() + holder;
-        let mut cmd = redis::Cmd::with_capacity(10, size);
+        let size = 160 + keys.record.len() + keys.channel.len() + holder;
+        let mut cmd = redis::Cmd::with_capacity(13, size);
         cmd.arg("EVALSHA")
             .arg(self.script.get_hash())
             .arg(2)
@@ -70,13 +76,22 @@ impl Lua {
                 ttl,
                 grace,
                 holder_json,
-                ..
-            } => cmd
-                .arg("obtain")
-                .arg(token.digest())
-                .arg(ttl.as_millis())
-                .arg(grace.as_millis())
-                .arg(*holder_json),
+                mode,
+                queue,
+            } => {
+                cmd.arg("obtain")
+                    .arg(token.digest())
+                    .arg(ttl.as_millis())
+                    .arg(grace.as_millis())
+                    .arg(*holder_json);
+                match mode {
+                    Mode::Shared { capacity, weight } => {
+                        cmd.arg("shared").arg(*capacity).arg(*weight)
+                    }
+                    _ if *queue => cmd.arg("queue"),
+                    _ => cmd.arg("exclusive"),
+                }
+            }
             Request::Prolong { token, ttl, grace } => cmd
                 .arg("prolong")
                 .arg(token.digest())
@@ -169,13 +184,8 @@ fn decode(req: &Request<'_>, reply: &[String]) -> Result<Reply> {
                 ttl: *ttl,
             },
             "reacquired" => ObtainOutcome::Reacquired { holds: r.holds(1)? },
-            "busy" => {
-                let remaining = Duration::from_millis(r.number(1)?);
-                ObtainOutcome::Busy(match reply.get(2).map(String::as_str) {
-                    None | Some("") => Busy::cooling(remaining),
-                    Some(json) => Busy::held(parse_holder(NAME, op, json)?, remaining),
-                })
-            }
+            "busy" => ObtainOutcome::Busy(r.busy()?),
+            "refused" => return Err(r.refusal()?.into_error(NAME)),
             _ => return Err(r.unexpected()),
         }),
         Request::Prolong { .. } => Reply::Prolong(match r.word() {
@@ -202,6 +212,7 @@ fn decode(req: &Request<'_>, reply: &[String]) -> Result<Reply> {
                 fencing: Fencing(r.number(3)?),
                 holds: r.holds(4)?,
             },
+            "shared" => r.shared()?,
             _ => return Err(r.unexpected()),
         }),
     })
@@ -235,5 +246,98 @@ impl Parsed<'_> {
 
     fn holds(&self, i: usize) -> Result<u32> {
         u32::try_from(self.number(i)?).map_err(|_| self.unexpected())
+    }
+
+    fn text(&self, i: usize) -> Result<&str> {
+        self.reply
+            .get(i)
+            .map(String::as_str)
+            .ok_or_else(|| self.unexpected())
+    }
+
+    /// `busy remaining holder [reason holders]`: the mutex path (lock.lua) leaves out the
+    /// reason (an empty holder: cooling, else held); shared.lua gives it.
+    fn busy(&self) -> Result<Busy> {
+        let remaining = Duration::from_millis(self.number(1)?);
+        let holder = match self.reply.get(2).map(String::as_str) {
+            None | Some("") => None,
+            Some(json) => Some(parse_holder(NAME, self.op, json)?),
+        };
+        if self.reply.len() < 5 {
+            return Ok(match holder {
+                None => Busy::cooling(remaining),
+                Some(holder) => Busy::held(holder, remaining),
+            });
+        }
+        let reason = match self.text(3)? {
+            "held" => BusyReason::Held,
+            "shared" => BusyReason::Shared,
+            "full" => BusyReason::Full,
+            "writer_waiting" => BusyReason::WriterWaiting,
+            "cooling" => BusyReason::Cooling,
+            _ => return Err(self.unexpected()),
+        };
+        Ok(Busy {
+            holder,
+            remaining,
+            reason,
+            holders: self.holds(4)?,
+        })
+    }
+
+    /// `refused capacity|weight stored asked`, `refused mode exclusive` or
+    /// `refused mode capacity weight`.
+    fn refusal(&self) -> Result<Refusal> {
+        Ok(
+            match (self.text(1)?, self.reply.get(2).map(String::as_str)) {
+                ("capacity", _) => Refusal::Capacity {
+                    stored: self.holds(2)?,
+                    asked: self.holds(3)?,
+                },
+                ("weight", _) => Refusal::Weight {
+                    stored: self.holds(2)?,
+                    asked: self.holds(3)?,
+                },
+                ("mode", Some("exclusive")) => Refusal::Mode {
+                    held: Mode::Exclusive,
+                },
+                ("mode", _) => Refusal::Mode {
+                    held: Mode::Shared {
+                        capacity: self.holds(2)?,
+                        weight: self.holds(3)?,
+                    },
+                },
+                _ => return Err(self.unexpected()),
+            },
+        )
+    }
+
+    /// `shared capacity writer_remaining` then five words per live hold.
+    fn shared(&self) -> Result<LockState> {
+        let holds = self.reply.get(3..).unwrap_or_default();
+        if holds.len() % 5 != 0 {
+            return Err(self.unexpected());
+        }
+        let writer_waiting = match self.text(2)? {
+            "" => None,
+            _ => Some(Duration::from_millis(self.number(2)?)),
+        };
+        let holds = (0..holds.len() / 5)
+            .map(|i| {
+                let at = 3 + 5 * i;
+                Ok(SharedHold {
+                    holder: parse_holder(NAME, self.op, self.text(at)?)?,
+                    fencing: Fencing(self.number(at + 1)?),
+                    remaining: Duration::from_millis(self.number(at + 2)?),
+                    holds: self.holds(at + 3)?,
+                    weight: self.holds(at + 4)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(LockState::Shared {
+            capacity: self.holds(1)?,
+            holds,
+            writer_waiting,
+        })
     }
 }

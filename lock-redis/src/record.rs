@@ -4,13 +4,14 @@
 //! share records and exclude each other on one server. The decisions on a record are
 //! `lock_core::backend::rules`, run with the server's clock in milliseconds.
 //!
-//! Shared holds (semaphores, read locks) and a waiting writer's marker, which only the
-//! WATCH variant keeps so far, are written as `v2|` followed by JSON:
+//! Shared holds (semaphores, read locks) and a waiting writer's marker are written as `v2|`
+//! followed by JSON:
 //! `{"fencing":N,"state":"shared","capacity":C,"holds":[{"token","holder","holds","expires",
 //! "forget","fencing","weight"}],"writer":{"token","until"}}` (`"state"` may also be
 //! `free`, `cooling` with `until`, or `held` with `hold`, when only a marker needs the
-//! second form). Every other record stays `v1`, so the mutex path and the Lua script are
-//! unchanged; the script answers a `v2` record `Corrupt` until it keeps shared holds too.
+//! second form; a `shared` record has at least one hold; numbers have at most 16 digits, as
+//! in `v1`). Every other record stays `v1`, so the mutex path costs what it did. The
+//! script's `scripts/shared.lua` reads and writes the same `v2`.
 
 use lock_core::backend::rules::{self, Hold, Share, Shared, State, Writer};
 use lock_core::{HolderInfo, Operation, Result};
@@ -192,12 +193,18 @@ fn encode_v2(r: &Stored) -> String {
     format!("v2|{}", serde_json::to_string(&v2).unwrap_or_default())
 }
 
-/// Decodes a `v2` record's JSON; `None` for anything else (tokens must be hex, as in v1).
+/// The largest number a record holds: 16 digits, which Lua's doubles read (the script
+/// checks the same).
+const MAX_NUMBER: u64 = 9_999_999_999_999_999;
+
+/// Decodes a `v2` record's JSON; `None` for anything else (tokens must be hex and numbers
+/// at most [`MAX_NUMBER`], as in v1; shared holds at least one).
 fn decode_v2(json: &str) -> Option<Stored> {
     let v2: V2 = serde_json::from_str(json).ok()?;
     let hex = |t: &str| t.bytes().all(|b| b.is_ascii_hexdigit());
+    let small = |n: u64| n <= MAX_NUMBER;
     let hold = |h: V2Hold| {
-        hex(&h.token).then_some(Hold {
+        (hex(&h.token) && small(h.expires) && small(h.forget)).then_some(Hold {
             token: h.token,
             holder: h.holder,
             holds: h.holds,
@@ -207,13 +214,18 @@ fn decode_v2(json: &str) -> Option<Stored> {
     };
     let state = match v2.state {
         V2State::Free => State::Free,
-        V2State::Cooling { until } => State::Cooling { until },
+        V2State::Cooling { until } if small(until) => State::Cooling { until },
+        V2State::Cooling { .. } => return None,
         V2State::Held { hold: h } => State::Held(hold(h)?),
+        V2State::Shared { holds, .. } if holds.is_empty() => return None,
         V2State::Shared { capacity, holds } => State::Shared(Shared {
             capacity,
             holds: holds
                 .into_iter()
                 .map(|sh| {
+                    if !small(sh.fencing) {
+                        return None;
+                    }
                     Some(Share {
                         hold: hold(sh.hold)?,
                         fencing: sh.fencing,
@@ -224,13 +236,16 @@ fn decode_v2(json: &str) -> Option<Stored> {
         }),
     };
     let writer = match v2.writer {
-        Some(w) if hex(&w.token) => Some(Writer {
+        Some(w) if hex(&w.token) && small(w.until) => Some(Writer {
             token: w.token,
             until: w.until,
         }),
         Some(_) => return None,
         None => None,
     };
+    if !small(v2.fencing) {
+        return None;
+    }
     Some(rules::Record {
         fencing: v2.fencing,
         state,

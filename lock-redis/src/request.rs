@@ -10,7 +10,7 @@ pub(crate) enum Request<'a> {
         ttl: Ttl,
         grace: Grace,
         holder_json: &'a str,
-        /// Exclusive, or shared (the WATCH variant only; the Lua one refuses it before).
+        /// Exclusive, or shared.
         mode: Mode,
         /// Leave a writer's marker when busy.
         queue: bool,

@@ -51,3 +51,12 @@ mod watch_as_semaphore {
         lock_conformance::AsSemaphore(Redis::new(Variant::Watch))
     );
 }
+
+/// The same through the Lua script's shared path (`scripts/shared.lua`).
+mod lua_as_semaphore {
+    use super::*;
+    lock_conformance::suite!(
+        "redis-lua",
+        lock_conformance::AsSemaphore(Redis::new(Variant::Lua))
+    );
+}

@@ -115,3 +115,95 @@ async fn obtain(backend: &RedisBackend, key: &Key) -> lock_core::backend::Token 
     ));
     token
 }
+
+/// A semaphore's holds and a writer's marker written by one variant are read and kept by the
+/// other: the script's `v2` (scripts/shared.lua) is the WATCH variant's (record.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_variants_share_one_semaphore_and_its_writer_marker() {
+    use lock_core::backend::{ObtainRequest, ReleaseRequest, Token};
+    use lock_core::{BusyReason, HolderInfo, LockState, Mode, ObtainOutcome, ReleaseOutcome, Ttl};
+
+    let url = support::shared_url();
+    let prefix = format!("mixed-{}:", &Token::generate().unwrap().to_hex()[..12]);
+    let connect = |variant| {
+        RedisBackend::builder(&url)
+            .variant(variant)
+            .prefix(prefix.clone())
+            .connect()
+    };
+    let (lua, watch) = (
+        connect(Variant::Lua).await.unwrap(),
+        connect(Variant::Watch).await.unwrap(),
+    );
+    let key = Key::new("k").unwrap();
+    let holder = HolderInfo::current();
+    let ttl = Ttl::from_millis(60_000).unwrap();
+    let permit = Mode::shared(2, 1).unwrap();
+    let ask = |token, mode| ObtainRequest::new(&key, token, ttl, &holder).with_mode(mode);
+    let tokens: Vec<Token> = (0..4).map(|_| Token::generate().unwrap()).collect();
+
+    let first = lua.obtain(ask(&tokens[0], permit)).await.unwrap();
+    let second = watch.obtain(ask(&tokens[1], permit)).await.unwrap();
+    let (ObtainOutcome::Acquired { fencing: f1, .. }, ObtainOutcome::Acquired { fencing: f2, .. }) =
+        (first.clone(), second.clone())
+    else {
+        panic!("two permits of two: {first:?}, {second:?}")
+    };
+    assert!(f2 > f1, "each admission its own, growing, fencing token");
+    for backend in [&lua, &watch] {
+        match backend.obtain(ask(&tokens[2], permit)).await.unwrap() {
+            ObtainOutcome::Busy(b) => {
+                assert_eq!(
+                    (b.reason, b.holders),
+                    (BusyReason::Full, 2),
+                    "{}",
+                    backend.name()
+                );
+            }
+            other => panic!("{}: a third permit of two: {other:?}", backend.name()),
+        }
+        match backend.inspect(&key).await.unwrap() {
+            LockState::Shared {
+                capacity: 2,
+                holds,
+                writer_waiting: None,
+            } => {
+                assert_eq!(holds.len(), 2, "{}", backend.name());
+            }
+            other => panic!("{}: {other:?}", backend.name()),
+        }
+    }
+    // A writer waiting through one variant keeps the other's readers out.
+    let writer = ask(&tokens[3], Mode::Exclusive).with_queue(true);
+    assert!(matches!(
+        watch.obtain(writer).await.unwrap(),
+        ObtainOutcome::Busy(_)
+    ));
+    let released = lua.release(ReleaseRequest {
+        key: &key,
+        token: &tokens[0],
+        delay_after: None,
+    });
+    assert_eq!(released.await.unwrap(), ReleaseOutcome::Released);
+    match lua.obtain(ask(&tokens[2], permit)).await.unwrap() {
+        ObtainOutcome::Busy(b) => assert_eq!(b.reason, BusyReason::WriterWaiting),
+        other => panic!("a reader behind a waiting writer: {other:?}"),
+    }
+    assert_eq!(
+        lua.release(ReleaseRequest {
+            key: &key,
+            token: &tokens[1],
+            delay_after: None
+        })
+        .await
+        .unwrap(),
+        ReleaseOutcome::Released,
+        "the script releases the WATCH variant's hold by its token"
+    );
+    let writer = ask(&tokens[3], Mode::Exclusive).with_queue(true);
+    assert!(matches!(
+        lua.obtain(writer).await.unwrap(),
+        ObtainOutcome::Acquired { .. }
+    ));
+    let _ = watch.force_release(&key).await.unwrap();
+}

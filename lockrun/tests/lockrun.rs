@@ -522,7 +522,7 @@ fn shared_runs_run_together_and_keep_a_writer_out() {
 
 #[test]
 fn a_backend_without_shared_holds_refuses_permits_before_running() {
-    let env = Env::new("redis");
+    let env = Env::new("postgres");
     let marker = std::env::temp_dir().join(format!("lockrun-ran-{}", unique()));
     let out = env.output(&["--permits", "2", "--", "touch", marker.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(78));

@@ -10,8 +10,13 @@
 --            forget   server ms: end of the grace period; after it the record counts as free
 --            holder   the holder's info as JSON, empty unless held (last: it may hold '|')
 --          A released record stays a while as 'free' only to remember its fencing token.
+--          Shared holds and a waiting writer's marker need more: a `v2|` record, read and
+--          written by shared.lua (below), whose header documents it.
 -- KEYS[2]  the release channel (PUBLISHed on every release that frees the lock)
 -- ARGV[1]  the operation: obtain | prolong | release | inspect | force
+--          obtain:  token digest, ttl ms, grace ms, holder JSON, then 'exclusive' | 'queue' |
+--                   'shared' capacity weight (see shared.lua)
+--          prolong: token digest, ttl ms, grace ms;  release: token digest, delay ms (0: none)
 --
 -- Both keys share a {hash tag}, so the script runs on Redis Cluster too.
 -- Time is the server's TIME, never a client's clock.
@@ -34,28 +39,41 @@ local function fmt(n) return string.format('%d', n) end
 
 -- The stored record as plain locals (no table: this runs on every call), and its phase:
 -- 'free' (no record, a free one, or one past its `forget`), 'cooling', 'live' or 'expired'.
-local phase, tok, fen, holds, exp, forget, holder = 'free', '', 0, 0, 0, 0, ''
+local phase, st, tok, fen, holds, exp, forget, holder = 'free', nil, '', 0, 0, 0, 0, ''
 local raw = redis.pcall('GET', rec)
+local v2 = false
 if raw then
   if type(raw) == 'table' then
     return redis.error_reply('CORRUPT ' .. rec .. ' holds something else than a lock record')
   end
-  local st
   st, tok, fen, holds, exp, forget, holder =
     string.match(raw, '^v1|(%l+)|(%x*)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  if not st then
+    v2 = string.sub(raw, 1, 3) == 'v2|'
+  end
   -- Numbers of at most 16 digits stay exact in Lua's doubles; holds fit a u32. The WATCH
   -- variant's decoder (record.rs) applies the same rules.
-  if not st or (st ~= 'held' and st ~= 'cooling' and st ~= 'free')
+  if not v2 and (not st or (st ~= 'held' and st ~= 'cooling' and st ~= 'free')
      or #fen > 16 or #exp > 16 or #forget > 16 or #holds > 10
-     or tonumber(holds) > 4294967295 then
+     or tonumber(holds) > 4294967295) then
     return redis.error_reply('CORRUPT ' .. rec .. ' is a string but not a lock record')
   end
-  fen, holds, exp, forget = tonumber(fen), tonumber(holds), tonumber(exp), tonumber(forget)
-  if st == 'free' or forget <= now then phase = 'free'
-  elseif st == 'cooling' then phase = 'cooling'
-  elseif exp > now then phase = 'live'
-  else phase = 'expired' end
+  if not v2 then
+    fen, holds, exp, forget = tonumber(fen), tonumber(holds), tonumber(exp), tonumber(forget)
+    if st == 'free' or forget <= now then phase = 'free'
+    elseif st == 'cooling' then phase = 'cooling'
+    elseif exp > now then phase = 'live'
+    else phase = 'expired' end
+  end
 end
+
+if v2 or (op == 'obtain' and ARGV[6] == 'shared') then
+--{shared.lua}
+end
+
+-- The mutex on a v1 record (or none): the fast path, all the rest of this script. A waiting
+-- writer's 'queue' changes nothing here: only shared holds, which v1 never has, make it
+-- leave a marker.
 
 -- Writes a held record; `px` nil keeps the key's physical expiry.
 local function hold(token, fencing, n, ttl, grace, info)
