@@ -17,6 +17,7 @@ use sqlx::PgPool;
 
 use crate::exec::Db;
 use crate::notify::{Listing, Notifier};
+use crate::shared::{Answer, Ask};
 use crate::sql::{Args, Names, Session, Statements};
 use crate::NAME;
 
@@ -148,6 +149,47 @@ impl PostgresBackend {
     }
 }
 
+impl PostgresBackend {
+    /// Decides `ask` in the client (`shared.rs`), answering in `T`'s vocabulary.
+    async fn decide<T: FromAnswer>(&self, op: Operation, key: &Key, ask: &Ask<'_>) -> Result<T> {
+        let answer = self.db.decide(op, key, ask).await?;
+        T::from_answer(answer)
+            .ok_or_else(|| crate::error::protocol(op, "a decision of another operation"))
+    }
+}
+
+/// One operation's outcome out of a decision's [`Answer`].
+trait FromAnswer: Sized {
+    fn from_answer(answer: Answer) -> Option<Self>;
+}
+
+impl FromAnswer for ObtainOutcome {
+    fn from_answer(answer: Answer) -> Option<Self> {
+        match answer {
+            Answer::Obtain(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+impl FromAnswer for ReleaseOutcome {
+    fn from_answer(answer: Answer) -> Option<Self> {
+        match answer {
+            Answer::Release(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+impl FromAnswer for LockState {
+    fn from_answer(answer: Answer) -> Option<Self> {
+        match answer {
+            Answer::State(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Debug for PostgresBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The pool's options hold the password: only names are shown.
@@ -175,10 +217,11 @@ impl LockBackend for PostgresBackend {
             .cross_host(true)
             .release_notification(self.notifications)
             .prolong_batch(Self::BATCH)
+            .shared(true)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        req.exclusive_only(NAME)?;
+        req.mode.check(NAME)?;
         let op = Operation::Obtain;
         let holder = serde_json::to_string(req.holder).map_err(|e| {
             Error::new(
@@ -189,6 +232,17 @@ impl LockBackend for PostgresBackend {
             )
         })?;
         let token = req.token.digest();
+        let shared = Ask::Obtain {
+            token: &token,
+            holder: &holder,
+            ttl: req.ttl,
+            grace: Grace::or_ttl(self.db.grace, req.ttl),
+            mode: req.mode,
+            queue: req.queue,
+        };
+        if req.mode.is_shared() {
+            return self.decide(op, req.key, &shared).await;
+        }
         let args = Args {
             token: Some(&token),
             ttl_ms: req.ttl.as_millis(),
@@ -198,6 +252,7 @@ impl LockBackend for PostgresBackend {
         };
         let r = self.db.call(op, "obtain", req.key, args).await?;
         match r.outcome.as_str() {
+            "defer" => self.decide(op, req.key, &shared).await,
             "acquired" => Ok(ObtainOutcome::Acquired {
                 fencing: r.fencing()?,
                 ttl: req.ttl,
@@ -219,10 +274,12 @@ impl LockBackend for PostgresBackend {
             grace_ms: self.db.grace_ms(req.ttl),
             ..Args::default()
         };
-        self.db
-            .call(Operation::Prolongate, "prolong", req.key, args)
-            .await?
-            .prolong_outcome()
+        let op = Operation::Prolongate;
+        let r = self.db.call(op, "prolong", req.key, args).await?;
+        if r.outcome == "defer" {
+            return self.db.prolong_deferred(&req).await;
+        }
+        r.prolong_outcome()
     }
 
     /// One statement per [`PostgresBackend::BATCH`] locks, one after the other, each in
@@ -233,7 +290,7 @@ impl LockBackend for PostgresBackend {
         let mut answers = Vec::with_capacity(reqs.len());
         for chunk in reqs.chunks(Self::BATCH) {
             match self.db.prolong_batch(chunk).await {
-                Ok(each) => answers.extend(each.into_iter().map(Ok)),
+                Ok(each) => answers.extend(each),
                 Err(e) => answers.extend(std::iter::repeat_n(Err(e), chunk.len())),
             }
         }
@@ -247,11 +304,16 @@ impl LockBackend for PostgresBackend {
             delay_ms: req.delay_after.map_or(0, Ttl::as_millis),
             ..Args::default()
         };
-        let r = self
-            .db
-            .call(Operation::Release, "release", req.key, args)
-            .await?;
+        let op = Operation::Release;
+        let r = self.db.call(op, "release", req.key, args).await?;
         match r.outcome.as_str() {
+            "defer" => {
+                let ask = Ask::Release {
+                    token: &token,
+                    delay: req.delay_after,
+                };
+                self.decide(op, req.key, &ask).await
+            }
             "released" => Ok(ReleaseOutcome::Released),
             "released_late" => Ok(ReleaseOutcome::ReleasedLate),
             "decremented" => Ok(ReleaseOutcome::Decremented { holds: r.holds()? }),
@@ -261,17 +323,21 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.db
-            .call(Operation::Inspect, "inspect", key, Args::default())
-            .await?
-            .state()
+        let op = Operation::Inspect;
+        let r = self.db.call(op, "inspect", key, Args::default()).await?;
+        match r.outcome.as_str() {
+            "defer" => self.decide(op, key, &Ask::Inspect).await,
+            _ => r.state(),
+        }
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.db
-            .call(Operation::ForceRelease, "force", key, Args::default())
-            .await?
-            .state()
+        let op = Operation::ForceRelease;
+        let r = self.db.call(op, "force", key, Args::default()).await?;
+        match r.outcome.as_str() {
+            "defer" => self.decide(op, key, &Ask::Force).await,
+            _ => r.state(),
+        }
     }
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {

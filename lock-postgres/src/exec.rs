@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
 use crate::reply::Reply;
+use crate::shared::{Answer, Ask};
 use crate::sql::{Args, Names, Prolongs, Session, Statements};
 use crate::NAME;
 
@@ -72,11 +73,13 @@ impl Db {
     }
 
     /// Prolongs one batch of at most [`PostgresBackend::BATCH`] locks in one statement
-    /// within the backend's deadline: the answers in the order of `reqs`.
+    /// within the backend's deadline: the answers in the order of `reqs`. The locks whose
+    /// rows the function deferred (shared holds, a writer's marker) are then prolonged each
+    /// on its own, in the client's decision (`shared.rs`), all at once.
     pub(crate) async fn prolong_batch(
         &self,
         reqs: &[ProlongRequest<'_>],
-    ) -> Result<Vec<ProlongOutcome>> {
+    ) -> Result<Vec<Result<ProlongOutcome>>> {
         let op = Operation::Prolongate;
         // Sorted by advisory lock id: see `sql::Prolongs`.
         let mut order: Vec<(i64, usize)> = reqs
@@ -107,11 +110,46 @@ impl Db {
                 format!("{} rows for {} prolongs", replies.len(), reqs.len()),
             ));
         }
-        let mut answers = vec![ProlongOutcome::Lost; reqs.len()];
+        let mut answers: Vec<Result<ProlongOutcome>> = Vec::with_capacity(reqs.len());
+        answers.resize_with(reqs.len(), || Ok(ProlongOutcome::Lost));
+        let mut deferred = Vec::new();
         for (&(_, i), reply) in order.iter().zip(&replies) {
-            answers[i] = reply.prolong_outcome()?;
+            if reply.outcome == "defer" {
+                deferred.push(i);
+            } else {
+                answers[i] = Ok(reply.prolong_outcome()?);
+            }
+        }
+        // All at once, each in its own transaction on its own connection (the pool bounds
+        // how many run together), in the order of the batch: one after the other, a
+        // thousand semaphore permits would take longer than a late hold's grace.
+        deferred.sort_unstable();
+        let decided = deferred.iter().map(|&i| self.prolong_deferred(&reqs[i]));
+        for (i, answer) in deferred
+            .iter()
+            .zip(futures_util::future::join_all(decided).await)
+        {
+            answers[*i] = answer;
         }
         Ok(answers)
+    }
+
+    /// Prolongs a lock whose row the function deferred, in the client's decision.
+    pub(crate) async fn prolong_deferred(
+        &self,
+        req: &ProlongRequest<'_>,
+    ) -> Result<ProlongOutcome> {
+        let op = Operation::Prolongate;
+        let token = req.token.digest();
+        let ask = Ask::Prolong {
+            token: &token,
+            ttl: req.ttl,
+            grace: Grace::or_ttl(self.grace, req.ttl),
+        };
+        match self.decide(op, req.key, &ask).await? {
+            Answer::Prolong(outcome) => Ok(outcome),
+            other => Err(protocol(op, format!("a prolong answered {other:?}"))),
+        }
     }
 
     /// Sends `sql` by `deadline` in the backend's form of statement; in the simple form
@@ -294,7 +332,7 @@ struct Call<'a> {
 /// One statement on one connection, over the simple query protocol: a `&str` with no
 /// arguments goes out as one `Query` message, like `raw_sql`, and the trait method's boxed
 /// future keeps the backend's futures provably `Send` (`raw_sql`'s generic one does not).
-fn fetch_rows<'c>(
+pub(crate) fn fetch_rows<'c>(
     conn: &'c mut sqlx::PgConnection,
     sql: &'c str,
 ) -> BoxFuture<'c, std::result::Result<Vec<PgRow>, sqlx::Error>> {

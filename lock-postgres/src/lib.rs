@@ -7,6 +7,7 @@ mod exec;
 mod migrate;
 mod notify;
 mod reply;
+mod shared;
 mod sql;
 
 pub use backend::PostgresBackend;

@@ -43,7 +43,7 @@ impl Db {
     }
 
     async fn check_shape(&self) -> Result<()> {
-        const EXPECTED: [(&str, &str); 10] = [
+        const EXPECTED: [(&str, &str); 12] = [
             ("key", "text"),
             ("state", "text"),
             ("token", "text"),
@@ -54,6 +54,8 @@ impl Db {
             ("forget_at", "timestamp with time zone"),
             ("waiters", "integer"),
             ("waiting", "jsonb"),
+            ("shares", "jsonb"),
+            ("writer", "jsonb"),
         ];
         let query = self.names.shape_query();
         let rows = sqlx::raw_sql(&query)

@@ -65,18 +65,7 @@ impl Reply {
     pub(crate) fn holder(&self) -> Result<Option<lock_core::HolderInfo>> {
         self.holder
             .as_deref()
-            .map(|json| {
-                serde_json::from_str(json).map_err(|e| {
-                    Error::new(
-                        ErrorKind::Corrupt,
-                        NAME,
-                        self.op,
-                        format!(
-                            "the row's holder is not holder info ({e}); force-release the lock"
-                        ),
-                    )
-                })
-            })
+            .map(|json| parse_holder(self.op, json))
             .transpose()
     }
 
@@ -95,4 +84,16 @@ impl Reply {
             _ => Err(self.unexpected()),
         }
     }
+}
+
+/// Holder info stored as JSON in a row.
+pub(crate) fn parse_holder(op: Operation, json: &str) -> Result<lock_core::HolderInfo> {
+    serde_json::from_str(json).map_err(|e| {
+        Error::new(
+            ErrorKind::Corrupt,
+            NAME,
+            op,
+            format!("the row's holder is not holder info ({e}); force-release the lock"),
+        )
+    })
 }

@@ -30,7 +30,7 @@ const SCHEMA: &str = include_str!("sql/schema.sql");
 // The functions' names after the table's, with the version each last changed in (see the
 // top of schema.sql): a backend never runs another version's body.
 /// Every operation.
-const OP_FN: &str = "op_v4";
+const OP_FN: &str = "op_v5";
 /// Deletes rows nobody needs any more.
 const SWEEP_FN: &str = "sweep_v3";
 /// Raises when a write touched no row.
@@ -45,6 +45,8 @@ pub(crate) struct Names {
     pub(crate) table: String,
     /// `"schema"."fn"`, the function every operation calls.
     function: String,
+    /// `"schema"."waits fn"`, the live entries of a row's `waiting`.
+    waits: String,
     /// The prepared form of every operation (see [`Statements`]).
     pub(crate) prepared: String,
     /// The prepared form of a batch of prolongs ([`Prolongs`]).
@@ -75,6 +77,7 @@ impl Names {
             let _ = write!(channel, "{b:02x}");
         }
         let function = format!("\"{schema}\".\"{table}_{OP_FN}\"");
+        let waits = format!("\"{schema}\".\"{table}_{WAITS_FN}\"");
         Some(Names {
             prepared_prolongs: prolongs_statement(
                 &function,
@@ -85,6 +88,7 @@ impl Names {
                  FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
             ),
             function,
+            waits,
             lock_prefix: format!("{schema}.{table} "),
             schema: schema.to_owned(),
             table: table.to_owned(),
@@ -168,6 +172,55 @@ impl Names {
             ],
         );
         format!("{}{statement}", session.preamble)
+    }
+
+    /// The first message of a decision in the client (`shared.rs`): opens the transaction,
+    /// pins the session as every call does (and the search_path, as the functions do),
+    /// takes the key's advisory lock, then reads the server's clock and the key's row in
+    /// one row (its columns NULL when the key has none). Times in µs since the epoch.
+    pub(crate) fn shared_read(&self, session: &Session, key: &str) -> String {
+        format!(
+            "BEGIN; {preamble}SET LOCAL search_path = pg_catalog, pg_temp;              SELECT pg_advisory_xact_lock({lock});              SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, t.state, t.token,              t.holder, t.fencing, t.holds, (extract(epoch FROM t.expires_at) * 1000000)::int8,              (extract(epoch FROM t.forget_at) * 1000000)::int8, t.shares::text, t.writer::text              FROM (SELECT 1) AS one LEFT JOIN {schema}.{table} t ON t.key = {key}",
+            preamble = session.preamble,
+            lock = self.lock_id(key),
+            schema = quoted(&self.schema),
+            table = quoted(&self.table),
+            key = text(key),
+        )
+    }
+
+    /// The last message of a decision in the client that writes: the key's row (its
+    /// `waiting` and `waiters` kept), the release notification when `notify` and some
+    /// process waits, and the commit.
+    pub(crate) fn shared_write(&self, key: &str, row: &Row, notify: bool) -> String {
+        let opt_text = |v: &Option<String>| v.as_deref().map_or_else(|| "NULL".to_owned(), text);
+        let opt_num = |v: Option<u64>| v.map_or_else(|| "NULL".to_owned(), |n| n.to_string());
+        let at = |us: u64| format!("('epoch'::timestamptz + {us} * interval '1 microsecond')");
+        let (schema, table) = (quoted(&self.schema), quoted(&self.table));
+        let mut sql = format!(
+            "INSERT INTO {schema}.{table} AS t (key, state, token, holder, fencing, holds,              expires_at, forget_at, shares, writer) VALUES ({key}, {state}, {token}, {holder},              {fencing}, {holds}, {expires}, {forget}, {shares}::jsonb, {writer}::jsonb)              ON CONFLICT (key) DO UPDATE SET state = EXCLUDED.state, token = EXCLUDED.token,              holder = EXCLUDED.holder, fencing = EXCLUDED.fencing, holds = EXCLUDED.holds,              expires_at = EXCLUDED.expires_at, forget_at = EXCLUDED.forget_at,              shares = EXCLUDED.shares, writer = EXCLUDED.writer; ",
+            key = text(key),
+            state = text(row.state),
+            token = opt_text(&row.token),
+            holder = opt_text(&row.holder),
+            fencing = row.fencing,
+            holds = opt_num(row.holds.map(u64::from)),
+            expires = at(row.expires_us),
+            forget = at(row.forget_us),
+            shares = opt_text(&row.shares),
+            writer = opt_text(&row.writer),
+        );
+        if notify {
+            let _ = write!(
+                sql,
+                "SELECT pg_notify({channel}, t.key) FROM {schema}.{table} t WHERE t.key = {key}                  AND (t.waiters > 0 OR {waits}(t.waiting, clock_timestamp()) <> '{{}}'::jsonb); ",
+                channel = text(&self.channel),
+                key = text(key),
+                waits = self.waits,
+            );
+        }
+        sql.push_str("COMMIT");
+        sql
     }
 
     /// The advisory lock id of `key` in this table.
@@ -276,6 +329,26 @@ pub(crate) struct Args<'a> {
     pub(crate) grace_ms: u64,
     pub(crate) holder: Option<&'a str>,
     pub(crate) delay_ms: u64,
+}
+
+/// A key's row as a decision in the client writes it (see `shared.rs` and `schema.sql`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub(crate) state: &'static str,
+    /// A token's SHA-256 digest (hex), never a token.
+    pub(crate) token: Option<String>,
+    pub(crate) holder: Option<String>,
+    pub(crate) fencing: i64,
+    pub(crate) holds: Option<u32>,
+    pub(crate) expires_us: u64,
+    pub(crate) forget_us: u64,
+    pub(crate) shares: Option<String>,
+    pub(crate) writer: Option<String>,
+}
+
+/// `"name"`: a name already checked to be a plain identifier ([`Names::new`]).
+fn quoted(name: &str) -> String {
+    format!("\"{name}\"")
 }
 
 /// A text value as an expression that cannot be misread, whatever it holds.
@@ -390,7 +463,7 @@ mod tests {
                 "{placeholder} left in the migration"
             );
         }
-        assert!(m.contains("\"s\".\"t_op_v4\""));
+        assert!(m.contains("\"s\".\"t_op_v5\""));
         assert!(
             m.contains("'s.t '"),
             "the sweep hashes the ids the client does"

@@ -521,12 +521,21 @@ fn shared_runs_run_together_and_keep_a_writer_out() {
 }
 
 #[test]
-fn a_backend_without_shared_holds_refuses_permits_before_running() {
-    let env = Env::new("postgres");
-    let marker = std::env::temp_dir().join(format!("lockrun-ran-{}", unique()));
-    let out = env.output(&["--permits", "2", "--", "touch", marker.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(78));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("keeps exclusive locks only"), "{stderr}");
-    assert!(!marker.exists(), "COMMAND ran");
+fn permits_hold_on_the_server_backends() {
+    for backend in ["redis", "postgres"] {
+        let env = Env::new(backend);
+        let mut a = env.spawn(&["--permits", "1", "--", "sleep", "3"]);
+        let state = wait_until_shared(&env, 1);
+        assert_eq!(state["capacity"], 1, "{backend}: {state}");
+        let busy = env.output(&["--permits", "1", "--", "true"]);
+        assert_eq!(busy.status.code(), Some(75), "{backend}");
+        let mismatch = env.output(&["--permits", "2", "--", "true"]);
+        assert_eq!(mismatch.status.code(), Some(78), "{backend}");
+        let stderr = String::from_utf8_lossy(&mismatch.stderr);
+        assert!(stderr.contains("capacity 1, not 2"), "{backend}: {stderr}");
+        assert!(
+            wait_exit(&mut a, Duration::from_secs(30)).success(),
+            "{backend}"
+        );
+    }
 }

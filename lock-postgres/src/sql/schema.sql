@@ -5,7 +5,7 @@
 -- notifications, and {lock_prefix}, what a key's advisory lock id is the hash of (with the
 -- key appended).
 --
--- The functions' names carry a version (`_op_v4`, `_sweep_v3`, `_check_v2`, `_waits_v1`: the
+-- The functions' names carry a version (`_op_v5`, `_sweep_v3`, `_check_v2`, `_waits_v1`: the
 -- version a function last changed in; sql.rs names them): a backend never runs the body of another version, and
 -- backends of two versions on one table still exclude each other (same rows, same advisory
 -- lock ids). A migration leaves the functions of older versions in place for the backends
@@ -36,9 +36,18 @@ CREATE SCHEMA IF NOT EXISTS {schema};
 -- the same idempotent write, so a statement sent twice counts nobody twice. waiters: the
 -- count of earlier versions (op_v3 and before), still read so that their waiters are
 -- notified during a rolling deploy, never written by this version.
+--
+-- state 'shared' (semaphores, read locks): shares holds the key's capacity and every hold
+-- as {"capacity": C, "holds": [{"token", "holder", "holds", "expires", "forget",
+-- "fencing", "weight"}]} (times in server µs since the epoch); token is '' (nobody's),
+-- holder the holder of the hold that ends last, expires_at and forget_at the last hold's
+-- ends: so an earlier version's function, which knows nothing of shares, sees the key
+-- held by someone else until then. writer: a waiting writer's marker,
+-- {"token": T, "until": µs}, beside any state. Rows that hold shares or a live marker are
+-- decided by the client (lock-postgres/src/shared.rs), not by {fn}, which answers 'defer'.
 CREATE TABLE IF NOT EXISTS {schema}.{table} (
     key        text        PRIMARY KEY,
-    state      text        NOT NULL CHECK (state IN ('held', 'cooling', 'free')),
+    state      text        NOT NULL CHECK (state IN ('held', 'cooling', 'free', 'shared')),
     token      text        CHECK (state <> 'held' OR token IS NOT NULL),
     holder     text,
     fencing    bigint      NOT NULL,
@@ -46,13 +55,30 @@ CREATE TABLE IF NOT EXISTS {schema}.{table} (
     expires_at timestamptz NOT NULL,
     forget_at  timestamptz NOT NULL,
     waiters    integer     NOT NULL DEFAULT 0,
-    waiting    jsonb       NOT NULL DEFAULT '{}'
+    waiting    jsonb       NOT NULL DEFAULT '{}',
+    shares     jsonb,
+    writer     jsonb
 );
 
--- A table made by an earlier version lacks `waiters` or `waiting`. Checked first: ALTER
--- TABLE would take the table's exclusive lock on every migration even with IF NOT EXISTS.
+-- A table made by an earlier version lacks `waiters`, `waiting`, `shares` or `writer`, and
+-- its state check lacks 'shared'. Checked first: ALTER TABLE would take the table's
+-- exclusive lock on every migration even with IF NOT EXISTS.
 DO $add$
+DECLARE
+    c record;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = '{schema}.{table}'::regclass
+                      AND attname = 'shares' AND NOT attisdropped) THEN
+        ALTER TABLE {schema}.{table} ADD COLUMN shares jsonb, ADD COLUMN writer jsonb;
+    END IF;
+    FOR c IN SELECT conname FROM pg_constraint
+              WHERE conrelid = '{schema}.{table}'::regclass AND contype = 'c'
+                AND pg_get_constraintdef(oid) LIKE '%''cooling''%'
+                AND pg_get_constraintdef(oid) NOT LIKE '%''shared''%' LOOP
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', '{schema}.{table}', c.conname);
+        ALTER TABLE {schema}.{table} ADD CHECK (state IN ('held', 'cooling', 'free', 'shared'));
+    END LOOP;
     IF NOT EXISTS (SELECT 1 FROM pg_attribute
                     WHERE attrelid = '{schema}.{table}'::regclass
                       AND attname = 'waiters' AND NOT attisdropped) THEN
@@ -126,8 +152,9 @@ $fn$;
 -- p_deadline_ms: the call's deadline; p_durable: false to commit without waiting for the
 -- WAL flush.
 -- Answers one row: o_outcome and, as the outcome needs them, o_ms (remaining ttl or
--- cooldown), o_holder (JSON), o_fencing, o_holds. Or o_outcome 'settings', having done
--- nothing: see below.
+-- cooldown), o_holder (JSON), o_fencing, o_holds. Or, having done nothing, o_outcome
+-- 'settings' (see below) or 'defer' (the row holds shares or a live writer's marker: the
+-- client decides it, see the table's comment).
 CREATE OR REPLACE FUNCTION {schema}.{fn}(
     p_op text, p_key text, p_lock bigint, p_token text,
     p_ttl_ms bigint, p_grace_ms bigint, p_holder text, p_delay_ms bigint,
@@ -184,6 +211,16 @@ BEGIN
     now_ts := clock_timestamp();
 
     SELECT * INTO r FROM {schema}.{table} t WHERE t.key = p_key;
+    -- Shared holds, or a writer waiting for them: the client decides (shared.rs), in a
+    -- transaction of its own; this call writes nothing.
+    IF FOUND AND p_op NOT IN ('wait', 'unwait')
+       AND (r.state = 'shared'
+            OR (r.writer IS NOT NULL AND ('epoch'::timestamptz
+                + (r.writer->>'until')::bigint * interval '1 microsecond') > now_ts)) THEN
+        o_outcome := 'defer';
+        RETURN NEXT;
+        RETURN;
+    END IF;
     IF NOT FOUND OR r.state = 'free' OR r.forget_at <= now_ts THEN
         phase := 'free';
     ELSIF r.state = 'cooling' THEN

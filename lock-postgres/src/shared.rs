@@ -1,0 +1,412 @@
+//! Shared holds (semaphores, read locks) and a waiting writer's marker: decided in the
+//! client by lock-core's rules, in one transaction that holds the key's advisory lock.
+//!
+//! The function of `schema.sql` keeps the mutex, one statement per operation. A shared
+//! request comes here straight away; any other comes here when the function answered
+//! `defer` (the row holds shares or a live writer's marker; the function wrote nothing).
+//! Here, on one connection, two messages:
+//!
+//! 1. `BEGIN`, the session pinned as for every call, the key's advisory lock, then the
+//!    server's clock and the key's row, read after the lock was granted
+//!    ([`Names::shared_read`](crate::sql::Names::shared_read));
+//! 2. the decision of [`lock_core::backend::rules`] on that row at that instant, and if it
+//!    writes: the row, the release notification when it frees room and some process waits,
+//!    and `COMMIT` ([`Names::shared_write`](crate::sql::Names::shared_write)); else only
+//!    `COMMIT`.
+//!
+//! So a shared operation costs two round trips (three after a `defer`) where the mutex costs
+//! one; the rules are the ones every other backend decides with, not a second copy in
+//! PL/pgSQL. The row's shape is in `schema.sql`'s comment on the table.
+//!
+//! # Cancel safety
+//! A transaction cut off by the deadline or a cancelled caller leaves its connection open
+//! mid-transaction: the connection is closed rather than returned to the pool, and the
+//! server rolls the transaction back (nothing half-written; the advisory lock goes with it).
+
+use lock_core::backend::rules::{self, Clock, Hold, Record, Share, Shared, State, Wake, Writer};
+use lock_core::backend::Grace;
+use lock_core::{
+    Error, ErrorKind, Key, LockState, Mode, ObtainOutcome, Operation, ProlongOutcome,
+    ReleaseOutcome, Result, Ttl,
+};
+use serde::{Deserialize, Serialize};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, Row as _};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{is_missing_schema, map_error, protocol};
+use crate::exec::{fetch_rows, Db};
+use crate::reply::parse_holder;
+use crate::sql::Row;
+use crate::NAME;
+
+/// A record as the rules see it here: the token's digest, the holder info as JSON, times in
+/// nanoseconds of the server's clock (µs in the row, exact).
+type Stored = Record<String, String>;
+
+/// How long a free row remembers its fencing token, as in the function (`keep`).
+const FREE_KEEP_US: u64 = 24 * 3600 * 1_000_000;
+
+/// One operation decided here.
+pub(crate) enum Ask<'a> {
+    Obtain {
+        /// The token's digest.
+        token: &'a str,
+        holder: &'a str,
+        ttl: Ttl,
+        grace: Grace,
+        mode: Mode,
+        queue: bool,
+    },
+    Prolong {
+        token: &'a str,
+        ttl: Ttl,
+        grace: Grace,
+    },
+    Release {
+        token: &'a str,
+        delay: Option<Ttl>,
+    },
+    Inspect,
+    Force,
+}
+
+/// Its answer, in the one outcome vocabulary.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Obtain(ObtainOutcome),
+    Prolong(ProlongOutcome),
+    Release(ReleaseOutcome),
+    State(LockState),
+}
+
+impl Db {
+    /// Decides `ask` on `key` in a transaction of its own, by the backend's deadline.
+    pub(crate) async fn decide(&self, op: Operation, key: &Key, ask: &Ask<'_>) -> Result<Answer> {
+        let span = tracing::debug_span!(
+            "postgres_lock",
+            op = op.as_str(),
+            key = key.as_str(),
+            shared = true
+        );
+        let deadline = Instant::now() + self.timeout;
+        async {
+            self.within(op, deadline, self.ensure_schema()).await??;
+            let first = self
+                .within(op, deadline, self.transaction(op, key, ask))
+                .await?;
+            match first {
+                Err(e) if is_missing_schema(&e) && self.auto_migrate => {
+                    tracing::warn!(table = %self.table(), "lock table missing, creating it again");
+                    self.migrated
+                        .store(false, std::sync::atomic::Ordering::Release);
+                    self.within(op, deadline, self.ensure_schema()).await??;
+                    self.within(op, deadline, self.transaction(op, key, ask))
+                        .await?
+                        .map_err(|e| map_error(op, e))?
+                }
+                other => other.map_err(|e| map_error(op, e))?,
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The two messages; a failure of the decision itself (a corrupt row, a refused
+    /// request) still commits the transaction, which wrote nothing.
+    async fn transaction(
+        &self,
+        op: Operation,
+        key: &Key,
+        ask: &Ask<'_>,
+    ) -> std::result::Result<Result<Answer>, sqlx::Error> {
+        let mut tx = Open {
+            conn: self.pool.acquire().await?,
+            open: true,
+        };
+        let read = self.names.shared_read(&self.session, key.as_str());
+        let rows = fetch_rows(&mut tx.conn, &read).await?;
+        let decided = match rows.last() {
+            Some(row) => decide(op, row, ask),
+            None => Err(protocol(op, "the row's read answered nothing")),
+        };
+        let end = match &decided {
+            Ok((_, Some(row), wake)) => {
+                self.names
+                    .shared_write(key.as_str(), row, *wake != Wake::Nobody)
+            }
+            _ => "COMMIT".to_owned(),
+        };
+        fetch_rows(&mut tx.conn, &end).await?;
+        tx.open = false;
+        Ok(decided.map(|(answer, _, _)| answer))
+    }
+}
+
+/// A pooled connection inside a transaction: closed, not pooled, if dropped while open.
+struct Open {
+    conn: PoolConnection<Postgres>,
+    open: bool,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// The rules' decision on the row read: the answer, the row to write, whom to wake.
+fn decide(op: Operation, row: &PgRow, ask: &Ask<'_>) -> Result<(Answer, Option<Row>, Wake)> {
+    let now_us: i64 = row.try_get(0).map_err(|e| protocol(op, e))?;
+    let now_us = u64::try_from(now_us).map_err(|_| protocol(op, "a clock before 1970"))?;
+    let clock = Clock::nanos(now_us.saturating_mul(1000));
+    let stored = read(op, row)?;
+    let rec = stored.as_ref();
+    let holder = |json: &String| parse_holder(op, json);
+    let (answer, write, wake) = match *ask {
+        Ask::Obtain {
+            token,
+            holder: info,
+            ttl,
+            grace,
+            mode,
+            queue,
+        } => {
+            let (token, info) = (token.to_owned(), info.to_owned());
+            let d = rules::obtain(
+                rec,
+                clock,
+                rules::Obtain {
+                    token: &token,
+                    holder: &info,
+                    ttl,
+                    grace,
+                    fencing_floor: now_us,
+                    mode,
+                    queue,
+                },
+            );
+            let answer = Answer::Obtain(d.outcome.try_into_outcome(ttl, NAME, holder)?);
+            (answer, d.write, d.wake)
+        }
+        Ask::Prolong { token, ttl, grace } => {
+            let d = rules::prolong(rec, clock, &token.to_owned(), ttl, grace);
+            (Answer::Prolong(d.outcome), d.write, d.wake)
+        }
+        Ask::Release { token, delay } => {
+            let d = rules::release(rec, clock, &token.to_owned(), delay);
+            (Answer::Release(d.outcome), d.write, d.wake)
+        }
+        Ask::Inspect => {
+            let state = rules::view(rec, clock).try_into_state(holder)?;
+            (Answer::State(state), None, Wake::Nobody)
+        }
+        Ask::Force => {
+            let d = rules::force(rec, clock);
+            let state = d.outcome.try_into_state(holder)?;
+            (Answer::State(state), d.write, d.wake)
+        }
+    };
+    Ok((answer, write.map(|r| to_row(&r, now_us)), wake))
+}
+
+/// A shared hold in the row's `shares`.
+#[derive(Serialize, Deserialize)]
+struct ShareJson {
+    token: String,
+    holder: String,
+    holds: u32,
+    /// µs since the epoch.
+    expires: u64,
+    forget: u64,
+    fencing: u64,
+    weight: u32,
+}
+
+/// The row's `shares`.
+#[derive(Serialize, Deserialize)]
+struct SharesJson {
+    capacity: u32,
+    holds: Vec<ShareJson>,
+}
+
+/// The row's `writer`.
+#[derive(Serialize, Deserialize)]
+struct WriterJson {
+    token: String,
+    /// µs since the epoch.
+    until: u64,
+}
+
+fn corrupt(op: Operation, what: &str) -> Error {
+    Error::new(
+        ErrorKind::Corrupt,
+        NAME,
+        op,
+        format!("the lock row's {what} is not what this backend writes; force-release the lock"),
+    )
+}
+
+/// The record in the row read (columns 1..), `None` without a row.
+fn read(op: Operation, row: &PgRow) -> Result<Option<Stored>> {
+    let get = || -> std::result::Result<_, sqlx::Error> {
+        Ok((
+            row.try_get::<Option<String>, _>(1)?,
+            row.try_get::<Option<String>, _>(2)?,
+            row.try_get::<Option<String>, _>(3)?,
+            row.try_get::<Option<i64>, _>(4)?,
+            row.try_get::<Option<i32>, _>(5)?,
+            row.try_get::<Option<i64>, _>(6)?,
+            row.try_get::<Option<i64>, _>(7)?,
+            row.try_get::<Option<String>, _>(8)?,
+            row.try_get::<Option<String>, _>(9)?,
+        ))
+    };
+    let (state, token, holder, fencing, holds, expires, forget, shares, writer) =
+        get().map_err(|e| protocol(op, e))?;
+    let Some(state) = state else {
+        return Ok(None);
+    };
+    let ns = |us: Option<i64>| {
+        us.and_then(|us| u64::try_from(us).ok())
+            .map(|us| us.saturating_mul(1000))
+            .ok_or_else(|| corrupt(op, "time"))
+    };
+    let fencing = fencing
+        .and_then(|f| u64::try_from(f).ok())
+        .ok_or_else(|| corrupt(op, "fencing"))?;
+    let state = match state.as_str() {
+        "free" => State::Free,
+        "cooling" => State::Cooling {
+            until: ns(expires)?,
+        },
+        "held" => State::Held(Hold {
+            token: token.ok_or_else(|| corrupt(op, "token"))?,
+            holder: holder.unwrap_or_default(),
+            holds: holds
+                .and_then(|h| u32::try_from(h).ok())
+                .ok_or_else(|| corrupt(op, "hold count"))?,
+            expires: ns(expires)?,
+            forget: ns(forget)?,
+        }),
+        "shared" => {
+            let json: SharesJson = shares
+                .as_deref()
+                .and_then(|s| serde_json::from_str(s).ok())
+                .ok_or_else(|| corrupt(op, "shares"))?;
+            State::Shared(Shared {
+                capacity: json.capacity,
+                holds: json
+                    .holds
+                    .into_iter()
+                    .map(|s| Share {
+                        hold: Hold {
+                            token: s.token,
+                            holder: s.holder,
+                            holds: s.holds,
+                            expires: s.expires.saturating_mul(1000),
+                            forget: s.forget.saturating_mul(1000),
+                        },
+                        fencing: s.fencing,
+                        weight: s.weight,
+                    })
+                    .collect(),
+            })
+        }
+        _ => return Err(corrupt(op, "state")),
+    };
+    let writer = match writer {
+        None => None,
+        Some(json) => {
+            let w: WriterJson =
+                serde_json::from_str(&json).map_err(|_| corrupt(op, "writer's marker"))?;
+            Some(Writer {
+                token: w.token,
+                until: w.until.saturating_mul(1000),
+            })
+        }
+    };
+    Ok(Some(Record {
+        fencing,
+        state,
+        writer,
+    }))
+}
+
+/// The row that stores `r` at server time `now_us`.
+fn to_row(r: &Stored, now_us: u64) -> Row {
+    let us = |ns: u64| ns / 1000;
+    let mut row = Row {
+        state: "free",
+        token: None,
+        holder: None,
+        fencing: i64::try_from(r.fencing).unwrap_or(i64::MAX),
+        holds: None,
+        expires_us: now_us,
+        forget_us: now_us.saturating_add(FREE_KEEP_US),
+        shares: None,
+        writer: r.writer.as_ref().map(|w| {
+            json(&WriterJson {
+                token: w.token.clone(),
+                until: us(w.until),
+            })
+        }),
+    };
+    match &r.state {
+        State::Free => {}
+        State::Cooling { until } => {
+            row.state = "cooling";
+            row.expires_us = us(*until);
+            row.forget_us = us(*until);
+        }
+        State::Held(h) => {
+            row.state = "held";
+            row.token = Some(h.token.clone());
+            row.holder = Some(h.holder.clone());
+            row.holds = Some(h.holds);
+            row.expires_us = us(h.expires);
+            row.forget_us = us(h.forget);
+        }
+        State::Shared(s) => {
+            // Nobody's token, and the hold that ends last as the holder: an earlier
+            // version's function sees the key held by another until then.
+            let last = s.holds.iter().max_by_key(|sh| sh.hold.expires);
+            row.state = "shared";
+            row.token = Some(String::new());
+            row.holder = last.map(|sh| sh.hold.holder.clone());
+            row.expires_us = last.map_or(now_us, |sh| us(sh.hold.expires));
+            row.forget_us = s
+                .holds
+                .iter()
+                .map(|sh| us(sh.hold.forget))
+                .max()
+                .unwrap_or(now_us);
+            row.shares = Some(json(&SharesJson {
+                capacity: s.capacity,
+                holds: s
+                    .holds
+                    .iter()
+                    .map(|sh| ShareJson {
+                        token: sh.hold.token.clone(),
+                        holder: sh.hold.holder.clone(),
+                        holds: sh.hold.holds,
+                        expires: us(sh.hold.expires),
+                        forget: us(sh.hold.forget),
+                        fencing: sh.fencing,
+                        weight: sh.weight,
+                    })
+                    .collect(),
+            }));
+        }
+    }
+    row
+}
+
+/// Plain data with string keys: serializing cannot fail.
+fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
