@@ -45,6 +45,8 @@
 //! | `exclusion_under_contention`, `many_locks_held_at_once`, `waiting_obtain_honours_release_and_deadline`, `cancelled_wait_leaves_nothing_behind`, `lost_signal_fires_only_when_lost`, `dropped_guard_does_not_hold_forever` | the client layer over this backend |
 //! | `data_loss_is_lost_and_fencing_still_grows`, `dropped_connections_leave_a_safe_state` | faults |
 //! | `multiprocess_exclusion`, `killed_holder_frees_after_ttl` | separate OS processes |
+//! | `shared_holds_keep_the_contract`, `semaphore_capacity_holds_under_contention`, `multiprocess_semaphore_stays_within_its_permits` | shared holds: permits by weight, capacity and weight mismatches, readers and a waiting writer, late and lost per hold, tasks and processes never above the capacity |
+//! | `shared_model_sequences` | random sequences of exclusive and shared obtains (capacities, weights, waiting writers), prolongs, releases and inspects agree step by step with a reference model of the shared holds; after every step the live weights fit the capacity and an exclusive hold is alone |
 //!
 //! # The anchors' cases (ANCHOR-TESTS.md) and where they live
 //! 1, 4, 5: `second_owner_gets_busy`, `failed_obtain_leaves_holder_untouched`; 2, 10, 13:
@@ -76,12 +78,14 @@
 //!
 //! # Speed
 //! `LOCK_CONFORMANCE_CASES` sets the number of random sequences of `model_sequences`
-//! (default 24, up to 24 steps each); raise it for deep runs.
+//! (default 24, up to 24 steps each) and of `shared_model_sequences` (up to 32 steps);
+//! raise it for deep runs.
 
 mod as_semaphore;
 mod check;
 mod harness;
 mod model;
+mod model_shared;
 mod precise;
 
 pub mod cases;
@@ -199,7 +203,8 @@ macro_rules! for_each_case {
             killed_holder_frees_after_ttl,
             shared_holds_keep_the_contract,
             semaphore_capacity_holds_under_contention,
-            multiprocess_semaphore_stays_within_its_permits
+            multiprocess_semaphore_stays_within_its_permits,
+            shared_model_sequences
         }
     };
 }

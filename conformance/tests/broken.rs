@@ -298,3 +298,18 @@ catches!(by_name
     WeightIgnored,
     shared_holds_keep_the_contract
 );
+catches!(by_name
+    an_ignored_writer_marker_is_caught_by_the_shared_model,
+    WriterMarkerIgnored,
+    shared_model_sequences
+);
+catches!(by_name
+    a_semaphore_that_is_a_mutex_is_caught_by_the_shared_model,
+    SharedAsExclusive,
+    shared_model_sequences
+);
+catches!(by_name
+    ignored_weights_are_caught_by_the_shared_model,
+    WeightIgnored,
+    shared_model_sequences
+);

@@ -1,0 +1,404 @@
+//! The reference model of shared holds, and the property that runs random sequences of
+//! exclusive and shared obtains (capacities, weights, a waiting writer's marker),
+//! prolongs, releases and inspects against it.
+//!
+//! Written from the contract's "Shared holds" section alone, not from
+//! `lock_core::backend::rules`: a backend that decides with those rules is checked against
+//! a second reading of the contract. Every ttl is long (nothing expires within a sequence),
+//! so each step has exactly one right answer; expiry, late and lost per hold are the named
+//! cases' (`shared_holds_keep_the_contract`).
+//!
+//! The invariant, checked through `inspect` after every step: the live shared weights never
+//! exceed the key's capacity, and an exclusive hold is alone.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    BusyReason, ErrorKind, Fencing, LockBackend, LockState, Mode, ObtainOutcome, ProlongOutcome,
+    ReleaseOutcome,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use crate::harness::Owner;
+use crate::{CaseResult, Failure, Suite};
+
+/// Owners in every sequence (one key).
+const OWNERS: usize = 4;
+/// Every ttl: nothing expires within a sequence.
+const TTL: Duration = Duration::from_secs(60);
+
+/// How an obtain asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// Exclusive; with `queue`, a waiting writer (may leave a marker).
+    Exclusive { queue: bool },
+    /// Shared: `weight` of `capacity` permits.
+    Shared { capacity: u32, weight: u32 },
+}
+
+impl Ask {
+    fn mode(self) -> Mode {
+        match self {
+            Ask::Exclusive { .. } => Mode::Exclusive,
+            Ask::Shared { capacity, weight } => Mode::Shared { capacity, weight },
+        }
+    }
+}
+
+/// One step of a sequence.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Obtain { owner: usize, ask: Ask },
+    Prolong { owner: usize },
+    Release { owner: usize },
+    Inspect,
+}
+
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Obtain {
+                owner,
+                ask: Ask::Exclusive { queue },
+            } => write!(f, "obtain(o{owner}, exclusive, queue={queue})"),
+            Op::Obtain {
+                owner,
+                ask: Ask::Shared { capacity, weight },
+            } => write!(f, "obtain(o{owner}, {weight} of {capacity})"),
+            Op::Prolong { owner } => write!(f, "prolong(o{owner})"),
+            Op::Release { owner } => write!(f, "release(o{owner})"),
+            Op::Inspect => write!(f, "inspect"),
+        }
+    }
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let owner = 0..OWNERS;
+    // Capacities 2 and 3 (a mismatch now and then), weights within them.
+    let shared = (2u32..=3)
+        .prop_flat_map(|capacity| (Just(capacity), 1..=capacity))
+        .prop_map(|(capacity, weight)| Ask::Shared { capacity, weight });
+    let ask = prop_oneof![
+        3 => shared,
+        2 => any::<bool>().prop_map(|queue| Ask::Exclusive { queue }),
+    ];
+    prop_oneof![
+        5 => (owner.clone(), ask).prop_map(|(owner, ask)| Op::Obtain { owner, ask }),
+        1 => owner.clone().prop_map(|owner| Op::Prolong { owner }),
+        3 => owner.prop_map(|owner| Op::Release { owner }),
+        1 => Just(Op::Inspect),
+    ]
+}
+
+/// One owner's hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    /// `None`: exclusive; else the weight of a shared hold.
+    weight: Option<u32>,
+    holds: u32,
+}
+
+/// The key as the contract says it stands.
+#[derive(Debug, Default)]
+struct Model {
+    holds: BTreeMap<usize, Held>,
+    /// The capacity the first shared hold fixed, while shared holds exist.
+    capacity: Option<u32>,
+    /// The owner whose writer's marker keeps new shared holds out.
+    marker: Option<usize>,
+    last_fencing: Option<Fencing>,
+}
+
+/// What the model expects of an obtain.
+#[derive(Debug, PartialEq, Eq)]
+enum Expect {
+    Acquired,
+    Reacquired(u32),
+    Busy(BusyReason),
+    Refused,
+}
+
+impl Model {
+    fn exclusive_holder(&self) -> Option<usize> {
+        self.holds
+            .iter()
+            .find(|(_, h)| h.weight.is_none())
+            .map(|(o, _)| *o)
+    }
+
+    fn used(&self) -> u32 {
+        self.holds.values().filter_map(|h| h.weight).sum()
+    }
+
+    /// The expected answer to `owner`'s obtain, and the model moved on as if it came.
+    fn obtain(&mut self, owner: usize, ask: Ask) -> Expect {
+        let own = self.holds.get(&owner).copied();
+        let others = self.holds.len() - usize::from(own.is_some());
+        match ask {
+            Ask::Exclusive { queue } => match own {
+                Some(Held {
+                    weight: None,
+                    holds,
+                }) => {
+                    self.holds.insert(
+                        owner,
+                        Held {
+                            weight: None,
+                            holds: holds + 1,
+                        },
+                    );
+                    Expect::Reacquired(holds + 1)
+                }
+                Some(_) => Expect::Refused,
+                None if self.exclusive_holder().is_some() => Expect::Busy(BusyReason::Held),
+                None if others > 0 => {
+                    if queue && self.marker.is_none_or(|m| m == owner) {
+                        self.marker = Some(owner);
+                    }
+                    Expect::Busy(BusyReason::Shared)
+                }
+                None => {
+                    if self.marker == Some(owner) {
+                        self.marker = None;
+                    }
+                    self.capacity = None;
+                    self.holds.insert(
+                        owner,
+                        Held {
+                            weight: None,
+                            holds: 1,
+                        },
+                    );
+                    Expect::Acquired
+                }
+            },
+            Ask::Shared { capacity, weight } => {
+                if matches!(own, Some(Held { weight: None, .. })) {
+                    return Expect::Refused;
+                }
+                if self.exclusive_holder().is_some() {
+                    return Expect::Busy(BusyReason::Held);
+                }
+                if self.capacity.is_some_and(|c| c != capacity) {
+                    return Expect::Refused;
+                }
+                if let Some(held) = own {
+                    if held.weight != Some(weight) {
+                        return Expect::Refused;
+                    }
+                    let holds = held.holds + 1;
+                    self.holds.insert(owner, Held { holds, ..held });
+                    return Expect::Reacquired(holds);
+                }
+                if self.marker.is_some_and(|m| m != owner) {
+                    return Expect::Busy(BusyReason::WriterWaiting);
+                }
+                if self.used() + weight > capacity {
+                    return Expect::Busy(BusyReason::Full);
+                }
+                if self.marker == Some(owner) {
+                    self.marker = None;
+                }
+                self.capacity = Some(capacity);
+                self.holds.insert(
+                    owner,
+                    Held {
+                        weight: Some(weight),
+                        holds: 1,
+                    },
+                );
+                Expect::Acquired
+            }
+        }
+    }
+
+    fn prolong(&self, owner: usize) -> ProlongOutcome {
+        match self.holds.contains_key(&owner) {
+            true => ProlongOutcome::Prolonged,
+            false => ProlongOutcome::Lost,
+        }
+    }
+
+    fn release(&mut self, owner: usize) -> ReleaseOutcome {
+        let Some(held) = self.holds.get(&owner).copied() else {
+            // A writer that gives up takes its marker away.
+            if self.marker == Some(owner) {
+                self.marker = None;
+            }
+            return ReleaseOutcome::Lost;
+        };
+        if held.holds > 1 {
+            let holds = held.holds - 1;
+            self.holds.insert(owner, Held { holds, ..held });
+            return ReleaseOutcome::Decremented { holds };
+        }
+        self.holds.remove(&owner);
+        if self.holds.is_empty() {
+            self.capacity = None;
+        }
+        ReleaseOutcome::Released
+    }
+
+    /// Checks an inspect against the model, and the invariant.
+    fn check_state(&self, state: &LockState) -> Result<(), String> {
+        match (state, self.exclusive_holder()) {
+            (LockState::Free, None) if self.holds.is_empty() => Ok(()),
+            (LockState::Held { holds, .. }, Some(o)) if self.holds.len() == 1 => {
+                let want = self.holds[&o].holds;
+                match *holds == want {
+                    true => Ok(()),
+                    false => Err(format!("{holds} holds, the model has {want}")),
+                }
+            }
+            (
+                LockState::Shared {
+                    capacity,
+                    holds,
+                    writer_waiting,
+                },
+                None,
+            ) if !self.holds.is_empty() => {
+                let used: u64 = holds.iter().map(|h| u64::from(h.weight)).sum();
+                if used > u64::from(*capacity) {
+                    return Err(format!("{used} permits held of {capacity}"));
+                }
+                let mut seen: Vec<(u32, u32)> = holds.iter().map(|h| (h.weight, h.holds)).collect();
+                let mut want: Vec<(u32, u32)> = self
+                    .holds
+                    .values()
+                    .map(|h| (h.weight.unwrap_or(0), h.holds))
+                    .collect();
+                seen.sort_unstable();
+                want.sort_unstable();
+                if Some(*capacity) != self.capacity || seen != want {
+                    return Err(format!(
+                        "capacity {capacity} with (weight, holds) {seen:?}; the model has \
+                         {:?} with {want:?}",
+                        self.capacity
+                    ));
+                }
+                match writer_waiting.is_some() == self.marker.is_some() {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "writer waiting: {writer_waiting:?}, the model's marker: {:?}",
+                        self.marker
+                    )),
+                }
+            }
+            _ => Err(format!("the model has {self:?}")),
+        }
+    }
+}
+
+async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), String> {
+    // A key of its own per sequence: a failed one leaves holds behind for a minute.
+    let key = format!(
+        "model-shared-{}",
+        &lock_core::backend::Token::generate()
+            .map_err(|e| e.to_string())?
+            .to_hex()[..12]
+    );
+    let owners: Vec<Owner> = (0..OWNERS)
+        .map(|o| Owner::new(&backend, &key, &format!("owner {o}")))
+        .collect();
+    let mut model = Model::default();
+    for (step, &op) in ops.iter().enumerate() {
+        let fail = |why: String| format!("step {step} {op:?}: {why}");
+        match op {
+            Op::Obtain { owner, ask } => {
+                let queue = matches!(ask, Ask::Exclusive { queue: true });
+                let got = owners[owner].obtain_as(TTL, ask.mode(), queue).await;
+                let want = model.obtain(owner, ask);
+                match (&want, &got) {
+                    (Expect::Refused, Err(e)) if e.kind() == ErrorKind::InvalidInput => {}
+                    (Expect::Acquired, Ok(ObtainOutcome::Acquired { fencing, .. })) => {
+                        if model.last_fencing.is_some_and(|last| *fencing <= last) {
+                            return Err(fail(format!(
+                                "fencing {fencing:?} after {:?}",
+                                model.last_fencing
+                            )));
+                        }
+                        model.last_fencing = Some(*fencing);
+                    }
+                    (Expect::Reacquired(n), Ok(ObtainOutcome::Reacquired { holds }))
+                        if n == holds => {}
+                    (Expect::Busy(reason), Ok(ObtainOutcome::Busy(b))) if b.reason == *reason => {}
+                    _ => return Err(fail(format!("expected {want:?}, got {got:?}"))),
+                }
+            }
+            Op::Prolong { owner } => {
+                let got = owners[owner]
+                    .prolong(TTL)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+                let want = model.prolong(owner);
+                if got != want {
+                    return Err(fail(format!("expected {want:?}, got {got:?}")));
+                }
+            }
+            Op::Release { owner } => {
+                let got = owners[owner]
+                    .release(None)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+                let want = model.release(owner);
+                if got != want {
+                    return Err(fail(format!("expected {want:?}, got {got:?}")));
+                }
+            }
+            Op::Inspect => {}
+        }
+        // The invariant after every step (and the inspect step's own check).
+        let state = owners[0].inspect().await.map_err(|e| fail(e.to_string()))?;
+        model
+            .check_state(&state)
+            .map_err(|why| fail(format!("inspect answered {state:?}: {why}")))?;
+    }
+    for owner in &owners {
+        let _ = owner.release(None).await;
+    }
+    Ok(())
+}
+
+/// Random sequences of exclusive and shared obtains (capacities 2 and 3, weights within
+/// them, waiting writers), prolongs, releases and inspects, by 4 owners on one key, each
+/// step checked against a reference model of the contract's shared holds; after every step
+/// `inspect` shows the live weights within the capacity and an exclusive hold alone. A
+/// failure is shrunk to a minimal sequence. Skipped, with a line on stderr, on a backend
+/// without `Capabilities::shared`. `LOCK_CONFORMANCE_CASES` sets the number of sequences.
+pub async fn shared_model_sequences(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    if !backend.capabilities().shared {
+        eprintln!(
+            "{}: shared_model_sequences: skipped, the backend keeps exclusive locks only",
+            suite.name
+        );
+        return Ok(());
+    }
+    let config = Config {
+        cases: crate::model::case_count(),
+        failure_persistence: None,
+        max_shrink_iters: 200,
+        max_shrink_time: 120_000,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let strategy = proptest::collection::vec(op_strategy(), 1..32);
+    let handle = tokio::runtime::Handle::current();
+    // One backend for every sequence (each has a key of its own): a server backend's pool
+    // per sequence would pile up connections when LOCK_CONFORMANCE_CASES is raised.
+    let result = tokio::task::block_in_place(|| {
+        runner.run(&strategy, |ops| {
+            handle.block_on(async {
+                run_sequence(Arc::clone(&backend), &ops)
+                    .await
+                    .map_err(TestCaseError::fail)
+            })
+        })
+    });
+    result.map_err(|e| Failure(format!("shared model sequence failed: {e}")))
+}
