@@ -429,10 +429,17 @@ enum Observed {
 }
 
 async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), String> {
+    // Keys of their own per sequence: one backend serves them all (a server backend's pool
+    // per sequence would run the server out of connections when the cases are raised).
+    let run = lock_core::backend::Token::generate().map_err(|e| e.to_string())?;
+    let keys: Vec<String> = KEYS
+        .iter()
+        .map(|k| format!("{k} {}", &run.to_hex()[..12]))
+        .collect();
     let owners: Vec<Vec<Owner>> = (0..OWNERS)
         .map(|o| {
-            let first = Owner::new(&backend, KEYS[0], &format!("owner {o}"));
-            KEYS.iter().map(|k| first.on(k)).collect()
+            let first = Owner::new(&backend, &keys[0], &format!("owner {o}"));
+            keys.iter().map(|k| first.on(k)).collect()
         })
         .collect();
     let mut model = Model {
@@ -504,11 +511,11 @@ pub async fn model_sequences_with(suite: &Suite, cases: u32, shrink_iters: u32) 
     let mut runner = TestRunner::new(config);
     let strategy = proptest::collection::vec(op_strategy(), 1..24);
     let handle = tokio::runtime::Handle::current();
+    let backend = suite.harness.backend().await;
     let result = tokio::task::block_in_place(|| {
         runner.run(&strategy, |ops| {
             handle.block_on(async {
-                let backend = suite.harness.backend().await;
-                run_sequence(backend, &ops)
+                run_sequence(Arc::clone(&backend), &ops)
                     .await
                     .map_err(TestCaseError::fail)
             })

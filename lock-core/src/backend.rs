@@ -81,20 +81,22 @@ impl<'a> ObtainRequest<'a> {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) naming `backend` when
     /// the request is shared.
     pub fn exclusive_only(&self, backend: &'static str) -> Result<()> {
-        if self.mode.is_shared() {
-            return Err(crate::Error::new(
-                crate::ErrorKind::InvalidInput,
-                backend,
-                crate::Operation::Obtain,
-                format!(
-                    "the {backend} backend keeps exclusive locks only, not semaphores or \
-                     read locks ({})",
-                    self.mode
-                ),
-            ));
+        match self.mode.is_shared() {
+            true => Err(no_shared_holds(backend, self.mode)),
+            false => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// The refusal of `mode` by `backend`, which keeps exclusive locks only: the client layer's
+/// (before any I/O) and [`ObtainRequest::exclusive_only`]'s.
+pub(crate) fn no_shared_holds(backend: &'static str, mode: Mode) -> crate::Error {
+    crate::Error::new(
+        crate::ErrorKind::InvalidInput,
+        backend,
+        crate::Operation::Obtain,
+        format!("the {backend} backend keeps exclusive locks only, not semaphores or read locks ({mode})"),
+    )
 }
 
 /// Arguments of [`LockBackend::prolongate`].

@@ -33,6 +33,9 @@ impl LockBackend for MutexOnly {
     }
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);
+        if !self.shared {
+            req.exclusive_only(self.name())?;
+        }
         self.inner.obtain(req).await
     }
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
@@ -89,6 +92,18 @@ async fn a_shared_obtain_on_a_backend_without_shared_holds_is_refused_before_io(
         .unwrap();
     assert_eq!(guard.mode(), Mode::Exclusive);
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    // Called directly, past the client layer, the backend refuses it itself.
+    let (key, token) = (
+        Key::new("k").unwrap(),
+        lock_core::backend::Token::generate().unwrap(),
+    );
+    let holder = lock_core::HolderInfo::current();
+    let ttl = lock_core::Ttl::from_millis(1_000).unwrap();
+    let req = ObtainRequest::new(&key, &token, ttl, &holder).with_mode(Mode::READ);
+    let e = backend.obtain(req).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("keeps exclusive locks only"), "{e}");
+    assert_eq!(backend.inspect(&key).await.unwrap(), LockState::Free);
 }
 
 #[tokio::test(start_paused = true)]

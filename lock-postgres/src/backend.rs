@@ -232,11 +232,12 @@ impl LockBackend for PostgresBackend {
             )
         })?;
         let token = req.token.digest();
+        let grace = Grace::or_ttl(self.db.grace, req.ttl);
         let shared = Ask::Obtain {
             token: &token,
             holder: &holder,
             ttl: req.ttl,
-            grace: Grace::or_ttl(self.db.grace, req.ttl),
+            grace,
             mode: req.mode,
             queue: req.queue,
         };
@@ -246,7 +247,7 @@ impl LockBackend for PostgresBackend {
         let args = Args {
             token: Some(&token),
             ttl_ms: req.ttl.as_millis(),
-            grace_ms: self.db.grace_ms(req.ttl),
+            grace_ms: grace.as_millis(),
             holder: Some(&holder),
             delay_ms: 0,
         };

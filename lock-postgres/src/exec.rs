@@ -14,7 +14,6 @@ use tracing::Instrument;
 
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
 use crate::reply::Reply;
-use crate::shared::{Answer, Ask};
 use crate::sql::{Args, Names, Prolongs, Session, Statements};
 use crate::NAME;
 
@@ -132,24 +131,6 @@ impl Db {
             answers[*i] = answer;
         }
         Ok(answers)
-    }
-
-    /// Prolongs a lock whose row the function deferred, in the client's decision.
-    pub(crate) async fn prolong_deferred(
-        &self,
-        req: &ProlongRequest<'_>,
-    ) -> Result<ProlongOutcome> {
-        let op = Operation::Prolongate;
-        let token = req.token.digest();
-        let ask = Ask::Prolong {
-            token: &token,
-            ttl: req.ttl,
-            grace: Grace::or_ttl(self.grace, req.ttl),
-        };
-        match self.decide(op, req.key, &ask).await? {
-            Answer::Prolong(outcome) => Ok(outcome),
-            other => Err(protocol(op, format!("a prolong answered {other:?}"))),
-        }
     }
 
     /// Sends `sql` by `deadline` in the backend's form of statement; in the simple form

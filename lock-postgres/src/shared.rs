@@ -24,7 +24,7 @@
 //! server rolls the transaction back (nothing half-written; the advisory lock goes with it).
 
 use lock_core::backend::rules::{self, Clock, Hold, Record, Share, Shared, State, Wake, Writer};
-use lock_core::backend::Grace;
+use lock_core::backend::{Grace, ProlongRequest};
 use lock_core::{
     Error, ErrorKind, Key, LockState, Mode, ObtainOutcome, Operation, ProlongOutcome,
     ReleaseOutcome, Result, Ttl,
@@ -112,6 +112,24 @@ impl Db {
         }
         .instrument(span)
         .await
+    }
+
+    /// Prolongs a lock whose row the function deferred, in the client's decision.
+    pub(crate) async fn prolong_deferred(
+        &self,
+        req: &ProlongRequest<'_>,
+    ) -> Result<ProlongOutcome> {
+        let op = Operation::Prolongate;
+        let token = req.token.digest();
+        let ask = Ask::Prolong {
+            token: &token,
+            ttl: req.ttl,
+            grace: Grace::or_ttl(self.grace, req.ttl),
+        };
+        match self.decide(op, req.key, &ask).await? {
+            Answer::Prolong(outcome) => Ok(outcome),
+            other => Err(protocol(op, format!("a prolong answered {other:?}"))),
+        }
     }
 
     /// The two messages; a failure of the decision itself (a corrupt row, a refused

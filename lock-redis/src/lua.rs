@@ -158,7 +158,10 @@ impl Lua {
     }
 }
 
-/// Whether the script changed the record (then a `WAIT` for replicas follows, if asked).
+/// Whether the script changed a hold (then a `WAIT` for replicas follows, if asked). A
+/// writer's marker left by a busy obtain, or taken away by a release that answers `lost`,
+/// is not waited for: losing it in a failover only lets readers in once more before the
+/// writer marks again.
 fn wrote(req: &Request<'_>, reply: &[String]) -> bool {
     let word = reply.first().map_or("", String::as_str);
     matches!(

@@ -205,10 +205,7 @@ impl<'a> LockBuilder<'a> {
         };
         mode.check(backend.name())?;
         if mode.is_shared() && !backend.capabilities().shared {
-            return refuse(format!(
-                "the {} backend keeps exclusive locks only, not semaphores or read locks",
-                backend.name()
-            ));
+            return Err(crate::backend::no_shared_holds(backend.name(), mode));
         }
         Ok(mode)
     }

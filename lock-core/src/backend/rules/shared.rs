@@ -49,6 +49,16 @@ impl<T, H> Shared<T, H> {
         self.holds.iter().any(|s| s.hold.forget > clock.now())
     }
 
+    /// `token`'s hold, live or expired, while within its grace.
+    fn remembered_own(&self, token: &T, clock: Clock) -> Option<&Share<T, H>>
+    where
+        T: PartialEq,
+    {
+        self.holds
+            .iter()
+            .find(|sh| sh.hold.token == *token && sh.hold.forget > clock.now())
+    }
+
     /// The live holds.
     pub(super) fn live(&self, clock: Clock) -> Vec<&Share<T, H>> {
         self.holds
@@ -280,11 +290,7 @@ pub(super) fn prolong<T: Clone + PartialEq, H: Clone>(
     grace: Grace,
 ) -> Decision<ProlongOutcome, T, H> {
     let now = clock.now();
-    let Some(own) = s
-        .holds
-        .iter()
-        .find(|sh| sh.hold.token == *token && sh.hold.forget > now)
-    else {
+    let Some(own) = s.remembered_own(token, clock) else {
         return nothing(ProlongOutcome::Lost);
     };
     let outcome = match own.hold.expires > now {
@@ -316,11 +322,7 @@ pub(super) fn release<T: Clone + PartialEq, H: Clone>(
     delay: Option<Ttl>,
 ) -> Decision<ReleaseOutcome, T, H> {
     let now = clock.now();
-    let Some(own) = s
-        .holds
-        .iter()
-        .find(|sh| sh.hold.token == *token && sh.hold.forget > now)
-    else {
+    let Some(own) = s.remembered_own(token, clock) else {
         return give_up_waiting(record, clock, token);
     };
     let live = own.hold.expires > now;
