@@ -114,6 +114,8 @@ struct Model {
 #[derive(Debug, PartialEq, Eq)]
 enum Expect {
     Acquired,
+    /// A downgrade: acquired with the exclusive hold's fencing token.
+    Downgraded,
     Reacquired(u32),
     Busy(BusyReason),
     Refused,
@@ -150,15 +152,18 @@ impl Model {
                     );
                     Expect::Reacquired(holds + 1)
                 }
-                Some(_) => Expect::Refused,
+                // An upgrade of a share taken more than once.
+                Some(Held { holds, .. }) if holds > 1 => Expect::Refused,
                 None if self.exclusive_holder().is_some() => Expect::Busy(BusyReason::Held),
-                None if others > 0 => {
+                // Busy behind other shared holds, the caller's own share (if any) kept.
+                _ if others > 0 => {
                     if queue && self.marker.is_none_or(|m| m == owner) {
                         self.marker = Some(owner);
                     }
                     Expect::Busy(BusyReason::Shared)
                 }
-                None => {
+                // Free, or an upgrade of the only share.
+                _ => {
                     if self.marker == Some(owner) {
                         self.marker = None;
                     }
@@ -174,8 +179,24 @@ impl Model {
                 }
             },
             Ask::Shared { capacity, weight } => {
-                if matches!(own, Some(Held { weight: None, .. })) {
-                    return Expect::Refused;
+                if let Some(Held {
+                    weight: None,
+                    holds,
+                }) = own
+                {
+                    if holds > 1 {
+                        return Expect::Refused;
+                    }
+                    // A downgrade: alone, so it fixes the capacity; a marker stays.
+                    self.capacity = Some(capacity);
+                    self.holds.insert(
+                        owner,
+                        Held {
+                            weight: Some(weight),
+                            holds: 1,
+                        },
+                    );
+                    return Expect::Downgraded;
                 }
                 if self.exclusive_holder().is_some() {
                     return Expect::Busy(BusyReason::Held);
@@ -234,6 +255,10 @@ impl Model {
             return ReleaseOutcome::Decremented { holds };
         }
         self.holds.remove(&owner);
+        // A holder that queued for an upgrade gives it up with its hold.
+        if self.marker == Some(owner) {
+            self.marker = None;
+        }
         if self.holds.is_empty() {
             self.capacity = None;
         }
@@ -321,6 +346,8 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
                         }
                         model.last_fencing = Some(*fencing);
                     }
+                    (Expect::Downgraded, Ok(ObtainOutcome::Acquired { fencing, .. }))
+                        if Some(*fencing) == model.last_fencing => {}
                     (Expect::Reacquired(n), Ok(ObtainOutcome::Reacquired { holds }))
                         if n == holds => {}
                     (Expect::Busy(reason), Ok(ObtainOutcome::Busy(b))) if b.reason == *reason => {}

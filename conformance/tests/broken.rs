@@ -30,6 +30,8 @@ enum Bug {
     SharedAsExclusive,
     /// Every shared hold takes one permit, whatever its weight.
     WeightIgnored,
+    /// A holder's obtain in the other mode is refused: no mode changes.
+    ModeChangeRefused,
 }
 
 #[derive(Debug)]
@@ -38,6 +40,8 @@ struct Broken {
     bug: Bug,
     holders: Mutex<HashMap<Key, Token>>,
     fencing: Mutex<HashMap<Key, Fencing>>,
+    /// The last acquirer of each key, and whether it asked shared.
+    modes: Mutex<HashMap<Key, (Token, bool)>>,
 }
 
 #[async_trait]
@@ -50,6 +54,12 @@ impl LockBackend for Broken {
     }
     async fn obtain(&self, mut req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let asked = req.ttl;
+        let shared = req.mode.is_shared();
+        if let Bug::ModeChangeRefused = self.bug {
+            if self.modes.lock().unwrap().get(req.key) == Some(&(*req.token, !shared)) {
+                return Err(lock_core::Error::invalid("held in the other mode"));
+            }
+        }
         match (self.bug, req.mode) {
             (Bug::TtlIgnored, _) => req.ttl = Ttl::MAX,
             (Bug::WriterMarkerIgnored, _) => req = req.with_queue(false),
@@ -69,6 +79,10 @@ impl LockBackend for Broken {
                     .lock()
                     .unwrap()
                     .insert(req.key.clone(), *req.token);
+                self.modes
+                    .lock()
+                    .unwrap()
+                    .insert(req.key.clone(), (*req.token, shared));
                 let mut seen = self.fencing.lock().unwrap();
                 let shown = match (self.bug, seen.get(req.key)) {
                     (Bug::FencingStuckAfterExpiry, Some(first)) => *first,
@@ -164,6 +178,7 @@ impl Harness for BrokenHarness {
             bug: self.0,
             holders: Mutex::default(),
             fencing: Mutex::default(),
+            modes: Mutex::default(),
         })
     }
 }
@@ -297,6 +312,16 @@ catches!(by_name
     ignored_weights_are_caught,
     WeightIgnored,
     shared_holds_keep_the_contract
+);
+catches!(by_name
+    refused_mode_changes_are_caught,
+    ModeChangeRefused,
+    mode_changes_keep_the_hold
+);
+catches!(by_name
+    refused_mode_changes_are_caught_by_the_shared_model,
+    ModeChangeRefused,
+    shared_model_sequences
 );
 catches!(by_name
     an_ignored_writer_marker_is_caught_by_the_shared_model,

@@ -113,7 +113,9 @@ pub enum ObtainOutcome {
     /// The lock was free, expired or out of its cooldown, and is now held until `ttl` from
     /// now, under a new fencing token.
     Acquired {
-        /// The new fencing token, higher than any this key issued before.
+        /// The new fencing token, higher than any this key issued before; for a downgrade
+        /// (a shared obtain by the token that holds the key exclusively, once), the
+        /// exclusive hold's own, kept.
         fencing: Fencing,
         /// The ttl it was taken with.
         ttl: Ttl,

@@ -87,9 +87,10 @@ pub async fn shared_holds_keep_the_contract(suite: &Suite) -> CaseResult {
         b.obtain_as(LONG, permits(3, 2), false).await,
         "b asks another weight",
     )?;
-    refused(
-        b.obtain(LONG).await,
-        "b asks exclusively while it holds shared",
+    busy_for(
+        &b.obtain(LONG).await?,
+        BusyReason::Shared,
+        "b's upgrade while a holds on",
     )?;
     let again = b.obtain_as(LONG, permits(3, 1), false).await?;
     ensure!(
@@ -241,6 +242,111 @@ pub async fn shared_holds_keep_the_contract(suite: &Suite) -> CaseResult {
         x.release(None).await? == ReleaseOutcome::Lost,
         "x's release: lost"
     );
+    Ok(())
+}
+
+/// Mode changes are obtains by the holder's own token in the other mode: down (exclusive
+/// to shared) keeps the fencing token and lets others share at once; up (shared to
+/// exclusive) is busy while another hold lives, the caller's share kept, and then gets a
+/// fresh fencing token; a hold taken more than once changes no mode.
+pub async fn mode_changes_keep_the_hold(suite: &Suite) -> CaseResult {
+    let Some(backend) = keeps_shared(suite, "mode_changes_keep_the_hold").await else {
+        return Ok(());
+    };
+    let [a, b, c] = ["a", "b", "c"].map(|who| Owner::new(&backend, "modes", who));
+    let f1 = acquired(a.obtain(LONG).await?, "a writes")?;
+    busy_for(
+        &b.obtain_as(LONG, Mode::READ, false).await?,
+        BusyReason::Held,
+        "a reader behind the writer",
+    )?;
+    let down = a.obtain_as(LONG, Mode::READ, false).await?;
+    ensure!(
+        matches!(down, ObtainOutcome::Acquired { fencing, .. } if fencing == f1),
+        "a's downgrade keeps its fencing token {f1}: {down:?}"
+    );
+    let f2 = acquired(
+        b.obtain_as(LONG, Mode::READ, false).await?,
+        "a reader beside the downgraded writer",
+    )?;
+    ensure!(
+        f2 > f1,
+        "the reader's token {f2} is above the writer's {f1}"
+    );
+    let up = a.obtain(LONG).await?;
+    busy_for(&up, BusyReason::Shared, "a's upgrade while b reads")?;
+    if let ObtainOutcome::Busy(busy) = &up {
+        ensure!(
+            busy.holders == 1,
+            "the upgrade waits for 1 other hold: {busy:?}"
+        );
+    }
+    match a.inspect().await? {
+        LockState::Shared { holds, .. } => ensure!(
+            holds.len() == 2,
+            "a's busy upgrade keeps its share beside b's: {holds:?}"
+        ),
+        other => return Err(Failure(format!("inspect after a busy upgrade: {other:?}"))),
+    }
+    ensure!(
+        b.release(None).await? == ReleaseOutcome::Released,
+        "b releases"
+    );
+    let f3 = acquired(a.obtain(LONG).await?, "a's upgrade, alone")?;
+    ensure!(
+        f3 > f2,
+        "the upgrade's token {f3} is above the reader's {f2}"
+    );
+    match c.inspect().await? {
+        LockState::Held {
+            fencing, holds: 1, ..
+        } if fencing == f3 => {}
+        other => return Err(Failure(format!("inspect after the upgrade: {other:?}"))),
+    }
+    busy_for(
+        &c.obtain_as(LONG, Mode::READ, false).await?,
+        BusyReason::Held,
+        "a reader behind the upgraded writer",
+    )?;
+    let again = a.obtain(LONG).await?;
+    ensure!(
+        again == ObtainOutcome::Reacquired { holds: 2 },
+        "a reenters: {again:?}"
+    );
+    refused(
+        a.obtain_as(LONG, Mode::READ, false).await,
+        "a downgrade of a hold taken twice",
+    )?;
+    ensure!(
+        a.release(None).await? == ReleaseOutcome::Decremented { holds: 1 },
+        "a gives back its reentrant hold"
+    );
+    // Down to a semaphore: the first shared hold, it fixes the capacity.
+    let down = a.obtain_as(LONG, permits(3, 2), false).await?;
+    ensure!(
+        matches!(down, ObtainOutcome::Acquired { fencing, .. } if fencing == f3),
+        "a's downgrade to 2 of 3 permits keeps {f3}: {down:?}"
+    );
+    acquired(
+        b.obtain_as(LONG, permits(3, 1), false).await?,
+        "b takes the third permit",
+    )?;
+    busy_for(
+        &c.obtain_as(LONG, permits(3, 1), false).await?,
+        BusyReason::Full,
+        "c on the full semaphore",
+    )?;
+    ensure!(
+        a.prolong(LONG).await? == ProlongOutcome::Prolonged,
+        "a's share prolongs"
+    );
+    for (who, owner) in [("a", &a), ("b", &b)] {
+        ensure!(
+            owner.release(None).await? == ReleaseOutcome::Released,
+            "{who} releases"
+        );
+    }
+    ensure!(c.inspect().await? == LockState::Free, "all released: free");
     Ok(())
 }
 

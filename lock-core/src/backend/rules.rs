@@ -165,8 +165,11 @@ fn writer_after<T: Clone + PartialEq, H>(
 /// - Cooling: `Busy` with no holder and the remaining cooldown.
 /// - Live and `token`'s: `Reacquired`, one more hold, the ttl reset, the fencing kept.
 /// - Live and another's: `Busy` with the holder and its remaining ttl.
-/// - Live shared holds: `Busy` with the hold that ends last and its remaining ttl; with
-///   [`Obtain::queue`], a writer's marker for `ttl` (unless another writer's marker lives).
+/// - Live shared holds of other tokens: `Busy` with the hold that ends last and its
+///   remaining ttl; with [`Obtain::queue`], a writer's marker for `ttl` (unless another
+///   writer's marker lives). The caller's own share, if it has one, is upgraded when it is
+///   the only live hold (see [`Shared`]).
+
 /// - Free, expired (whoever held it) or past its grace: `Acquired` with one hold and the
 ///   fencing token `max(last + 1, fencing_floor)`.
 ///
@@ -215,19 +218,25 @@ fn obtain_exclusive<'r, T: Clone + PartialEq, H: Clone>(
         // busy attempt, behind them, marks.
         Phase::Live(hold) => nothing(busy(hold, BusyReason::Held, 1)),
         Phase::Shared(s) => {
-            let live = s.live(clock);
-            if let Some(own) = live.iter().find(|sh| sh.hold.token == *ask.token) {
+            let (own, others): (Vec<_>, Vec<_>) = s
+                .live(clock)
+                .into_iter()
+                .partition(|sh| sh.hold.token == *ask.token);
+            // An upgrade of a share taken more than once: the reentrant holds go first.
+            if let Some(own) = own.first().filter(|own| own.hold.holds > 1) {
                 let held = Mode::Shared {
                     capacity: s.capacity,
                     weight: own.weight,
                 };
                 return nothing(Obtained::Refused(Refusal::Mode { held }));
             }
-            match live.iter().max_by_key(|sh| sh.hold.expires) {
+            match others.iter().max_by_key(|sh| sh.hold.expires) {
                 Some(last) => {
-                    let outcome = busy(&last.hold, BusyReason::Shared, count(live.len()));
+                    let outcome = busy(&last.hold, BusyReason::Shared, count(others.len()));
                     mark_writer(record, clock, &ask, outcome)
                 }
+                // Nobody else holds it live: a fresh exclusive hold (for an upgrade too, whose
+                // share it replaces).
                 None => acquire_exclusive(record, clock, ask),
             }
         }

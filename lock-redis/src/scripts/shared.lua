@@ -26,6 +26,7 @@
 --        reason: held | shared | full | writer_waiting | cooling
 --   {'refused', 'capacity', stored, asked} | {'refused', 'weight', stored, asked}
 --   {'refused', 'mode', 'exclusive'} | {'refused', 'mode', capacity, weight}
+--        (a mode change of a hold taken more than once)
 --   {'shared', capacity, writer's remaining marker or '', then for every live hold:
 --        holder, fencing, remaining, holds, weight}
 
@@ -240,13 +241,17 @@ if op == 'obtain' then
       return { 'reacquired', fmt(again.holds) }
     end
     if P == 'shared' then
-      local live = live_holds()
-      for _, s in ipairs(live) do
-        if s.token == me then return { 'refused', 'mode', fmt(R.capacity), fmt(s.weight) } end
+      -- The caller's own live share, if any, is upgraded once nobody else holds on.
+      local others = {}
+      for _, s in ipairs(live_holds()) do
+        if s.token ~= me then others[#others + 1] = s
+        -- An upgrade of a share taken more than once: the reentrant holds go first.
+        elseif s.holds > 1 then return { 'refused', 'mode', fmt(R.capacity), fmt(s.weight) }
+        end
       end
-      if #live > 0 then
-        local ends = live[1]
-        for _, s in ipairs(live) do
+      if #others > 0 then
+        local ends = others[1]
+        for _, s in ipairs(others) do
           if s.expires >= ends.expires then ends = s end
         end
         -- Busy because of shared holds: a waiting writer keeps new ones out.
@@ -254,7 +259,7 @@ if op == 'obtain' then
           R.writer = { token = me, ['until'] = now + ttl }
           put(R)
         end
-        return busy(ends.expires, ends, 'shared', #live)
+        return busy(ends.expires, ends, 'shared', #others)
       end
     end
     put({ fencing = next_fencing, state = 'held', writer = other_writer(me),
@@ -289,8 +294,15 @@ if op == 'obtain' then
   end
 
   if P == 'live' then
-    if R.hold.token == me then return { 'refused', 'mode', 'exclusive' } end
-    return busy(R.hold.expires, R.hold, 'held', 1)
+    if R.hold.token ~= me then return busy(R.hold.expires, R.hold, 'held', 1) end
+    -- A downgrade (of a hold taken once): the fencing token kept, the ttl reset, the first
+    -- shared hold (it fixes the capacity), and every waiter woken.
+    if R.hold.holds > 1 then return { 'refused', 'mode', 'exclusive' } end
+    local share = renewed(R.hold, ttl, grace)
+    share.fencing, share.weight = last, weight
+    put({ fencing = last, state = 'shared', capacity = capacity, holds = { share },
+          writer = W }, 'all')
+    return { 'acquired', fmt(last) }
   end
   if P ~= 'shared' then
     if writer then return busy(writer['until'], nil, 'writer_waiting', 0) end

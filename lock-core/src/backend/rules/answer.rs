@@ -94,7 +94,8 @@ pub enum Refusal {
     },
     /// The mode itself is invalid (no permits, or a weight outside 1 ..= capacity).
     Invalid(Mode),
-    /// The caller's token holds the key in the other mode.
+    /// A mode change of a hold its token took more than once (reentrant holds): they must
+    /// be given back first.
     Mode {
         /// How the caller's token holds the key.
         held: Mode,
@@ -118,8 +119,8 @@ impl Refusal {
                  for the same weight, not {asked}"
             ),
             Refusal::Mode { held } => format!(
-                "this token already holds the key ({held}); a reentrant obtain must ask for \
-                 the same mode"
+                "this token holds the key ({held}) more than once; give back its reentrant \
+                 holds before changing its mode"
             ),
         };
         Error::new(ErrorKind::InvalidInput, backend, Operation::Obtain, msg)

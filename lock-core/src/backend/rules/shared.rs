@@ -18,7 +18,12 @@ use crate::{BusyReason, Fencing, Grace, Mode, ProlongOutcome, ReleaseOutcome, Tt
 ///   within its grace) is remembered; a request with another capacity is
 ///   [`Refusal::Capacity`].
 /// - A token that holds the key shared and asks again with the same weight is
-///   `Reacquired`; with another weight, [`Refusal::Weight`]; exclusively, [`Refusal::Mode`].
+///   `Reacquired`; with another weight, [`Refusal::Weight`].
+/// - Mode changes are obtains by the holder's own token in the other mode, of a hold taken
+///   once (else [`Refusal::Mode`]). Down (exclusive to shared): always `Acquired`, the
+///   fencing token kept. Up (shared to exclusive): `Acquired` with a fresh fencing token
+///   when the caller's is the only live hold, else `Busy` (with a writer's marker when it
+///   queues), the caller's share kept.
 /// - An expired hold stays in the record, so that its late prolong or release is told
 ///   apart from a lost one, as long as its room is not taken: each admission keeps the
 ///   expired holds (oldest first) that still fit beside the live ones and drops the others.
@@ -140,9 +145,9 @@ pub(super) fn obtain<'r, T: Clone + PartialEq, H: Clone>(
         })
     };
     match phase(record, clock) {
-        Phase::Live(h) if h.token == *ask.token => nothing(Obtained::Refused(Refusal::Mode {
-            held: Mode::Exclusive,
-        })),
+        Phase::Live(h) if h.token == *ask.token => {
+            downgrade(record, h, clock, &ask, capacity, weight)
+        }
         Phase::Live(h) => nothing(Obtained::Busy {
             holder: Some(&h.holder),
             remaining: clock.until(h.expires),
@@ -191,6 +196,42 @@ pub(super) fn obtain<'r, T: Clone + PartialEq, H: Clone>(
         Phase::Free | Phase::Expired(_) if writer.is_some() => writer_waiting(0),
         Phase::Free | Phase::Expired(_) => admit(record, &[], clock, &ask, capacity, weight),
         Phase::Cooling { until } => nothing(cooling(clock, until)),
+    }
+}
+
+/// The asker's live exclusive hold becomes a shared one (a downgrade): its fencing token
+/// kept, its ttl reset, the first shared hold of the key (it fixes the capacity). Every
+/// waiter is woken: readers may come in now. A hold taken more than once is refused: the
+/// reentrant holds go first.
+fn downgrade<'r, T: Clone + PartialEq, H: Clone>(
+    record: Option<&'r Record<T, H>>,
+    hold: &Hold<T, H>,
+    clock: Clock,
+    ask: &Obtain<'_, T, H>,
+    capacity: u32,
+    weight: u32,
+) -> Decision<Obtained<'r, H>, T, H> {
+    if hold.holds > 1 {
+        return nothing(Obtained::Refused(Refusal::Mode {
+            held: Mode::Exclusive,
+        }));
+    }
+    let fencing = last_fencing(record);
+    let share = Share {
+        hold: renewed(hold, clock, ask.ttl, ask.grace),
+        fencing,
+        weight,
+    };
+    let state = State::Shared(Shared {
+        capacity,
+        holds: vec![share],
+    });
+    Decision {
+        outcome: Obtained::Acquired {
+            fencing: Fencing(fencing),
+        },
+        write: Some(rewritten(record, clock, state)),
+        wake: Wake::All,
     }
 }
 

@@ -126,7 +126,12 @@ fn readers_share_and_exclude_a_writer() {
         writer.contains("Shared") && writer.contains("holders: 2"),
         "{writer}"
     );
-    assert!(obtain_into(&mut r, 0, 1, Mode::Exclusive, false).contains("Refused(Mode"));
+    // A reader asking to write is an upgrade, busy while the other reader holds on.
+    let upgrade = obtain_into(&mut r, 0, 1, Mode::Exclusive, false);
+    assert!(
+        upgrade.contains("Shared") && upgrade.contains("holders: 1"),
+        "{upgrade}"
+    );
     // Once both readers expire, the writer gets it, and their late calls are lost.
     assert!(obtain_into(&mut r, 1_000, 3, Mode::Exclusive, false).starts_with("Acquired"));
     let late = prolong(
@@ -142,7 +147,57 @@ fn readers_share_and_exclude_a_writer() {
         reader.contains("Held") && reader.contains("holders: 1"),
         "{reader}"
     );
-    assert!(obtain_into(&mut r, 1_001, 3, Mode::READ, false).contains("Refused(Mode"));
+}
+
+#[test]
+fn mode_changes_keep_the_hold_and_order_the_fencing() {
+    let mut r = None;
+    let fenced = |n: u64| {
+        format!(
+            "{:?}",
+            Obtained::Acquired::<()> {
+                fencing: Fencing(n)
+            }
+        )
+    };
+    assert_eq!(obtain_into(&mut r, 0, 1, Mode::Exclusive, false), fenced(1));
+    // Taken twice: the reentrant hold goes before the mode changes.
+    assert!(obtain_into(&mut r, 0, 1, Mode::Exclusive, false).contains("Reacquired"));
+    assert!(obtain_into(&mut r, 0, 1, Mode::READ, false).contains("Refused(Mode"));
+    assert_eq!(
+        release_into(&mut r, 0, 1).0,
+        ReleaseOutcome::Decremented { holds: 1 }
+    );
+    // Down: the fencing token kept, the ttl reset, and every waiter woken.
+    let d = obtain(r.as_ref(), Clock::millis(500), ask(&1, Mode::READ, false));
+    assert_eq!((format!("{:?}", d.outcome), d.wake), (fenced(1), Wake::All));
+    r = d.write;
+    assert!(obtain_into(&mut r, 600, 2, Mode::READ, false).starts_with("Acquired"));
+    // Up: busy while another reader holds on; it queues, and keeps new readers out.
+    let up = obtain_into(&mut r, 700, 1, Mode::Exclusive, true);
+    assert!(up.contains("Shared") && up.contains("holders: 1"), "{up}");
+    assert!(obtain_into(&mut r, 700, 3, Mode::READ, false).contains("WriterWaiting"));
+    // Token 1's share lives on meanwhile: the downgrade reset its ttl to 1,500.
+    let p = prolong(
+        r.as_ref(),
+        Clock::millis(1_400),
+        &1,
+        Ttl::from_millis(1_000).unwrap(),
+        Grace::or_ttl(None, Ttl::from_millis(1_000).unwrap()),
+    );
+    assert_eq!(apply(&mut r, p), ProlongOutcome::Prolonged);
+    assert_eq!(release_into(&mut r, 1_400, 2).0, ReleaseOutcome::Released);
+    // Alone now: up, with a fresh fencing token above the other reader's.
+    assert_eq!(
+        obtain_into(&mut r, 1_500, 1, Mode::Exclusive, false),
+        fenced(3)
+    );
+    assert!(obtain_into(&mut r, 1_500, 3, Mode::READ, false).contains("Held"));
+    // Down to a semaphore: the first shared hold fixes its capacity.
+    assert_eq!(obtain_into(&mut r, 1_600, 1, SEM3(2), false), fenced(3));
+    assert!(obtain_into(&mut r, 1_600, 2, SEM3(1), false).starts_with("Acquired"));
+    assert!(obtain_into(&mut r, 1_600, 3, SEM3(1), false).contains("Full"));
+    assert!(obtain_into(&mut r, 1_600, 3, Mode::READ, false).contains("Refused(Capacity"));
 }
 
 #[test]
