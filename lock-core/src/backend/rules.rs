@@ -169,7 +169,6 @@ fn writer_after<T: Clone + PartialEq, H>(
 ///   remaining ttl; with [`Obtain::queue`], a writer's marker for `ttl` (unless another
 ///   writer's marker lives). The caller's own share, if it has one, is upgraded when it is
 ///   the only live hold (see [`Shared`]).
-
 /// - Free, expired (whoever held it) or past its grace: `Acquired` with one hold and the
 ///   fencing token `max(last + 1, fencing_floor)`.
 ///
