@@ -29,6 +29,9 @@ pub(crate) enum GiveBack {
     AllHolds,
     /// The token already held the lock (a reentrant obtain): only the hold it was granted.
     OneHold,
+    /// Nothing: the grant is the guard's own hold in another mode (a mode change), which
+    /// the guard still gives back itself.
+    Keep,
 }
 
 /// One obtain, owned, so that it can outlive its caller.
@@ -126,6 +129,9 @@ impl Drop for UnreadGrant {
         let (Some(orphan), true) = (self.orphan.take(), granted) else {
             return;
         };
+        if orphan.what == GiveBack::Keep {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(key = %orphan.key, "a cancelled obtain's grant cannot be given back outside a runtime; it expires after its ttl");
             return;

@@ -35,10 +35,7 @@ pub(crate) struct Hold {
     pub(crate) backend: Arc<dyn LockBackend>,
     pub(crate) key: Key,
     pub(crate) token: Token,
-    pub(crate) fencing: Fencing,
     pub(crate) holder: Arc<HolderInfo>,
-    /// How the hold shares its key.
-    pub(crate) mode: Mode,
     /// The watchdog's period as a fraction of the ttl, when the watchdog renews this hold.
     pub(crate) watchdog: Option<f64>,
     state: Mutex<State>,
@@ -49,6 +46,13 @@ pub(crate) struct Hold {
 }
 
 struct State {
+    /// The fencing token of the hold: its grant's, or the last mode change's.
+    fencing: Fencing,
+    /// How the hold shares its key.
+    mode: Mode,
+    /// A mode change was sent and its answer not (yet) read: the backend may hold the
+    /// token in either mode, so no other mode change may start.
+    unsettled: bool,
     /// On the client's clock (`crate::clock`): the earliest moment the backend may let the
     /// lock go.
     until: Instant,
@@ -137,11 +141,12 @@ impl Hold {
             backend: grant.backend,
             key: grant.key,
             token: grant.token,
-            fencing: grant.fencing,
             holder: grant.holder,
-            mode: grant.mode,
             watchdog,
             state: Mutex::new(State {
+                fencing: grant.fencing,
+                mode: grant.mode,
+                unsettled: false,
                 until: grant
                     .cap
                     .map_or(grant.sent_at + grant.ttl.as_duration(), |cap| {
@@ -215,6 +220,53 @@ impl Hold {
         in_flight
     }
 
+    /// The hold's fencing token.
+    pub(crate) fn fencing(&self) -> Fencing {
+        lock(&self.state).fencing
+    }
+
+    /// How the hold shares its key.
+    pub(crate) fn mode(&self) -> Mode {
+        lock(&self.state).mode
+    }
+
+    /// Starts a change of the hold's mode to `to`, or says why it cannot start: another
+    /// guard shares the hold (reentrant holds), the hold is over or lost, it is in `to`
+    /// already, or an earlier change's answer never came. A change to a shared mode counts
+    /// from now on, before the backend answers: it may apply it at any moment, and a guard
+    /// must never claim more than the backend grants. Until [`Hold::settle`], no other
+    /// change starts.
+    pub(crate) fn begin_mode_change(&self, to: Mode) -> std::result::Result<(), &'static str> {
+        let mut state = lock(&self.state);
+        let why = if state.over || state.detached {
+            "this guard's hold has ended"
+        } else if state.lost.lost || state.until <= clock::now() {
+            "this guard's lock is lost; obtain it anew"
+        } else if state.guards > 1 {
+            "this guard has reentrant guards; release them before changing its mode"
+        } else if state.unsettled {
+            "an earlier mode change of this guard never got its answer, so the backend may \
+             hold it in either mode; release it and obtain it anew"
+        } else if state.mode.is_shared() == to.is_shared() {
+            "this guard already holds its key in that mode"
+        } else {
+            state.unsettled = true;
+            if to.is_shared() {
+                state.mode = to;
+            }
+            return Ok(());
+        };
+        Err(why)
+    }
+
+    /// Ends a mode change with the backend's answer: the hold's mode and fencing token now.
+    pub(crate) fn settle(&self, mode: Mode, fencing: Fencing) {
+        let mut state = lock(&self.state);
+        state.unsettled = false;
+        state.mode = mode;
+        state.fencing = fencing;
+    }
+
     pub(crate) fn until(&self) -> Instant {
         lock(&self.state).until
     }
@@ -245,8 +297,12 @@ impl Hold {
     }
 
     pub(crate) fn mark_lost(&self, why: &str) {
-        if lock(&self.state).lost.fire() {
-            tracing::warn!(key = %self.key, fencing = %self.fencing, backend = self.backend.name(), "lock lost: {why}");
+        let (first, fencing) = {
+            let mut state = lock(&self.state);
+            (state.lost.fire(), state.fencing)
+        };
+        if first {
+            tracing::warn!(key = %self.key, %fencing, backend = self.backend.name(), "lock lost: {why}");
         }
     }
 
@@ -328,7 +384,7 @@ impl Hold {
         match answer {
             Some(ProlongOutcome::Lost) => self.mark_lost("a prolong answered Lost"),
             Some(ProlongOutcome::ProlongedLate) => {
-                tracing::warn!(key = %self.key, fencing = %self.fencing, "prolonged late: the lock had expired, nobody took it meanwhile")
+                tracing::warn!(key = %self.key, fencing = %self.fencing(), "prolonged late: the lock had expired, nobody took it meanwhile")
             }
             _ => {}
         }
@@ -370,7 +426,7 @@ impl Hold {
         match outcome {
             ReleaseOutcome::Lost => self.mark_lost("the release answered Lost"),
             ReleaseOutcome::ReleasedLate => {
-                tracing::warn!(key = %self.key, fencing = %self.fencing, "released late: the lock had expired before the release")
+                tracing::warn!(key = %self.key, fencing = %self.fencing(), "released late: the lock had expired before the release")
             }
             ReleaseOutcome::Released | ReleaseOutcome::Decremented { .. } => {}
         }
@@ -384,7 +440,8 @@ impl fmt::Debug for Hold {
             .field("backend", &self.backend.name())
             .field("key", &self.key)
             .field("token", &self.token)
-            .field("fencing", &self.fencing)
+            .field("fencing", &self.fencing())
+            .field("mode", &self.mode())
             .field("lost", &lock(&self.state).lost.lost)
             .finish()
     }

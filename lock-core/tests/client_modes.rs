@@ -1,0 +1,244 @@
+//! `LockGuard::downgrade` and `LockGuard::upgrade` through the client layer, over the memory
+//! backend under paused time: what they hold, what they refuse before any I/O, and what a
+//! cancelled change or a lost reply leaves.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::{
+    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
+};
+use lock_core::{
+    Attempt, BusyReason, Error, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend,
+    Mode, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
+};
+use test_servers::locks::{held, state};
+
+/// The memory backend behind a network: obtains travel `obtain_in_flight` before the
+/// server applies them, whether or not their caller still waits; a reply can be lost.
+#[derive(Debug, Default)]
+struct Wire {
+    inner: Arc<MemoryBackend>,
+    obtain_in_flight: Duration,
+    /// The next obtain is applied, and its reply lost.
+    lose_next_reply: AtomicBool,
+    obtains: AtomicUsize,
+}
+
+#[async_trait]
+impl LockBackend for Wire {
+    fn name(&self) -> &'static str {
+        "wire"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        self.obtains.fetch_add(1, Ordering::SeqCst);
+        let (inner, delay) = (Arc::clone(&self.inner), self.obtain_in_flight);
+        let (key, token, ttl, holder) = (req.key.clone(), *req.token, req.ttl, req.holder.clone());
+        let (mode, queue) = (req.mode, req.queue);
+        let applied = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let req = ObtainRequest::new(&key, &token, ttl, &holder)
+                .with_mode(mode)
+                .with_queue(queue);
+            inner.obtain(req).await
+        });
+        let outcome = applied.await.expect("the server task ran")?;
+        if self.lose_next_reply.swap(false, Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "wire",
+                Operation::Obtain,
+                "the reply was lost",
+            ));
+        }
+        Ok(outcome)
+    }
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        self.inner.prolongate(req).await
+    }
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.inner.release(req).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.inner.force_release(key).await
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn wire(obtain_in_flight: Duration) -> (Arc<Wire>, Locker) {
+    let wire = Arc::new(Wire {
+        obtain_in_flight,
+        ..Wire::default()
+    });
+    (Arc::clone(&wire), Locker::new(wire as Arc<dyn LockBackend>))
+}
+
+fn shared_holds(state: &LockState) -> usize {
+    match state {
+        LockState::Shared { holds, .. } => holds.len(),
+        other => panic!("expected shared holds, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_writer_downgrades_lets_readers_in_and_upgrades_once_alone() {
+    let (_, locker) = wire(Duration::ZERO);
+    let mut writer = held(locker.write("doc")).await;
+    let written = writer.fencing();
+    let busy = locker.read("doc").try_obtain().await.unwrap();
+    assert!(matches!(busy, Attempt::Busy(ref b) if b.reason == BusyReason::Held));
+
+    assert!(writer.downgrade().await.unwrap().obtained().is_some());
+    assert_eq!(writer.mode(), Mode::READ);
+    assert_eq!(
+        writer.fencing(),
+        written,
+        "a downgrade keeps the fencing token"
+    );
+    let reader = held(locker.read("doc")).await;
+    assert!(reader.fencing() > written);
+
+    // Up again: busy while the reader holds on, and the guard keeps its read hold.
+    match writer.upgrade().await.unwrap() {
+        Attempt::Busy(b) => assert_eq!((b.reason, b.holders), (BusyReason::Shared, 1)),
+        Attempt::Obtained(()) => panic!("upgraded beside a live reader"),
+    }
+    assert_eq!(writer.mode(), Mode::READ);
+    assert_eq!(shared_holds(&state(&locker, "doc").await), 2);
+    assert!(!writer.is_lost());
+
+    assert_eq!(reader.release().await.unwrap(), ReleaseOutcome::Released);
+    assert!(writer.upgrade().await.unwrap().obtained().is_some());
+    assert_eq!(writer.mode(), Mode::Exclusive);
+    assert!(
+        writer.fencing() > written,
+        "an upgrade gets a fresh fencing token"
+    );
+    match state(&locker, "doc").await {
+        LockState::Held { fencing, holds, .. } => {
+            assert_eq!((fencing, holds), (writer.fencing(), 1))
+        }
+        other => panic!("expected the upgraded hold, got {other:?}"),
+    }
+    let busy = locker.read("doc").try_obtain().await.unwrap();
+    assert!(matches!(busy, Attempt::Busy(ref b) if b.reason == BusyReason::Held));
+    assert_eq!(writer.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(state(&locker, "doc").await, LockState::Free);
+}
+
+#[tokio::test(start_paused = true)]
+async fn mode_changes_that_cannot_apply_are_refused_before_io() {
+    let (wire, locker) = wire(Duration::ZERO);
+    let mut reader = held(locker.read("r")).await;
+    let mut writer = held(locker.write("w")).await;
+    let sent = wire.obtains.load(Ordering::SeqCst);
+
+    let refused = |e: Error, why: &str| {
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains(why), "{e}");
+    };
+    refused(reader.downgrade().await.unwrap_err(), "already holds");
+    refused(writer.upgrade().await.unwrap_err(), "already holds");
+    let again = writer.reenter().await.unwrap().obtained().unwrap();
+    let sent = sent + 1;
+    refused(writer.downgrade().await.unwrap_err(), "reentrant guards");
+    assert_eq!(
+        again.release().await.unwrap(),
+        ReleaseOutcome::Decremented { holds: 1 }
+    );
+    assert_eq!(
+        wire.obtains.load(Ordering::SeqCst),
+        sent,
+        "nothing was sent"
+    );
+
+    // A guard whose validity ran out is lost: no change brings it back.
+    tokio::time::sleep(ms(31_000)).await;
+    assert!(writer.is_lost());
+    refused(writer.downgrade().await.unwrap_err(), "lost");
+    assert_eq!(
+        wire.obtains.load(Ordering::SeqCst),
+        sent,
+        "nothing was sent"
+    );
+    drop((reader, writer));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_downgrade_keeps_the_hold_and_counts_as_shared() {
+    let (wire, locker) = wire(ms(20));
+    let mut guard = held(locker.write("k")).await;
+    let fencing = guard.fencing();
+    // Cut off before the server applied it: it still applies, and nothing gives it back.
+    let cut = tokio::time::timeout(ms(5), guard.downgrade()).await;
+    assert!(cut.is_err(), "the downgrade was cut off");
+    assert_eq!(
+        guard.mode(),
+        Mode::READ,
+        "counted as shared from the moment it was sent"
+    );
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(
+        shared_holds(&state(&locker, "k").await),
+        1,
+        "the hold is still there"
+    );
+    assert_eq!(guard.fencing(), fencing);
+    // Whether it applied is unknown to the guard: no further change starts.
+    let sent = wire.obtains.load(Ordering::SeqCst);
+    let e = guard.upgrade().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("never got its answer"), "{e}");
+    assert_eq!(wire.obtains.load(Ordering::SeqCst), sent);
+    assert!(!guard.is_lost());
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upgrade_whose_reply_is_lost_claims_nothing_and_still_releases() {
+    let (wire, locker) = wire(ms(1));
+    let mut guard = held(locker.read("k")).await;
+    let fencing = guard.fencing();
+    wire.lose_next_reply.store(true, Ordering::SeqCst);
+    let e = guard.upgrade().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    // The backend upgraded it; the guard claims only its read hold and its old token.
+    assert!(matches!(state(&locker, "k").await, LockState::Held { .. }));
+    assert_eq!((guard.mode(), guard.fencing()), (Mode::READ, fencing));
+    assert!(
+        guard.upgrade().await.is_err(),
+        "no second change on an unknown state"
+    );
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_downgraded_guard_is_renewed_by_its_watchdog() {
+    let (_, locker) = wire(ms(1));
+    let mut guard = locker
+        .write("k")
+        .ttl(ms(1_000))
+        .watchdog()
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert!(guard.downgrade().await.unwrap().obtained().is_some());
+    tokio::time::sleep(ms(5_000)).await;
+    assert!(!guard.is_lost(), "the watchdog kept the read hold");
+    assert_eq!(shared_holds(&state(&locker, "k").await), 1);
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+}
