@@ -11,12 +11,18 @@
 //!
 //! Times are milliseconds relative to the instant of the request; they are tens of seconds
 //! apart so that a runner on a real server can allow a [`Case::check`] `slack` of a second.
+//!
+//! The rows after the mutex's are shared holds (a semaphore of [`CAPACITY`] permits, a
+//! waiting writer's marker, mode changes): a runner writes [`Before::Shared`] as its backend
+//! stores shared holds ([`Before::shared_at`]) and decodes them back with
+//! [`Seen::shared_from_json`] when it stores them as JSON.
 
 use std::fmt;
 
 use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
-    HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Ttl,
+    BusyReason, ErrorKind, HolderInfo, Key, LockBackend, LockState, Mode, ObtainOutcome,
+    ProlongOutcome, ReleaseOutcome, Ttl,
 };
 
 /// The ttl of every obtain and prolong of the table.
@@ -27,6 +33,8 @@ pub const GRACE_MS: u64 = 60_000;
 pub const DELAY_MS: u64 = 20_000;
 /// The fencing token of every stored record of the table.
 pub const FENCING: u64 = 1_000;
+/// The capacity of every stored shared record of the table.
+pub const CAPACITY: u32 = 3;
 
 /// One of the two owner tokens of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +68,40 @@ pub enum Before {
         /// The end of its grace period.
         forget_in_ms: i64,
     },
+    /// Shared holds of a semaphore of [`CAPACITY`] permits, oldest first.
+    Shared {
+        /// The holds, at least one within its grace.
+        holds: &'static [Share],
+        /// A waiting writer's marker.
+        writer: Option<Marker>,
+    },
+}
+
+/// One shared hold in a table record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// Whose.
+    pub by: Who,
+    /// Its permits.
+    pub weight: u32,
+    /// Its reentrant count.
+    pub holds: u32,
+    /// Its own fencing token: [`Fence::Of`] in a stored record, or [`Fence::Issued`]
+    /// afterwards for the request's admission.
+    pub fencing: Fence,
+    /// The end of its ttl.
+    pub expires_in_ms: i64,
+    /// The end of its grace period.
+    pub forget_in_ms: i64,
+}
+
+/// A waiting writer's marker in a table record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker {
+    /// The writer.
+    pub by: Who,
+    /// The marker's end.
+    pub until_in_ms: i64,
 }
 
 /// The request, always by [`Who::A`] when it has a token.
@@ -67,6 +109,14 @@ pub enum Before {
 pub enum Ask {
     /// obtain for [`TTL_MS`], grace [`GRACE_MS`].
     Obtain,
+    /// obtain in `mode` for [`TTL_MS`], grace [`GRACE_MS`], leaving a writer's marker when
+    /// busy if `queue`.
+    ObtainAs {
+        /// The mode asked for.
+        mode: Mode,
+        /// Whether the request waits (an exclusive one may leave a marker).
+        queue: bool,
+    },
     /// prolongate for [`TTL_MS`], grace [`GRACE_MS`].
     Prolong,
     /// release, with [`DELAY_MS`] of cooldown when `true`.
@@ -85,6 +135,19 @@ pub enum Ask {
 pub enum Outcome {
     /// `Acquired`, with a fencing token above [`FENCING`] (above 0 without a record).
     Acquired,
+    /// `Acquired` with [`FENCING`] itself (a downgrade keeps its token).
+    AcquiredKept,
+    /// `Busy` for `reason`, counting `holders`, with this remaining time.
+    BusyFor {
+        /// Why.
+        reason: BusyReason,
+        /// The live holds counted.
+        holders: u32,
+        /// Until the hold that opens room ends (or the marker).
+        remaining_ms: u64,
+    },
+    /// `InvalidInput`: a capacity, weight or mode the record refuses.
+    Refused,
     /// `Reacquired` with this hold count.
     Reacquired(u32),
     /// `Busy`, with the stored holder or none, and this remaining time.
@@ -120,6 +183,11 @@ pub enum Outcome {
         /// The remaining ttl.
         remaining_ms: u64,
     },
+    /// `LockState::Shared` of [`CAPACITY`] with this many live holds.
+    Shared {
+        /// The live holds.
+        holds: u32,
+    },
 }
 
 /// Whether a fencing token was kept or newly issued.
@@ -129,6 +197,8 @@ pub enum Fence {
     Kept,
     /// The one the `Acquired` outcome carries, above the one before.
     Issued,
+    /// This one (a shared hold's own, as stored before).
+    Of(u64),
 }
 
 /// The expected record afterwards.
@@ -155,6 +225,15 @@ pub enum After {
         expires_in_ms: i64,
         /// The end of its grace period.
         forget_in_ms: i64,
+    },
+    /// Shared holds of [`CAPACITY`].
+    Shared {
+        /// The record's fencing token: kept, or the one issued.
+        fencing: Fence,
+        /// The holds, in the order stored.
+        holds: &'static [Share],
+        /// A waiting writer's marker.
+        writer: Option<Marker>,
     },
 }
 
@@ -188,6 +267,34 @@ pub enum Seen {
         /// The end of its grace period.
         forget_in_ms: i64,
     },
+    /// Shared holds.
+    Shared {
+        /// The record's fencing token.
+        fencing: u64,
+        /// The capacity.
+        capacity: u32,
+        /// The holds, in the order stored.
+        holds: Vec<SeenShare>,
+        /// A writer's marker: whose (`None`: neither A's nor B's), and its end.
+        writer: Option<(Option<Who>, i64)>,
+    },
+}
+
+/// A stored shared hold as a runner decoded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenShare {
+    /// Whose (`None`: neither A's nor B's).
+    pub by: Option<Who>,
+    /// Its permits.
+    pub weight: u32,
+    /// Its reentrant count.
+    pub holds: u32,
+    /// Its fencing token.
+    pub fencing: u64,
+    /// The end of its ttl.
+    pub expires_in_ms: i64,
+    /// The end of its grace period.
+    pub forget_in_ms: i64,
 }
 
 /// A backend's answer to a case's request.
@@ -201,6 +308,8 @@ pub enum Answer {
     Release(ReleaseOutcome),
     /// To an inspect or a force_release.
     State(LockState),
+    /// `InvalidInput`.
+    Refused,
 }
 
 /// One row of the table.
@@ -277,6 +386,100 @@ const fn case(
 }
 
 const ISSUED: After = held_by_a(1, Fence::Issued);
+
+const fn share(by: Who, weight: u32, holds: u32, fencing: u64, expires: i64, forget: i64) -> Share {
+    Share {
+        by,
+        weight,
+        holds,
+        fencing: Fence::Of(fencing),
+        expires_in_ms: expires,
+        forget_in_ms: forget,
+    }
+}
+const A1: Share = share(Who::A, 1, 1, 900, 10_000, 70_000);
+const A1_TWICE: Share = share(Who::A, 1, 2, 900, 10_000, 70_000);
+const A1_EXPIRED: Share = share(Who::A, 1, 1, 900, -10_000, 50_000);
+const B1: Share = share(Who::B, 1, 1, 950, 20_000, 80_000);
+const B2: Share = share(Who::B, 2, 1, 950, 20_000, 80_000);
+const B1_EXPIRED: Share = share(Who::B, 1, 1, 950, -10_000, 50_000);
+const B2_EXPIRED: Share = share(Who::B, 2, 1, 950, -10_000, 50_000);
+/// A's share renewed by the request (ttl and grace from now) with `holds`.
+const fn renewed(s: Share, holds: u32) -> Share {
+    Share {
+        holds,
+        expires_in_ms: TTL,
+        forget_in_ms: TTL + GRACE,
+        ..s
+    }
+}
+/// A's new share of `weight`, with the fencing token the outcome carries.
+const fn admitted(weight: u32) -> Share {
+    Share {
+        by: Who::A,
+        weight,
+        holds: 1,
+        fencing: Fence::Issued,
+        expires_in_ms: TTL,
+        forget_in_ms: TTL + GRACE,
+    }
+}
+const fn shares(holds: &'static [Share]) -> Before {
+    Before::Shared {
+        holds,
+        writer: None,
+    }
+}
+const fn marked(holds: &'static [Share], by: Who) -> Before {
+    Before::Shared {
+        holds,
+        writer: Some(Marker {
+            by,
+            until_in_ms: 5_000,
+        }),
+    }
+}
+/// Shared holds afterwards, the record's fencing token `fencing`.
+const fn shares_after(fencing: Fence, holds: &'static [Share]) -> After {
+    After::Shared {
+        fencing,
+        holds,
+        writer: None,
+    }
+}
+const fn sem(weight: u32) -> Ask {
+    Ask::ObtainAs {
+        mode: Mode::Shared {
+            capacity: CAPACITY,
+            weight,
+        },
+        queue: false,
+    }
+}
+const WRITE: Ask = Ask::ObtainAs {
+    mode: Mode::Exclusive,
+    queue: false,
+};
+const WRITE_QUEUED: Ask = Ask::ObtainAs {
+    mode: Mode::Exclusive,
+    queue: true,
+};
+const OTHER_CAPACITY: Ask = Ask::ObtainAs {
+    mode: Mode::Shared {
+        capacity: CAPACITY + 1,
+        weight: 1,
+    },
+    queue: false,
+};
+const fn busy(reason: BusyReason, holders: u32, remaining_ms: u64) -> Outcome {
+    Outcome::BusyFor {
+        reason,
+        holders,
+        remaining_ms,
+    }
+}
+const KEPT: Fence = Fence::Kept;
+const ISSUES: Fence = Fence::Issued;
 const RELEASE: Ask = Ask::Release { delay: false };
 const RELEASE_DELAYED: Ask = Ask::Release { delay: true };
 use After::Unchanged;
@@ -331,6 +534,42 @@ pub const CASES: &[Case] = &[
     case("force, live",                     OTHERS_LIVE,                     Force,           Outcome::Held { holds: 2, remaining_ms: 10_000 },      After::Free),
     case("force, cooling",                  COOLING,                         Force,           Outcome::Cooling { remaining_ms: 20_000 },             After::Free),
     case("force, expired",                  OTHERS_EXPIRED,                  Force,           Outcome::Free,                                         After::Free),
+    // shared obtain (a semaphore of 3 permits; A1 takes 1 and ends in 10 s, B2 takes 2 and ends in 20 s)
+    case("shared obtain, no record",        Nothing,                         sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[admitted(1)])),
+    case("shared obtain, beside a share",   shares(&[B2]),                   sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[B2, admitted(1)])),
+    case("shared obtain, full",             shares(&[B2]),                   sem(2),          busy(BusyReason::Full, 1, 20_000),                     Unchanged),
+    case("shared obtain, other capacity",   shares(&[B2]),                   OTHER_CAPACITY,  Outcome::Refused,                                      Unchanged),
+    case("shared obtain, own share",        shares(&[A1, B2]),               sem(1),          Outcome::Reacquired(2),                                shares_after(KEPT, &[renewed(A1, 2), B2])),
+    case("shared obtain, own, other weight",shares(&[A1, B2]),               sem(2),          Outcome::Refused,                                      Unchanged),
+    case("shared obtain, a writer waits",   marked(&[B1], Who::B),           sem(1),          busy(BusyReason::WriterWaiting, 1, 5_000),             Unchanged),
+    case("shared obtain, own marker goes",  marked(&[B1], Who::A),           sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[B1, admitted(1)])),
+    case("shared obtain, held exclusively", OTHERS_LIVE,                     sem(1),          busy(BusyReason::Held, 1, 10_000),                     Unchanged),
+    case("shared obtain, expired fits",     shares(&[B2_EXPIRED]),           sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[B2_EXPIRED, admitted(1)])),
+    case("shared obtain, expired no room",  shares(&[B2_EXPIRED]),           sem(2),          Outcome::Acquired,                                     shares_after(ISSUES, &[admitted(2)])),
+    // exclusive obtain on shared holds, and mode changes
+    case("write, behind shares",            shares(&[B2]),                   WRITE,           busy(BusyReason::Shared, 1, 20_000),                   Unchanged),
+    case("write, behind shares, queued",    shares(&[B2]),                   WRITE_QUEUED,    busy(BusyReason::Shared, 1, 20_000),                   After::Shared { fencing: KEPT, holds: &[B2], writer: Some(Marker { by: Who::A, until_in_ms: TTL }) }),
+    case("write, expired shares",           shares(&[B2_EXPIRED]),           WRITE,           Outcome::Acquired,                                     ISSUED),
+    case("downgrade",                       LIVE,                            sem(2),          Outcome::AcquiredKept,                                 shares_after(KEPT, &[renewed(share(Who::A, 2, 1, FENCING, 0, 0), 1)])),
+    case("downgrade, reentrant",            LIVE_TWICE,                      sem(1),          Outcome::Refused,                                      Unchanged),
+    case("upgrade, alone",                  shares(&[A1]),                   WRITE,           Outcome::Acquired,                                     ISSUED),
+    case("upgrade, beside a share",         shares(&[A1, B2]),               WRITE,           busy(BusyReason::Shared, 1, 20_000),                   Unchanged),
+    case("upgrade, reentrant",              shares(&[A1_TWICE]),             WRITE,           Outcome::Refused,                                      Unchanged),
+    // prolong and release of shared holds
+    case("prolong, own share",              shares(&[A1, B2]),               Prolong,         Outcome::Prolonged,                                    shares_after(KEPT, &[renewed(A1, 1), B2])),
+    case("prolong, own expired share",      shares(&[A1_EXPIRED, B1]),       Prolong,         Outcome::ProlongedLate,                                shares_after(KEPT, &[renewed(A1_EXPIRED, 1), B1])),
+    case("prolong, another's share",        shares(&[B2]),                   Prolong,         Outcome::Lost,                                         Unchanged),
+    case("release, own share",              shares(&[A1, B2]),               RELEASE,         Outcome::Released,                                     shares_after(KEPT, &[B2])),
+    case("release with a delay, a share",   shares(&[A1, B2]),               RELEASE_DELAYED, Outcome::Released,                                     shares_after(KEPT, &[B2])),
+    case("release, own share twice",        shares(&[A1_TWICE, B2]),         RELEASE,         Outcome::Decremented(1),                               shares_after(KEPT, &[A1, B2])),
+    case("release with a delay, last share",shares(&[A1]),                   RELEASE_DELAYED, Outcome::Released,                                     After::Cooling { left_ms: 20_000 }),
+    case("release, beside an expired share",shares(&[A1, B1_EXPIRED]),       RELEASE,         Outcome::Released,                                     shares_after(KEPT, &[B1_EXPIRED])),
+    case("release, own expired share",      shares(&[A1_EXPIRED, B1]),       RELEASE,         Outcome::ReleasedLate,                                 shares_after(KEPT, &[B1])),
+    case("release, a writer gives up",      marked(&[B2], Who::A),           RELEASE,         Outcome::Lost,                                         shares_after(KEPT, &[B2])),
+    // inspect and force
+    case("inspect, shares",                 shares(&[A1, B2_EXPIRED]),       Inspect,         Outcome::Shared { holds: 1 },                          Unchanged),
+    case("inspect, expired shares",         shares(&[B2_EXPIRED]),           Inspect,         Outcome::Free,                                         Unchanged),
+    case("force, shares",                   marked(&[A1, B2], Who::B),       Force,           Outcome::Shared { holds: 2 },                          After::Free),
 ];
 
 /// A mismatch between a case and what a backend did.
@@ -352,7 +591,7 @@ fn close(got: i128, want: i128, slack_ms: u64) -> bool {
 /// A [`Before`] as the fields a runner writes, at absolute times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Row {
-    /// `held`, `cooling` or `free`.
+    /// `held`, `cooling`, `free`, or `shared` (then write [`Before::shared_at`]'s holds).
     pub state: &'static str,
     /// Whose token, when held.
     pub by: Option<Who>,
@@ -391,7 +630,31 @@ impl Before {
                 expires: now + expires_in_ms,
                 forget: now + forget_in_ms,
             }),
+            Before::Shared { .. } => Some(plain("shared", now)),
         }
+    }
+
+    /// The shared holds to write when the clock reads `now` (in milliseconds), for
+    /// [`Before::Shared`].
+    pub fn shared_at(self, now: i64) -> Option<SharedAt> {
+        let Before::Shared { holds, writer } = self else {
+            return None;
+        };
+        Some(SharedAt {
+            capacity: CAPACITY,
+            holds: holds
+                .iter()
+                .map(|s| ShareAt {
+                    by: s.by,
+                    weight: s.weight,
+                    holds: s.holds,
+                    fencing: s.fencing.stored(),
+                    expires: now + s.expires_in_ms,
+                    forget: now + s.forget_in_ms,
+                })
+                .collect(),
+            writer: writer.map(|m| (m.by, now + m.until_in_ms)),
+        })
     }
 
     /// The stored record as a runner would decode it.
@@ -415,7 +678,118 @@ impl Before {
                 expires_in_ms,
                 forget_in_ms,
             },
+            Before::Shared { holds, writer } => Seen::Shared {
+                fencing: FENCING,
+                capacity: CAPACITY,
+                holds: holds.iter().map(|s| s.seen(0)).collect(),
+                writer: writer.map(|m| (Some(m.by), m.until_in_ms)),
+            },
         }
+    }
+}
+
+/// [`Before::Shared`] at absolute times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedAt {
+    /// The capacity.
+    pub capacity: u32,
+    /// The holds, oldest first.
+    pub holds: Vec<ShareAt>,
+    /// A waiting writer's marker and its end.
+    pub writer: Option<(Who, i64)>,
+}
+
+/// One shared hold at absolute times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareAt {
+    /// Whose.
+    pub by: Who,
+    /// Its permits.
+    pub weight: u32,
+    /// Its reentrant count.
+    pub holds: u32,
+    /// Its fencing token.
+    pub fencing: u64,
+    /// The end of its ttl.
+    pub expires: i64,
+    /// The end of its grace period.
+    pub forget: i64,
+}
+
+impl Fence {
+    /// The token of a stored record's share ([`Fence::Of`]); the table's [`FENCING`]
+    /// otherwise.
+    const fn stored(self) -> u64 {
+        match self {
+            Fence::Of(n) => n,
+            Fence::Kept | Fence::Issued => FENCING,
+        }
+    }
+
+    /// The token expected: `issued` for [`Fence::Issued`].
+    const fn expected(self, issued: u64) -> u64 {
+        match self {
+            Fence::Issued => issued,
+            other => other.stored(),
+        }
+    }
+}
+
+impl Share {
+    fn seen(&self, issued: u64) -> SeenShare {
+        SeenShare {
+            by: Some(self.by),
+            weight: self.weight,
+            holds: self.holds,
+            fencing: self.fencing.expected(issued),
+            expires_in_ms: self.expires_in_ms,
+            forget_in_ms: self.forget_in_ms,
+        }
+    }
+}
+
+impl Seen {
+    /// Decodes shared holds stored as JSON the way the Redis and Postgres backends store
+    /// them: `shares` an object with `capacity` and `holds` (each with `token`, `holds`,
+    /// `expires`, `forget`, `fencing`, `weight`), `writer` an object with `token` and
+    /// `until`; times in `per_ms` units per millisecond since the epoch, made relative to
+    /// `now_ms`; `who` names a stored token. `None` when the JSON is not of that shape.
+    pub fn shared_from_json(
+        fencing: u64,
+        shares: &serde_json::Value,
+        writer: Option<&serde_json::Value>,
+        per_ms: i64,
+        now_ms: i64,
+        who: impl Fn(&str) -> Option<Who>,
+    ) -> Option<Seen> {
+        let int = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_i64);
+        let at = |v: &serde_json::Value, k: &str| int(v, k).map(|t| t / per_ms - now_ms);
+        let small = |v: &serde_json::Value, k: &str| int(v, k).and_then(|n| u32::try_from(n).ok());
+        let holds = shares
+            .get("holds")?
+            .as_array()?
+            .iter()
+            .map(|h| {
+                Some(SeenShare {
+                    by: who(h.get("token")?.as_str()?),
+                    weight: small(h, "weight")?,
+                    holds: small(h, "holds")?,
+                    fencing: u64::try_from(int(h, "fencing")?).ok()?,
+                    expires_in_ms: at(h, "expires")?,
+                    forget_in_ms: at(h, "forget")?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let writer = match writer {
+            None => None,
+            Some(w) => Some((who(w.get("token")?.as_str()?), at(w, "until")?)),
+        };
+        Some(Seen::Shared {
+            fencing,
+            capacity: small(shares, "capacity")?,
+            holds,
+            writer,
+        })
     }
 }
 
@@ -437,6 +811,16 @@ impl Case {
                 let holder = HolderInfo::current();
                 let req = ObtainRequest::new(key, token, ttl, &holder);
                 Answer::Obtain(backend.obtain(req).await?)
+            }
+            Ask::ObtainAs { mode, queue } => {
+                let holder = HolderInfo::current();
+                let req = ObtainRequest::new(key, token, ttl, &holder)
+                    .with_mode(mode)
+                    .with_queue(queue);
+                match backend.obtain(req).await {
+                    Err(e) if e.kind() == ErrorKind::InvalidInput => Answer::Refused,
+                    answer => Answer::Obtain(answer?),
+                }
             }
             Ask::Prolong => {
                 let req = ProlongRequest { key, token, ttl };
@@ -474,63 +858,87 @@ impl Case {
             _ => FENCING,
         };
         let ms = |d: std::time::Duration| i128::try_from(d.as_millis()).unwrap_or(i128::MAX);
-        let issued = match (self.outcome, answer) {
-            (Outcome::Acquired, Answer::Obtain(ObtainOutcome::Acquired { fencing, .. }))
-                if fencing.0 > before_fencing =>
-            {
-                Some(fencing.0)
-            }
-            (Outcome::Reacquired(n), Answer::Obtain(ObtainOutcome::Reacquired { holds }))
-                if *holds == n =>
-            {
-                None
-            }
-            (
-                Outcome::Busy {
-                    holder,
-                    remaining_ms,
-                },
-                Answer::Obtain(ObtainOutcome::Busy(busy)),
-            ) if busy.holder.is_some() == holder
-                && close(ms(busy.remaining), remaining_ms.into(), slack_ms) =>
-            {
-                None
-            }
-            (Outcome::Prolonged, Answer::Prolong(ProlongOutcome::Prolonged))
-            | (Outcome::ProlongedLate, Answer::Prolong(ProlongOutcome::ProlongedLate))
-            | (Outcome::Lost, Answer::Prolong(ProlongOutcome::Lost))
-            | (Outcome::Released, Answer::Release(ReleaseOutcome::Released))
-            | (Outcome::ReleasedLate, Answer::Release(ReleaseOutcome::ReleasedLate))
-            | (Outcome::Lost, Answer::Release(ReleaseOutcome::Lost))
-            | (Outcome::Free, Answer::State(LockState::Free)) => None,
-            (Outcome::Decremented(n), Answer::Release(ReleaseOutcome::Decremented { holds }))
-                if *holds == n =>
-            {
-                None
-            }
-            (
-                Outcome::Cooling { remaining_ms },
-                Answer::State(LockState::Cooling { remaining }),
-            ) if close(ms(*remaining), remaining_ms.into(), slack_ms) => None,
-            (
-                Outcome::Held {
-                    holds: n,
-                    remaining_ms,
-                },
-                Answer::State(LockState::Held {
-                    fencing,
-                    remaining,
-                    holds,
-                    ..
-                }),
-            ) if *holds == n
-                && fencing.0 == FENCING
-                && close(ms(*remaining), remaining_ms.into(), slack_ms) =>
-            {
-                None
-            }
-            (want, got) => return fail(format!("expected {want:?}, got {got:?}")),
-        };
+        let issued =
+            match (self.outcome, answer) {
+                (Outcome::Acquired, Answer::Obtain(ObtainOutcome::Acquired { fencing, .. }))
+                    if fencing.0 > before_fencing =>
+                {
+                    Some(fencing.0)
+                }
+                (
+                    Outcome::AcquiredKept,
+                    Answer::Obtain(ObtainOutcome::Acquired { fencing, .. }),
+                ) if fencing.0 == FENCING => None,
+                (
+                    Outcome::BusyFor {
+                        reason,
+                        holders,
+                        remaining_ms,
+                    },
+                    Answer::Obtain(ObtainOutcome::Busy(busy)),
+                ) if busy.reason == reason
+                    && busy.holders == holders
+                    && close(ms(busy.remaining), remaining_ms.into(), slack_ms) =>
+                {
+                    None
+                }
+                (Outcome::Refused, Answer::Refused) => None,
+                (
+                    Outcome::Shared { holds: n },
+                    Answer::State(LockState::Shared {
+                        capacity, holds, ..
+                    }),
+                ) if *capacity == CAPACITY && holds.len() == n as usize => None,
+                (Outcome::Reacquired(n), Answer::Obtain(ObtainOutcome::Reacquired { holds }))
+                    if *holds == n =>
+                {
+                    None
+                }
+                (
+                    Outcome::Busy {
+                        holder,
+                        remaining_ms,
+                    },
+                    Answer::Obtain(ObtainOutcome::Busy(busy)),
+                ) if busy.holder.is_some() == holder
+                    && close(ms(busy.remaining), remaining_ms.into(), slack_ms) =>
+                {
+                    None
+                }
+                (Outcome::Prolonged, Answer::Prolong(ProlongOutcome::Prolonged))
+                | (Outcome::ProlongedLate, Answer::Prolong(ProlongOutcome::ProlongedLate))
+                | (Outcome::Lost, Answer::Prolong(ProlongOutcome::Lost))
+                | (Outcome::Released, Answer::Release(ReleaseOutcome::Released))
+                | (Outcome::ReleasedLate, Answer::Release(ReleaseOutcome::ReleasedLate))
+                | (Outcome::Lost, Answer::Release(ReleaseOutcome::Lost))
+                | (Outcome::Free, Answer::State(LockState::Free)) => None,
+                (
+                    Outcome::Decremented(n),
+                    Answer::Release(ReleaseOutcome::Decremented { holds }),
+                ) if *holds == n => None,
+                (
+                    Outcome::Cooling { remaining_ms },
+                    Answer::State(LockState::Cooling { remaining }),
+                ) if close(ms(*remaining), remaining_ms.into(), slack_ms) => None,
+                (
+                    Outcome::Held {
+                        holds: n,
+                        remaining_ms,
+                    },
+                    Answer::State(LockState::Held {
+                        fencing,
+                        remaining,
+                        holds,
+                        ..
+                    }),
+                ) if *holds == n
+                    && fencing.0 == FENCING
+                    && close(ms(*remaining), remaining_ms.into(), slack_ms) =>
+                {
+                    None
+                }
+                (want, got) => return fail(format!("expected {want:?}, got {got:?}")),
+            };
         let expected = match self.after {
             After::Unchanged => self.before.seen(),
             After::Free => Seen::Free {
@@ -549,13 +957,23 @@ impl Case {
             } => Seen::Held {
                 by: Some(by),
                 holds,
-                fencing: match fencing {
-                    Fence::Kept => FENCING,
-                    // The outcome check above made sure an issuing case has one.
-                    Fence::Issued => issued.unwrap_or(0),
-                },
+                // The outcome check above made sure an issuing case has one.
+                fencing: fencing.expected(issued.unwrap_or(0)),
                 expires_in_ms,
                 forget_in_ms,
+            },
+            After::Shared {
+                fencing,
+                holds,
+                writer,
+            } => Seen::Shared {
+                fencing: match fencing {
+                    Fence::Kept => before_fencing,
+                    other => other.expected(issued.unwrap_or(0)),
+                },
+                capacity: CAPACITY,
+                holds: holds.iter().map(|s| s.seen(issued.unwrap_or(0))).collect(),
+                writer: writer.map(|m| (Some(m.by), m.until_in_ms)),
             },
         };
         // A record past its grace may also have been swept where it should be unchanged.
@@ -604,6 +1022,35 @@ fn same(a: &Seen, b: &Seen, slack_ms: u64) -> bool {
                 && fencing == f
                 && near(*expires_in_ms, *e)
                 && near(*forget_in_ms, *g)
+        }
+        (
+            Seen::Shared {
+                fencing,
+                capacity,
+                holds,
+                writer,
+            },
+            Seen::Shared {
+                fencing: f,
+                capacity: c,
+                holds: h,
+                writer: w,
+            },
+        ) => {
+            let same_share = |x: &SeenShare, y: &SeenShare| {
+                (x.by, x.weight, x.holds, x.fencing) == (y.by, y.weight, y.holds, y.fencing)
+                    && near(x.expires_in_ms, y.expires_in_ms)
+                    && near(x.forget_in_ms, y.forget_in_ms)
+            };
+            let same_writer = match (writer, w) {
+                (Some((x, at)), Some((y, bt))) => x == y && near(*at, *bt),
+                (x, y) => x == y,
+            };
+            fencing == f
+                && capacity == c
+                && holds.len() == h.len()
+                && holds.iter().zip(h).all(|(x, y)| same_share(x, y))
+                && same_writer
         }
         (a, b) => a == b,
     }

@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use lock_conformance::table::{
-    Answer, Ask, Before, Seen, Who, CASES, DELAY_MS, FENCING, GRACE_MS, TTL_MS,
+    Answer, Ask, Before, Seen, SeenShare, Who, CASES, DELAY_MS, FENCING, GRACE_MS, TTL_MS,
 };
 use lock_core::backend::rules::{
-    force, obtain, prolong, release, view, Clock, Hold, Obtain, Record, State,
+    force, obtain, prolong, release, view, Clock, Hold, Obtain, Obtained, Record, Share, Shared,
+    State, Writer,
 };
 use lock_core::backend::Grace;
 use lock_core::{HolderInfo, ObtainOutcome, Ttl};
@@ -37,40 +38,74 @@ fn run_table(clock: Clock) {
     let grace = Grace::new(Duration::from_millis(GRACE_MS)).unwrap();
     let delay = Ttl::from_millis(DELAY_MS).unwrap();
     for case in CASES {
+        let plain = |state| Some(Record::new(FENCING, state));
         let before: Option<Stored> = match case.before {
             Before::Nothing => None,
-            Before::Free => Some(State::Free),
-            Before::Cooling { left_ms } => Some(State::Cooling { until: at(left_ms) }),
+            Before::Free => plain(State::Free),
+            Before::Cooling { left_ms } => plain(State::Cooling { until: at(left_ms) }),
             Before::Held {
                 by,
                 holds,
                 expires_in_ms,
                 forget_in_ms,
-            } => Some(State::Held(Hold {
+            } => plain(State::Held(Hold {
                 token: by,
                 holder: "holder",
                 holds,
                 expires: at(expires_in_ms),
                 forget: at(forget_in_ms),
             })),
-        }
-        .map(|state| Record::new(FENCING, state));
+            Before::Shared { .. } => case.before.shared_at(0).map(|s| Record {
+                fencing: FENCING,
+                state: State::Shared(Shared {
+                    capacity: s.capacity,
+                    holds: s
+                        .holds
+                        .iter()
+                        .map(|h| Share {
+                            hold: Hold {
+                                token: h.by,
+                                holder: "holder",
+                                holds: h.holds,
+                                expires: at(h.expires),
+                                forget: at(h.forget),
+                            },
+                            fencing: h.fencing,
+                            weight: h.weight,
+                        })
+                        .collect(),
+                }),
+                writer: s.writer.map(|(token, until)| Writer {
+                    token,
+                    until: at(until),
+                }),
+            }),
+        };
         let before = before.as_ref();
         let holder = |_: &&str| Ok::<_, lock_core::Error>(HolderInfo::current());
         let (answer, write) = match case.ask {
-            Ask::Obtain => {
+            Ask::Obtain | Ask::ObtainAs { .. } => {
+                let (mode, queue) = match case.ask {
+                    Ask::ObtainAs { mode, queue } => (mode, queue),
+                    _ => (lock_core::Mode::Exclusive, false),
+                };
                 let ask = Obtain {
                     token: &Who::A,
                     holder: &"caller",
                     ttl,
                     grace,
                     fencing_floor: 0,
-                    mode: lock_core::Mode::Exclusive,
-                    queue: false,
+                    mode,
+                    queue,
                 };
                 let d = obtain(before, clock, ask);
-                let outcome = d.outcome.try_into_outcome(ttl, "rules", holder).unwrap();
-                (Answer::Obtain(outcome), d.write)
+                match d.outcome {
+                    Obtained::Refused(_) => (Answer::Refused, d.write),
+                    outcome => (
+                        Answer::Obtain(outcome.try_into_outcome(ttl, "rules", holder).unwrap()),
+                        d.write,
+                    ),
+                }
             }
             Ask::Prolong => {
                 let d = prolong(before, clock, &Who::A, ttl, grace);
@@ -108,7 +143,23 @@ fn run_table(clock: Clock) {
                     expires_in_ms: rel(h.expires),
                     forget_in_ms: rel(h.forget),
                 },
-                State::Shared(s) => panic!("the mutex table made shared holds: {s:?}"),
+                State::Shared(s) => Seen::Shared {
+                    fencing: r.fencing,
+                    capacity: s.capacity,
+                    holds: s
+                        .holds
+                        .iter()
+                        .map(|sh| SeenShare {
+                            by: Some(sh.hold.token),
+                            weight: sh.weight,
+                            holds: sh.hold.holds,
+                            fencing: sh.fencing,
+                            expires_in_ms: rel(sh.hold.expires),
+                            forget_in_ms: rel(sh.hold.forget),
+                        })
+                        .collect(),
+                    writer: r.writer.as_ref().map(|w| (Some(w.token), rel(w.until))),
+                },
             },
         };
         if let Err(e) = case.check(&answer, &seen, 0) {

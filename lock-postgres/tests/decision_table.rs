@@ -11,6 +11,7 @@ use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
 use lock_core::backend::Token;
 use lock_core::Key;
 use lock_postgres::PostgresBackend;
+use serde_json::json;
 use sqlx::{PgPool, Row};
 use support::shared_url;
 
@@ -42,6 +43,17 @@ async fn the_sql_function_keeps_the_decision_table() {
         }
     };
     let (da, db) = (digest(&a).await, digest(&b).await);
+    let digest_of = |who: Who| match who {
+        Who::A => da.clone(),
+        Who::B => db.clone(),
+    };
+    let who = |stored: &str| {
+        [(Who::A, &da), (Who::B, &db)]
+            .into_iter()
+            .find(|(_, d)| **d == stored)
+            .map(|(w, _)| w)
+    };
+    let holder_json = r#"{"host":"table","pid":1}"#;
     for (i, case) in CASES.iter().enumerate() {
         let key = Key::new(format!("case-{i}")).unwrap();
         let now: i64 =
@@ -49,18 +61,43 @@ async fn the_sql_function_keeps_the_decision_table() {
                 .fetch_one(&admin)
                 .await
                 .unwrap();
+        // Shared holds as the backend stores them (lock-postgres/src/shared.rs): times in µs,
+        // token '' and the last hold's end in the row's own columns.
+        let shared = case.before.shared_at(now).map(|s| {
+            let holds: Vec<_> = s
+                .holds
+                .iter()
+                .map(|h| {
+                    json!({"token": digest_of(h.by), "holder": holder_json, "holds": h.holds,
+                        "expires": h.expires * 1000, "forget": h.forget * 1000,
+                        "fencing": h.fencing, "weight": h.weight})
+                })
+                .collect();
+            let shares = json!({"capacity": s.capacity, "holds": holds}).to_string();
+            let writer = s.writer.map(|(by, until)| {
+                json!({"token": digest_of(by), "until": until * 1000}).to_string()
+            });
+            let expires = s.holds.iter().map(|h| h.expires).max().unwrap_or(now);
+            let forget = s.holds.iter().map(|h| h.forget).max().unwrap_or(now);
+            (shares, writer, expires, forget)
+        });
         if let Some(r) = case.before.row(now) {
-            let token = match r.by {
-                Some(Who::A) => Some(da.clone()),
-                Some(Who::B) => Some(db.clone()),
-                None => None,
+            let token = match (&shared, r.by) {
+                (Some(_), _) => Some(String::new()),
+                (None, by) => by.map(digest_of),
             };
-            let holder = r.by.map(|_| r#"{"host":"table","pid":1}"#);
+            let holder = (r.by.is_some() || shared.is_some()).then_some(holder_json);
             let holds = r.by.map(|_| i32::try_from(r.holds).unwrap());
+            let (shares, writer, expires, forget) = match &shared {
+                Some((shares, writer, expires, forget)) => {
+                    (Some(shares.clone()), writer.clone(), *expires, *forget)
+                }
+                None => (None, None, r.expires, r.forget),
+            };
             sqlx::query(&format!(
                 "INSERT INTO {table} (key, state, token, holder, fencing, holds, expires_at, \
-                 forget_at) VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7 / 1000.0), \
-                 to_timestamp($8 / 1000.0))"
+                 forget_at, shares, writer) VALUES ($1, $2, $3, $4, $5, $6, \
+                 to_timestamp($7 / 1000.0), to_timestamp($8 / 1000.0), $9::jsonb, $10::jsonb)"
             ))
             .bind(key.as_str())
             .bind(r.state)
@@ -68,8 +105,10 @@ async fn the_sql_function_keeps_the_decision_table() {
             .bind(holder)
             .bind(i64::try_from(FENCING).unwrap())
             .bind(holds)
-            .bind(r.expires as f64)
-            .bind(r.forget as f64)
+            .bind(expires as f64)
+            .bind(forget as f64)
+            .bind(shares)
+            .bind(writer)
             .execute(&admin)
             .await
             .unwrap();
@@ -81,7 +120,8 @@ async fn the_sql_function_keeps_the_decision_table() {
         let stored = sqlx::query(&format!(
             "SELECT state, token, fencing, holds, \
              (extract(epoch FROM expires_at) * 1000)::bigint AS expires, \
-             (extract(epoch FROM forget_at) * 1000)::bigint AS forget \
+             (extract(epoch FROM forget_at) * 1000)::bigint AS forget, \
+             shares::text AS shares, writer::text AS writer \
              FROM {table} WHERE key = $1"
         ))
         .bind(key.as_str())
@@ -97,13 +137,19 @@ async fn the_sql_function_keeps_the_decision_table() {
                     fencing,
                     left_ms: expires,
                 },
+                "shared" => {
+                    let parse = |column: &str| {
+                        r.get::<Option<String>, _>(column)
+                            .map(|text| serde_json::from_str::<serde_json::Value>(&text).unwrap())
+                    };
+                    let (shares, writer) = (parse("shares").unwrap(), parse("writer"));
+                    Seen::shared_from_json(fencing, &shares, writer.as_ref(), 1000, now, who)
+                        .unwrap_or_else(|| panic!("shares of another shape: {shares}"))
+                }
                 _ => {
                     let token: String = r.get("token");
                     Seen::Held {
-                        by: [(Who::A, &da), (Who::B, &db)]
-                            .into_iter()
-                            .find(|(_, d)| **d == token)
-                            .map(|(w, _)| w),
+                        by: who(&token),
                         holds: u32::try_from(r.get::<i32, _>("holds")).unwrap(),
                         fencing,
                         expires_in_ms: expires,

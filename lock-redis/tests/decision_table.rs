@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_conformance::table::{Seen, SharedAt, Who, CASES, FENCING, GRACE_MS};
 use lock_core::backend::Token;
 use lock_core::Key;
 use lock_redis::{RedisBackend, Variant};
@@ -37,16 +37,25 @@ async fn run_table(variant: Variant) {
         let key = Key::new(format!("case-{i}")).unwrap();
         let name = backend.record_name(&key);
         let now = server_ms(&mut admin).await;
-        let raw = case.before.row(now).map(|r| {
-            let token = match r.by {
-                Some(Who::A) => a.digest(),
-                Some(Who::B) => b.digest(),
-                None => String::new(),
-            };
-            let holder = if r.by.is_some() { holder } else { "" };
-            let (state, holds, expires, forget) = (r.state, r.holds, r.expires, r.forget);
-            format!("v1|{state}|{token}|{FENCING}|{holds}|{expires}|{forget}|{holder}")
-        });
+        let digest = |who: Who| match who {
+            Who::A => a.digest(),
+            Who::B => b.digest(),
+        };
+        let who = |stored: &str| {
+            [(Who::A, &a), (Who::B, &b)]
+                .into_iter()
+                .find(|(_, t)| t.digest() == stored)
+                .map(|(w, _)| w)
+        };
+        let raw = match case.before.shared_at(now) {
+            Some(shared) => Some(v2_record(&shared, digest, holder)),
+            None => case.before.row(now).map(|r| {
+                let token = r.by.map(digest).unwrap_or_default();
+                let holder = if r.by.is_some() { holder } else { "" };
+                let (state, holds, expires, forget) = (r.state, r.holds, r.expires, r.forget);
+                format!("v1|{state}|{token}|{FENCING}|{holds}|{expires}|{forget}|{holder}")
+            }),
+        };
         if let Some(raw) = raw {
             let _: () = redis::cmd("SET")
                 .arg(&name)
@@ -67,6 +76,9 @@ async fn run_table(variant: Variant) {
             .await
             .unwrap();
         let seen = stored.map_or(Seen::Nothing, |raw| {
+            if let Some(json) = raw.strip_prefix("v2|") {
+                return seen_v2(json, now, who);
+            }
             let f: Vec<&str> = raw.splitn(8, '|').collect();
             let n = |i: usize| f[i].parse::<i64>().unwrap();
             let fencing = f[3].parse::<u64>().unwrap();
@@ -77,10 +89,7 @@ async fn run_table(variant: Variant) {
                     left_ms: n(5) - now,
                 },
                 _ => Seen::Held {
-                    by: [(Who::A, &a), (Who::B, &b)]
-                        .into_iter()
-                        .find(|(_, t)| t.digest() == f[2])
-                        .map(|(w, _)| w),
+                    by: who(f[2]),
                     holds: f[4].parse().unwrap(),
                     fencing,
                     expires_in_ms: n(5) - now,
@@ -96,6 +105,60 @@ async fn run_table(variant: Variant) {
             .query_async(&mut admin)
             .await
             .unwrap();
+    }
+}
+
+/// A shared record as both variants store it (`scripts/shared.lua` documents the format).
+fn v2_record(shared: &SharedAt, digest: impl Fn(Who) -> String, holder: &str) -> String {
+    let holder = serde_json::to_string(holder).unwrap();
+    let holds: Vec<String> = shared
+        .holds
+        .iter()
+        .map(|h| {
+            format!(
+                r#"{{"token":"{}","holder":{holder},"holds":{},"expires":{},"forget":{},"fencing":{},"weight":{}}}"#,
+                digest(h.by),
+                h.holds,
+                h.expires,
+                h.forget,
+                h.fencing,
+                h.weight
+            )
+        })
+        .collect();
+    let writer = shared.writer.map_or(String::new(), |(by, until)| {
+        format!(r#","writer":{{"token":"{}","until":{until}}}"#, digest(by))
+    });
+    format!(
+        r#"v2|{{"fencing":{FENCING},"state":"shared","capacity":{},"holds":[{}]{writer}}}"#,
+        shared.capacity,
+        holds.join(",")
+    )
+}
+
+/// A `v2` record as the table sees it: shared holds, or a state with a writer's marker.
+fn seen_v2(json: &str, now: i64, who: impl Fn(&str) -> Option<Who>) -> Seen {
+    let record: serde_json::Value = serde_json::from_str(json).unwrap();
+    let fencing = record["fencing"].as_u64().unwrap();
+    let at = |v: &serde_json::Value| v.as_i64().unwrap() - now;
+    match record["state"].as_str().unwrap() {
+        "shared" => Seen::shared_from_json(fencing, &record, record.get("writer"), 1, now, who)
+            .unwrap_or_else(|| panic!("a v2 record of another shape: {json}")),
+        "free" => Seen::Free { fencing },
+        "cooling" => Seen::Cooling {
+            fencing,
+            left_ms: at(&record["until"]),
+        },
+        _ => {
+            let hold = &record["hold"];
+            Seen::Held {
+                by: who(hold["token"].as_str().unwrap()),
+                holds: u32::try_from(hold["holds"].as_u64().unwrap()).unwrap(),
+                fencing,
+                expires_in_ms: at(&hold["expires"]),
+                forget_in_ms: at(&hold["forget"]),
+            }
+        }
     }
 }
 
