@@ -29,10 +29,14 @@
 //!   of the Redis server (`INFO cpu`): which side bounds the rate.
 //! - **shared holds**: a read hold's and one permit of a semaphore of 8's
 //!   `try_obtain()`+release cycles, next to the mutex's `try_obtain()`+release of the same
-//!   rounds, on the backends that keep shared holds (memory, file, redis-watch).
+//!   rounds, on the backends that keep shared holds (memory, file, both Redis variants,
+//!   Postgres).
 //! - **handoff**: 2, 8 and 32 waiters on one key; from the holder's release call to the next
 //!   holder's `Acquired`, woken by the backend's notification or by polling alone, with
-//!   the obtain attempts per acquisition.
+//!   the obtain attempts per acquisition. On a backend with shared holds, one writer and 8
+//!   readers on one key: the writer's wait for each write lock while readers come and go
+//!   (its marker keeps new readers out: it is never starved), and from its release to the
+//!   first reader in.
 //! - **watched locks**: 10,000 locks held with the watchdog (ttl 9 s, so a prolong every
 //!   3 s): per renewal period, the locks prolonged, the watchdog's batches
 //!   (`prolongate_many` calls), the round trips they make (a pipeline or a statement per
@@ -59,7 +63,7 @@ use std::time::{Duration, Instant};
 use lock_core::{LockBackend, Locker, MemoryBackend, Mode, Retry};
 use lock_file::FileBackend;
 use test_servers::bench::{
-    backend_cycles, handoff, locker_cycles, mode_cycles, rounds, run, runtime, Run,
+    backend_cycles, handoff, locker_cycles, mode_cycles, rounds, run, runtime, rw_handoff, Run,
 };
 
 use report::Table;
@@ -297,6 +301,18 @@ pub(crate) async fn handoffs(
             let latencies = handoff(counting.clone(), retry, waiters, size.handoffs).await;
             let attempts = counting.obtains() as f64 / latencies.len().max(1) as f64;
             table.handoff(name, waiters, how, &latencies, attempts);
+        }
+    }
+    if backend.capabilities().shared {
+        for (how, retry) in [
+            ("notified", Retry::default()),
+            (
+                "polling 5-250 ms",
+                Retry::exponential(Duration::from_millis(5), Duration::from_millis(250)),
+            ),
+        ] {
+            let measured = rw_handoff(backend.clone(), retry, 8, size.handoffs / 2).await;
+            table.rw_handoff(name, how, &measured);
         }
     }
 }

@@ -8,7 +8,7 @@ use lock_postgres::{PostgresBackend, Statements};
 use test_servers::bench::{rounds, run};
 
 use crate::report::Table;
-use crate::{baselines, handoffs, through, watched, Size, CONCURRENCY};
+use crate::{baselines, handoffs, shared_holds, through, watched, Size, CONCURRENCY};
 
 pub(crate) async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     // Two pools of 24 (durable, async commit) stay inside the server's default 100
@@ -93,6 +93,11 @@ pub(crate) async fn postgres(table: &mut Table, size: Size, url: &str) -> Result
             simple,
         );
     }
+    let pg_size = Size {
+        cycles: size.pg_cycles,
+        ..size
+    };
+    shared_holds(table, "postgres", &d, pg_size).await;
     handoffs(table, "postgres", durable.clone(), size).await;
     let batch = Some(PostgresBackend::BATCH);
     watched(table, "postgres", durable, size, batch, || async { None }).await;

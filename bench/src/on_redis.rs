@@ -127,6 +127,7 @@ pub(crate) async fn redis(table: &mut Table, size: Size, url: &str) -> Result<()
             table.cpu(what, tasks, split);
         }
     }
+    shared_holds(table, "redis-lua", &lua_locker, size).await;
     shared_holds(table, "redis-watch", &watch_locker, size).await;
     handoffs(table, "redis-lua", lua.clone(), size).await;
     handoffs(table, "redis-watch", watch, size).await;

@@ -1,6 +1,6 @@
 //! The table the run prints (Markdown, as `BENCHMARKS.md` keeps it).
 
-use test_servers::bench::{Latencies, Run};
+use test_servers::bench::{Latencies, Run, RwHandoff};
 
 use crate::cpu::Split;
 
@@ -9,6 +9,7 @@ pub(crate) struct Table {
     cycles: Vec<String>,
     cpu: Vec<String>,
     handoffs: Vec<String>,
+    rw_handoffs: Vec<String>,
     watched: Vec<String>,
     skipped: Vec<String>,
 }
@@ -87,6 +88,20 @@ impl Table {
         ));
     }
 
+    pub(crate) fn rw_handoff(&mut self, backend: &str, how: &str, m: &RwHandoff) {
+        let row = format!(
+            "| {backend} | {how} | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {} | {} |",
+            m.writer_waits.ms(0.5),
+            m.writer_waits.ms(0.99),
+            m.readers_in.ms(0.5),
+            m.readers_in.ms(0.99),
+            m.writer_waits.len(),
+            m.reads,
+        );
+        eprintln!("{row}");
+        self.rw_handoffs.push(row);
+    }
+
     pub(crate) fn watched(
         &mut self,
         backend: &str,
@@ -132,6 +147,16 @@ impl Table {
         println!("|---|---:|---|---:|---:|---:|---:|");
         for row in &self.handoffs {
             println!("{row}");
+        }
+        if !self.rw_handoffs.is_empty() {
+            println!(
+                "\n### Reader-writer handoff: 1 writer, 8 readers on one key (each holds 1 ms)\n"
+            );
+            println!("| backend | woken by | writer's wait p50 / p99 | writer's release to a reader in, p50 / p99 | writes | reads meanwhile |");
+            println!("|---|---|---:|---:|---:|---:|");
+            for row in &self.rw_handoffs {
+                println!("{row}");
+            }
         }
         println!("\n### Locks held with the watchdog (ttl 9 s, a prolong every 3 s)\n");
         println!("| backend | locks | locks prolonged per 3 s | watchdog batches per 3 s | round trips per 3 s | server calls per 3 s | longest batch | client memory per lock | lost |");

@@ -219,6 +219,88 @@ impl std::fmt::Display for Latencies {
     }
 }
 
+/// What [`rw_handoff`] measured.
+pub struct RwHandoff {
+    /// The writer's wait: from its `obtain()` call to `Acquired`, while readers come and go.
+    pub writer_waits: Latencies,
+    /// From the writer's release call to the first reader's `Acquired` after it.
+    pub readers_in: Latencies,
+    /// Read holds granted while the writer measured its waits.
+    pub reads: usize,
+}
+
+/// One writer and `readers` readers on one key (each holds 1 ms): the writer waits for the
+/// write lock `handoffs` times (it queues: its marker keeps new readers out), pausing 2 ms
+/// after each release; the readers take read holds in a loop meanwhile.
+pub async fn rw_handoff(
+    backend: Arc<dyn LockBackend>,
+    retry: Retry,
+    readers: usize,
+    handoffs: usize,
+) -> RwHandoff {
+    let key = fresh_prefix("rw-handoff");
+    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let readers_in: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let wait = Duration::from_secs(30);
+    let reader_tasks: Vec<_> = (0..readers)
+        .map(|_| {
+            let locker = Locker::new(backend.clone());
+            let (key, released_at, readers_in, done, reads, retry) = (
+                key.clone(),
+                released_at.clone(),
+                readers_in.clone(),
+                done.clone(),
+                reads.clone(),
+                retry.clone(),
+            );
+            tokio::spawn(async move {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let attempt = locker.read(&key).wait(wait).retry(retry.clone()).obtain();
+                    let Attempt::Obtained(guard) = attempt.await.expect("a read obtain") else {
+                        continue;
+                    };
+                    if let Some(r) = released_at.lock().unwrap().take() {
+                        readers_in.lock().unwrap().push(r.elapsed());
+                    }
+                    reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let _ = guard.release().await.expect("a read release");
+                }
+            })
+        })
+        .collect();
+    let locker = Locker::new(backend);
+    let mut writer_waits = Vec::with_capacity(handoffs);
+    // The readers get going first.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    while writer_waits.len() < handoffs {
+        let asked = Instant::now();
+        let attempt = locker.write(&key).wait(wait).retry(retry.clone()).obtain();
+        let Attempt::Obtained(guard) = attempt.await.expect("a write obtain") else {
+            continue;
+        };
+        writer_waits.push(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        *released_at.lock().unwrap() = Some(Instant::now());
+        let _ = guard.release().await.expect("a write release");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for t in reader_tasks {
+        t.await.expect("a reader");
+    }
+    writer_waits.sort();
+    let mut readers_in = readers_in.lock().unwrap().clone();
+    readers_in.sort();
+    RwHandoff {
+        writer_waits: Latencies(writer_waits),
+        readers_in: Latencies(readers_in),
+        reads: reads.load(std::sync::atomic::Ordering::SeqCst),
+    }
+}
+
 /// Handoff between `waiters` tasks on one key, until `handoffs` were measured: the time
 /// from the holder's release call to the next holder's `Acquired` (each holds 1 ms).
 pub async fn handoff(
