@@ -11,7 +11,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
 use crate::clock;
-use crate::detached::{detached, give_back_detached, GiveBack, Obtain};
+use crate::detached::{detached, give_back_detached, GiveBack};
 use crate::hold::{Grant, Hold};
 use crate::registry::{Claim, Registry};
 use crate::{
@@ -110,15 +110,7 @@ impl LockGuard {
         // validity the ticket leaves, on every way out of this function.
         let retime = Retime::new(self);
         let ticket = hold.begin(hold.ttl());
-        let call = Obtain {
-            backend: Arc::clone(&hold.backend),
-            key: hold.key.clone(),
-            token: hold.token,
-            ttl: ticket.ttl,
-            holder: Arc::clone(&hold.holder),
-            mode: hold.mode(),
-            queue: false,
-        };
+        let call = hold.obtain_again(ticket.ttl, hold.mode());
         // The ticket travels with the obtain: a caller that stops waiting leaves the obtain
         // to finish in the background, and until it lands (it may reset the ttl after a
         // later prolong) the ticket keeps its bound in every overlapping prolong's floor.
@@ -284,15 +276,7 @@ impl LockGuard {
         let span = tracing::debug_span!("lock.change_mode", backend, key = %hold.key, to = %to);
         let _retime = Retime::new(self);
         let ticket = hold.begin(hold.ttl());
-        let call = Obtain {
-            backend: Arc::clone(&hold.backend),
-            key: hold.key.clone(),
-            token: hold.token,
-            ttl: ticket.ttl,
-            holder: Arc::clone(&hold.holder),
-            mode: to,
-            queue: false,
-        };
+        let call = hold.obtain_again(ticket.ttl, to);
         // The ticket travels with the obtain, as in `reenter`: the change resets the ttl.
         let (outcome, ticket) = call
             .run_keeping(GiveBack::Keep, ticket)

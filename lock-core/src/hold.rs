@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock;
-use crate::detached::{release_holds, GiveBack};
+use crate::detached::{release_holds, GiveBack, Obtain};
 use crate::{
     Fencing, HolderInfo, Key, LockBackend, Mode, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
 };
@@ -218,6 +218,19 @@ impl Hold {
         self.mark_lost(why);
         self.changed.notify_waiters();
         in_flight
+    }
+
+    /// An obtain with this hold's token and holder (a reentrant obtain, a mode change).
+    pub(crate) fn obtain_again(&self, ttl: Ttl, mode: Mode) -> Obtain {
+        Obtain {
+            backend: Arc::clone(&self.backend),
+            key: self.key.clone(),
+            token: self.token,
+            ttl,
+            holder: Arc::clone(&self.holder),
+            mode,
+            queue: false,
+        }
     }
 
     /// The hold's fencing token.
