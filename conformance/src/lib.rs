@@ -46,6 +46,7 @@
 //! | `data_loss_is_lost_and_fencing_still_grows`, `dropped_connections_leave_a_safe_state` | faults |
 //! | `multiprocess_exclusion`, `killed_holder_frees_after_ttl` | separate OS processes |
 //! | `shared_holds_keep_the_contract`, `semaphore_capacity_holds_under_contention`, `multiprocess_semaphore_stays_within_its_permits` | shared holds: permits by weight, capacity and weight mismatches, readers and a waiting writer, late and lost per hold, tasks and processes never above the capacity |
+//! | `killed_holder_frees_only_its_own_permits` | a process holding one permit of two is killed: its permit opens after its own ttl, the other holder's stays held and unlost |
 //! | `mode_changes_keep_the_hold` | a holder's obtain in the other mode changes it: down keeps the fencing token, up waits for the other holds (its share kept) and gets a fresh one; reentrant holds change no mode |
 //! | `shared_model_sequences` | random sequences of exclusive and shared obtains (capacities, weights, waiting writers), prolongs, releases and inspects agree step by step with a reference model of the shared holds; after every step the live weights fit the capacity and an exclusive hold is alone |
 //!
@@ -206,6 +207,7 @@ macro_rules! for_each_case {
             mode_changes_keep_the_hold,
             semaphore_capacity_holds_under_contention,
             multiprocess_semaphore_stays_within_its_permits,
+            killed_holder_frees_only_its_own_permits,
             shared_model_sequences
         }
     };

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_core::{Attempt, Fencing, Locker, Retry};
+use lock_core::{Attempt, Fencing, Locker, ReleaseOutcome, Retry};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
@@ -27,8 +27,8 @@ pub struct Job {
     /// The key to contend for.
     pub key: String,
     /// `contend` (obtain, log, release, `rounds` times), `semaphore` (the same with one of
-    /// [`SEMAPHORE_PERMITS`] permits, holding each a little longer) or `hold` (obtain,
-    /// report, sleep).
+    /// [`SEMAPHORE_PERMITS`] permits, holding each a little longer), `hold` (obtain,
+    /// report, sleep) or `hold-permit` (the same with one permit of a semaphore of 2).
     pub mode: String,
     /// Rounds for `contend`.
     pub rounds: usize,
@@ -79,8 +79,12 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
     let io = |e: std::io::Error| Failure(format!("worker log {}: {e}", job.out.display()));
     let ttl = Duration::from_millis(job.ttl_ms);
     match job.mode.as_str() {
-        "hold" => {
-            let guard = locker.lock(&job.key).ttl(ttl).try_obtain().await?;
+        "hold" | "hold-permit" => {
+            let builder = match job.mode.as_str() {
+                "hold" => locker.lock(&job.key),
+                _ => locker.semaphore(&job.key, 2),
+            };
+            let guard = builder.ttl(ttl).try_obtain().await?;
             let Attempt::Obtained(guard) = guard else {
                 return Err(Failure("the hold worker found the key busy".into()));
             };
@@ -330,6 +334,89 @@ pub async fn killed_holder_frees_after_ttl(suite: &Suite) -> CaseResult {
         killed.elapsed() < Duration::from_secs(5),
         "took {:?} after a 1.5 s ttl",
         killed.elapsed()
+    );
+    Ok(())
+}
+
+/// A child process holds one permit of a semaphore of 2 and the parent the other; the child
+/// is killed with SIGKILL: a third request gets the child's permit after the child's ttl
+/// (1.5 s), and not long after, while the parent's permit, with its own long ttl, stays held
+/// and its guard never lost.
+pub async fn killed_holder_frees_only_its_own_permits(suite: &Suite) -> CaseResult {
+    let Some(config) = shared_config(suite).await? else {
+        return Ok(());
+    };
+    let backend = suite.harness.connect(&config).await;
+    if !backend.capabilities().shared {
+        eprintln!(
+            "{}: killed_holder_frees_only_its_own_permits: skipped, the backend keeps \
+             exclusive locks only",
+            suite.name
+        );
+        return Ok(());
+    }
+    let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
+    let job = Job {
+        config,
+        key: "killed-permit".into(),
+        mode: "hold-permit".into(),
+        rounds: 1,
+        ttl_ms: 1_500,
+        out: dir.path().join("holder.log"),
+    };
+    let mut child = spawn(suite, &job)?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !job.out.exists() {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the holder process did not report within 60 s"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    let locker = Locker::new(backend);
+    let semaphore = || locker.semaphore("killed-permit", 2);
+    let Attempt::Obtained(mine) = semaphore()
+        .ttl(Duration::from_secs(60))
+        .try_obtain()
+        .await?
+    else {
+        return Err(Failure("the second permit was not free".into()));
+    };
+    ensure!(
+        semaphore().try_obtain().await?.is_busy(),
+        "the child and the parent hold both permits"
+    );
+    child
+        .start_kill()
+        .map_err(|e| Failure(format!("kill: {e}")))?;
+    let _ = child.wait().await;
+    let killed = tokio::time::Instant::now();
+    let third = semaphore()
+        .wait(Duration::from_secs(10))
+        .obtain()
+        .await?
+        .obtained();
+    let Some(third) = third else {
+        return Err(Failure(
+            "the killed holder's permit was not free 10 s later".into(),
+        ));
+    };
+    ensure!(
+        killed.elapsed() < Duration::from_secs(5),
+        "took {:?} after a 1.5 s ttl",
+        killed.elapsed()
+    );
+    ensure!(
+        !mine.is_lost(),
+        "the parent's permit was lost with the child's"
+    );
+    ensure!(
+        mine.release().await? == ReleaseOutcome::Released,
+        "the parent's permit was still held"
+    );
+    ensure!(
+        third.release().await? == ReleaseOutcome::Released,
+        "the third permit releases"
     );
     Ok(())
 }

@@ -35,8 +35,8 @@ pub use crate::precise::{
     reacquire_resets_the_ttl,
 };
 pub use crate::process::{
-    killed_holder_frees_after_ttl, multiprocess_exclusion,
-    multiprocess_semaphore_stays_within_its_permits,
+    killed_holder_frees_after_ttl, killed_holder_frees_only_its_own_permits,
+    multiprocess_exclusion, multiprocess_semaphore_stays_within_its_permits,
 };
 
 const LONG: Duration = Duration::from_secs(30);
