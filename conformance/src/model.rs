@@ -9,6 +9,7 @@
 //! one outcome is allowed, and the outcome observed decides which branch the model follows.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use lock_core::{
     ReleaseOutcome,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use tokio::time::Instant;
 
 use crate::harness::{ms, Owner};
@@ -501,6 +502,34 @@ pub async fn model_sequences(suite: &Suite) -> CaseResult {
 
 /// [`model_sequences`] with an explicit number of sequences and of shrink steps.
 pub async fn model_sequences_with(suite: &Suite, cases: u32, shrink_iters: u32) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let strategy = proptest::collection::vec(op_strategy(), 1..24);
+    run_sequences(
+        cases,
+        shrink_iters,
+        strategy,
+        backend,
+        |backend, ops| async move { run_sequence(backend, &ops).await },
+    )
+    .map_err(|e| Failure(format!("model-based sequence failed: {e}")))
+}
+
+/// Runs `cases` random sequences from `strategy` through `run`, all on one backend (each
+/// sequence on keys of its own: a backend per sequence would exhaust a server's
+/// connections at high case counts), shrinking a failure in up to `shrink_iters` steps.
+/// Called from a multi-threaded runtime.
+pub(crate) fn run_sequences<O, F, Fut>(
+    cases: u32,
+    shrink_iters: u32,
+    strategy: impl Strategy<Value = Vec<O>>,
+    backend: Arc<dyn LockBackend>,
+    run: F,
+) -> Result<(), TestError<Vec<O>>>
+where
+    O: fmt::Debug,
+    F: Fn(Arc<dyn LockBackend>, Vec<O>) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
     let config = Config {
         cases,
         failure_persistence: None,
@@ -509,17 +538,11 @@ pub async fn model_sequences_with(suite: &Suite, cases: u32, shrink_iters: u32) 
         ..Config::default()
     };
     let mut runner = TestRunner::new(config);
-    let strategy = proptest::collection::vec(op_strategy(), 1..24);
     let handle = tokio::runtime::Handle::current();
-    let backend = suite.harness.backend().await;
-    let result = tokio::task::block_in_place(|| {
+    tokio::task::block_in_place(|| {
         runner.run(&strategy, |ops| {
-            handle.block_on(async {
-                run_sequence(Arc::clone(&backend), &ops)
-                    .await
-                    .map_err(TestCaseError::fail)
-            })
+            let sequence = run(Arc::clone(&backend), ops);
+            handle.block_on(async { sequence.await.map_err(TestCaseError::fail) })
         })
-    });
-    result.map_err(|e| Failure(format!("model-based sequence failed: {e}")))
+    })
 }

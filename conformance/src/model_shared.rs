@@ -21,7 +21,6 @@ use lock_core::{
     ReleaseOutcome,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::harness::Owner;
 use crate::{CaseResult, Failure, Suite};
@@ -316,6 +315,15 @@ impl Model {
     }
 }
 
+/// Whether a backend's answer is the model's.
+fn agree<T: PartialEq + fmt::Debug>(got: lock_core::Result<T>, want: T) -> Result<(), String> {
+    match got {
+        Ok(got) if got == want => Ok(()),
+        Ok(got) => Err(format!("expected {want:?}, got {got:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), String> {
     // A key of its own per sequence: a failed one leaves holds behind for a minute.
     let key = format!(
@@ -355,24 +363,10 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
                 }
             }
             Op::Prolong { owner } => {
-                let got = owners[owner]
-                    .prolong(TTL)
-                    .await
-                    .map_err(|e| fail(e.to_string()))?;
-                let want = model.prolong(owner);
-                if got != want {
-                    return Err(fail(format!("expected {want:?}, got {got:?}")));
-                }
+                agree(owners[owner].prolong(TTL).await, model.prolong(owner)).map_err(fail)?;
             }
             Op::Release { owner } => {
-                let got = owners[owner]
-                    .release(None)
-                    .await
-                    .map_err(|e| fail(e.to_string()))?;
-                let want = model.release(owner);
-                if got != want {
-                    return Err(fail(format!("expected {want:?}, got {got:?}")));
-                }
+                agree(owners[owner].release(None).await, model.release(owner)).map_err(fail)?;
             }
         }
         // Every step ends with an inspect: the model's state, and the invariant.
@@ -402,25 +396,10 @@ pub async fn shared_model_sequences(suite: &Suite) -> CaseResult {
         );
         return Ok(());
     }
-    let config = Config {
-        cases: crate::model::case_count(),
-        failure_persistence: None,
-        max_shrink_iters: 200,
-        max_shrink_time: 120_000,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
     let strategy = proptest::collection::vec(op_strategy(), 1..32);
-    let handle = tokio::runtime::Handle::current();
-    // One backend for every sequence, each on a key of its own, as in `model_sequences`.
-    let result = tokio::task::block_in_place(|| {
-        runner.run(&strategy, |ops| {
-            handle.block_on(async {
-                run_sequence(Arc::clone(&backend), &ops)
-                    .await
-                    .map_err(TestCaseError::fail)
-            })
-        })
-    });
-    result.map_err(|e| Failure(format!("shared model sequence failed: {e}")))
+    let cases = crate::model::case_count();
+    crate::model::run_sequences(cases, 200, strategy, backend, |backend, ops| async move {
+        run_sequence(backend, &ops).await
+    })
+    .map_err(|e| Failure(format!("shared model sequence failed: {e}")))
 }

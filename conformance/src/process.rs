@@ -141,6 +141,20 @@ fn spawn(suite: &Suite, job: &Job) -> Result<Child, Failure> {
         .map_err(|e| Failure(format!("spawning a worker: {e}")))
 }
 
+/// Spawns a `hold` or `hold-permit` worker and waits (up to 60 s) until it reports holding.
+async fn spawn_holder(suite: &Suite, job: &Job) -> Result<Child, Failure> {
+    let child = spawn(suite, job)?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !job.out.exists() {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the holder process did not report within 60 s"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    Ok(child)
+}
+
 fn parse(path: &Path) -> Result<Vec<Section>, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure(format!("worker log {}: {e}", path.display())))?;
@@ -301,15 +315,7 @@ pub async fn killed_holder_frees_after_ttl(suite: &Suite) -> CaseResult {
         ttl_ms: 1_500,
         out: dir.path().join("holder.log"),
     };
-    let mut child = spawn(suite, &job)?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !job.out.exists() {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the holder process did not report within 60 s"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
+    let mut child = spawn_holder(suite, &job).await?;
     let backend = suite.harness.connect(&config).await;
     let locker = Locker::new(backend);
     ensure!(
@@ -364,15 +370,7 @@ pub async fn killed_holder_frees_only_its_own_permits(suite: &Suite) -> CaseResu
         ttl_ms: 1_500,
         out: dir.path().join("holder.log"),
     };
-    let mut child = spawn(suite, &job)?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !job.out.exists() {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the holder process did not report within 60 s"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
+    let mut child = spawn_holder(suite, &job).await?;
     let locker = Locker::new(backend);
     let semaphore = || locker.semaphore("killed-permit", 2);
     let Attempt::Obtained(mine) = semaphore()
