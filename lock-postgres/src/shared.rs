@@ -23,13 +23,13 @@
 //! mid-transaction: the connection is closed rather than returned to the pool, and the
 //! server rolls the transaction back (nothing half-written; the advisory lock goes with it).
 
-use lock_core::backend::rules::{self, Clock, Hold, Record, Share, Shared, State, Wake, Writer};
+use lock_core::backend::rules::columns::Columns;
+use lock_core::backend::rules::{self, Clock, Record, Wake};
 use lock_core::backend::{Grace, ProlongRequest};
 use lock_core::{
     Error, ErrorKind, Key, LockState, Mode, ObtainOutcome, Operation, ProlongOutcome,
     ReleaseOutcome, Result, Ttl,
 };
-use serde::{Deserialize, Serialize};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row as _};
@@ -39,15 +39,11 @@ use tracing::Instrument;
 use crate::error::{is_missing_schema, map_error, protocol};
 use crate::exec::{fetch_rows, Db};
 use crate::reply::parse_holder;
-use crate::sql::Row;
 use crate::NAME;
 
 /// A record as the rules see it here: the token's digest, the holder info as JSON, times in
 /// nanoseconds of the server's clock (µs in the row, exact).
 type Stored = Record<String, String>;
-
-/// How long a free row remembers its fencing token, as in the function (`keep`).
-const FREE_KEEP_US: u64 = 24 * 3600 * 1_000_000;
 
 /// One operation decided here.
 pub(crate) enum Ask<'a> {
@@ -178,7 +174,7 @@ impl Drop for Open {
 }
 
 /// The rules' decision on the row read: the answer, the row to write, whom to wake.
-fn decide(op: Operation, row: &PgRow, ask: &Ask<'_>) -> Result<(Answer, Option<Row>, Wake)> {
+fn decide(op: Operation, row: &PgRow, ask: &Ask<'_>) -> Result<(Answer, Option<Columns>, Wake)> {
     let now_us: i64 = row.try_get(0).map_err(|e| protocol(op, e))?;
     let now_us = u64::try_from(now_us).map_err(|_| protocol(op, "a clock before 1970"))?;
     let clock = Clock::nanos(now_us.saturating_mul(1000));
@@ -229,35 +225,7 @@ fn decide(op: Operation, row: &PgRow, ask: &Ask<'_>) -> Result<(Answer, Option<R
             (Answer::State(state), d.write, d.wake)
         }
     };
-    Ok((answer, write.map(|r| to_row(&r, now_us)), wake))
-}
-
-/// A shared hold in the row's `shares`.
-#[derive(Serialize, Deserialize)]
-struct ShareJson {
-    token: String,
-    holder: String,
-    holds: u32,
-    /// µs since the epoch.
-    expires: u64,
-    forget: u64,
-    fencing: u64,
-    weight: u32,
-}
-
-/// The row's `shares`.
-#[derive(Serialize, Deserialize)]
-struct SharesJson {
-    capacity: u32,
-    holds: Vec<ShareJson>,
-}
-
-/// The row's `writer`.
-#[derive(Serialize, Deserialize)]
-struct WriterJson {
-    token: String,
-    /// µs since the epoch.
-    until: u64,
+    Ok((answer, write.map(|r| Columns::of(&r, now_us)), wake))
 }
 
 fn corrupt(op: Operation, what: &str) -> Error {
@@ -289,142 +257,23 @@ fn read(op: Operation, row: &PgRow) -> Result<Option<Stored>> {
     let Some(state) = state else {
         return Ok(None);
     };
-    let ns = |us: Option<i64>| {
-        us.and_then(|us| u64::try_from(us).ok())
-            .map(|us| us.saturating_mul(1000))
-            .ok_or_else(|| corrupt(op, "time"))
+    let us = |v: Option<i64>, what| {
+        v.and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| corrupt(op, what))
     };
-    let fencing = fencing
-        .and_then(|f| u64::try_from(f).ok())
-        .ok_or_else(|| corrupt(op, "fencing"))?;
-    let state = match state.as_str() {
-        "free" => State::Free,
-        "cooling" => State::Cooling {
-            until: ns(expires)?,
-        },
-        "held" => State::Held(Hold {
-            token: token.ok_or_else(|| corrupt(op, "token"))?,
-            holder: holder.unwrap_or_default(),
-            holds: holds
-                .and_then(|h| u32::try_from(h).ok())
-                .ok_or_else(|| corrupt(op, "hold count"))?,
-            expires: ns(expires)?,
-            forget: ns(forget)?,
-        }),
-        "shared" => {
-            let json: SharesJson = shares
-                .as_deref()
-                .and_then(|s| serde_json::from_str(s).ok())
-                .ok_or_else(|| corrupt(op, "shares"))?;
-            State::Shared(Shared {
-                capacity: json.capacity,
-                holds: json
-                    .holds
-                    .into_iter()
-                    .map(|s| Share {
-                        hold: Hold {
-                            token: s.token,
-                            holder: s.holder,
-                            holds: s.holds,
-                            expires: s.expires.saturating_mul(1000),
-                            forget: s.forget.saturating_mul(1000),
-                        },
-                        fencing: s.fencing,
-                        weight: s.weight,
-                    })
-                    .collect(),
-            })
-        }
-        _ => return Err(corrupt(op, "state")),
-    };
-    let writer = match writer {
-        None => None,
-        Some(json) => {
-            let w: WriterJson =
-                serde_json::from_str(&json).map_err(|_| corrupt(op, "writer's marker"))?;
-            Some(Writer {
-                token: w.token,
-                until: w.until.saturating_mul(1000),
-            })
-        }
-    };
-    Ok(Some(Record {
-        fencing,
-        state,
+    let columns = Columns {
+        state: Columns::state_word(&state).ok_or_else(|| corrupt(op, "state"))?,
+        token,
+        holder,
+        fencing: us(fencing, "fencing")?,
+        holds: holds.and_then(|h| u32::try_from(h).ok()),
+        expires_us: us(expires, "time")?,
+        forget_us: us(forget, "time")?,
+        shares,
         writer,
-    }))
-}
-
-/// The row that stores `r` at server time `now_us`.
-fn to_row(r: &Stored, now_us: u64) -> Row {
-    let us = |ns: u64| ns / 1000;
-    let mut row = Row {
-        state: "free",
-        token: None,
-        holder: None,
-        fencing: i64::try_from(r.fencing).unwrap_or(i64::MAX),
-        holds: None,
-        expires_us: now_us,
-        forget_us: now_us.saturating_add(FREE_KEEP_US),
-        shares: None,
-        writer: r.writer.as_ref().map(|w| {
-            json(&WriterJson {
-                token: w.token.clone(),
-                until: us(w.until),
-            })
-        }),
     };
-    match &r.state {
-        State::Free => {}
-        State::Cooling { until } => {
-            row.state = "cooling";
-            row.expires_us = us(*until);
-            row.forget_us = us(*until);
-        }
-        State::Held(h) => {
-            row.state = "held";
-            row.token = Some(h.token.clone());
-            row.holder = Some(h.holder.clone());
-            row.holds = Some(h.holds);
-            row.expires_us = us(h.expires);
-            row.forget_us = us(h.forget);
-        }
-        State::Shared(s) => {
-            // Nobody's token, and the hold that ends last as the holder: an earlier
-            // version's function sees the key held by another until then.
-            let last = s.holds.iter().max_by_key(|sh| sh.hold.expires);
-            row.state = "shared";
-            row.token = Some(String::new());
-            row.holder = last.map(|sh| sh.hold.holder.clone());
-            row.expires_us = last.map_or(now_us, |sh| us(sh.hold.expires));
-            row.forget_us = s
-                .holds
-                .iter()
-                .map(|sh| us(sh.hold.forget))
-                .max()
-                .unwrap_or(now_us);
-            row.shares = Some(json(&SharesJson {
-                capacity: s.capacity,
-                holds: s
-                    .holds
-                    .iter()
-                    .map(|sh| ShareJson {
-                        token: sh.hold.token.clone(),
-                        holder: sh.hold.holder.clone(),
-                        holds: sh.hold.holds,
-                        expires: us(sh.hold.expires),
-                        forget: us(sh.hold.forget),
-                        fencing: sh.fencing,
-                        weight: sh.weight,
-                    })
-                    .collect(),
-            }));
-        }
-    }
-    row
-}
-
-/// Plain data with string keys: serializing cannot fail.
-fn json<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_default()
+    columns
+        .into_record()
+        .map(Some)
+        .map_err(|what| corrupt(op, what))
 }

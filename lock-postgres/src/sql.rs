@@ -23,6 +23,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use lock_core::backend::rules::columns::Columns;
 use sha2::{Digest, Sha256};
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
@@ -192,7 +193,7 @@ impl Names {
     /// The last message of a decision in the client that writes: the key's row (its
     /// `waiting` and `waiters` kept), the release notification when `notify` and some
     /// process waits, and the commit.
-    pub(crate) fn shared_write(&self, key: &str, row: &Row, notify: bool) -> String {
+    pub(crate) fn shared_write(&self, key: &str, row: &Columns, notify: bool) -> String {
         let opt_text = |v: &Option<String>| v.as_deref().map_or_else(|| "NULL".to_owned(), text);
         let opt_num = |v: Option<u64>| v.map_or_else(|| "NULL".to_owned(), |n| n.to_string());
         let at = |us: u64| format!("('epoch'::timestamptz + {us} * interval '1 microsecond')");
@@ -329,21 +330,6 @@ pub(crate) struct Args<'a> {
     pub(crate) grace_ms: u64,
     pub(crate) holder: Option<&'a str>,
     pub(crate) delay_ms: u64,
-}
-
-/// A key's row as a decision in the client writes it (see `shared.rs` and `schema.sql`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Row {
-    pub(crate) state: &'static str,
-    /// A token's SHA-256 digest (hex), never a token.
-    pub(crate) token: Option<String>,
-    pub(crate) holder: Option<String>,
-    pub(crate) fencing: i64,
-    pub(crate) holds: Option<u32>,
-    pub(crate) expires_us: u64,
-    pub(crate) forget_us: u64,
-    pub(crate) shares: Option<String>,
-    pub(crate) writer: Option<String>,
 }
 
 /// `"name"`: a name already checked to be a plain identifier ([`Names::new`]).

@@ -4,11 +4,12 @@
 //! Shared holds (semaphores, read locks, the writer's marker) are decided in the same
 //! functions; their rules are on [`Shared`] and in the contract.
 //!
-//! The memory backend, the file backend and the Redis WATCH/MULTI variant decide with these
-//! functions; each keeps only its storage (a map, a file under `flock`, a watched key) and
-//! its encoding. The Redis Lua script and the Postgres function cannot call Rust: they keep
-//! their own code, and their tests run the same table of cases (`lock_conformance::table`)
-//! through a real server. A backend of your own can decide with these functions too.
+//! The memory backend, the file backend, the Redis WATCH/MULTI variant and MySQL/MariaDB
+//! decide with these functions; each keeps only its storage (a map, a file under `flock`, a
+//! watched key, a locked row) and its encoding ([`columns`] for the SQL rows). The Redis Lua
+//! script and the Postgres function cannot call Rust: they keep their own code, and their
+//! tests run the same table of cases (`lock_conformance::table`) through a real server. A
+//! backend of your own can decide with these functions too.
 //!
 //! ```
 //! use std::time::Duration;
@@ -49,6 +50,7 @@
 //! the operation had (the file lock, the WATCH read), never before.
 
 mod answer;
+pub mod columns;
 mod record;
 mod shared;
 #[cfg(test)]

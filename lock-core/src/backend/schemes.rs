@@ -24,3 +24,6 @@ pub const REDIS: &[&str] = &[
 
 /// Postgres.
 pub const POSTGRES: &[&str] = &["postgres", "postgresql"];
+
+/// MySQL and MariaDB.
+pub const MYSQL: &[&str] = &["mysql", "mariadb"];

@@ -1,0 +1,239 @@
+//! `MySqlBackend`: the contract on MariaDB or MySQL, one transaction per operation.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::backend::{Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest};
+use lock_core::{
+    Error, ErrorKind, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome,
+    ReleaseOutcome, Result,
+};
+use sqlx::MySqlPool;
+
+use crate::decide::{Answer, Ask};
+use crate::error::protocol;
+use crate::exec::Db;
+use crate::NAME;
+
+/// Locks in a MariaDB or MySQL database: one InnoDB row per key, each operation one
+/// transaction that locks the row, reads the server's clock, and writes what
+/// [`lock_core::backend::rules`] decide.
+///
+/// Each operation is two round trips on one pooled connection, and holding a lock pins no
+/// connection (not `GET_LOCK`, which belongs to a connection: see the crate docs). Waiters
+/// poll with the retry strategy: the server has no release notifications. The table is
+/// created on first use, or up front with [`MySqlBackend::migrate`]. Clones share the
+/// pool. Made by [`MySqlBackend::builder`] (or [`MySqlBackend::lazy`] with every default).
+#[derive(Clone)]
+pub struct MySqlBackend {
+    db: Arc<Db>,
+}
+
+impl MySqlBackend {
+    /// The backend's name in errors and reports.
+    pub const NAME: &'static str = crate::NAME;
+    /// The default name of the lock table.
+    pub const DEFAULT_TABLE: &'static str = "distlock";
+    /// The default number of pooled connections when built from a URL.
+    pub const DEFAULT_POOL_SIZE: u32 = 16;
+    /// The default deadline of one call: see [`MySqlBuilder::timeout`](crate::MySqlBuilder::timeout).
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The most locks one transaction of the watchdog's renewals carries: their row locks
+    /// are held together until it commits.
+    pub const BATCH: usize = 200;
+    /// One acquiring obtain in this many starts a sweep of old rows in the background.
+    pub const SWEEP_EVERY: u32 = 100;
+
+    pub(crate) fn new(db: Db) -> Self {
+        MySqlBackend { db: Arc::new(db) }
+    }
+
+    /// The pool the backend runs on.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.db.pool
+    }
+
+    /// The lock table's name (in the URL's database).
+    pub fn table(&self) -> &str {
+        &self.db.names.table
+    }
+
+    /// Creates the table if missing, and checks that an existing one has the expected
+    /// shape and is InnoDB. Idempotent; concurrent calls take turns.
+    ///
+    /// Bounded by the backend's deadline ([`MySqlBuilder::timeout`](crate::MySqlBuilder::timeout)).
+    ///
+    /// # Errors
+    /// [`ErrorKind::PermissionDenied`] when the user may not create it,
+    /// [`ErrorKind::Config`] when a table of that name exists with another shape or
+    /// engine, or the URL names no database, [`ErrorKind::Unavailable`] past the deadline.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the migration is one `CREATE TABLE IF NOT EXISTS`, which the server
+    /// runs whole or not at all.
+    pub async fn migrate(&self) -> Result<()> {
+        self.db.migrate().await
+    }
+
+    /// Deletes up to 100 rows past their grace period (or their day of memory) that no
+    /// writer waits on, skipping every row another operation is working on; returns how
+    /// many it deleted. Obtains start one now and then by themselves
+    /// ([`MySqlBackend::SWEEP_EVERY`]); call it to tidy up a table nobody obtains from.
+    ///
+    /// # Errors
+    /// As for any operation.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a sweep cut off is rolled back.
+    pub async fn sweep(&self) -> Result<u64> {
+        self.db.sweep().await
+    }
+
+    /// A sweep in the background, one at a time, now and then after an acquisition.
+    fn maybe_sweep(&self) {
+        if fastrand::u32(..Self::SWEEP_EVERY) != 0 || self.db.sweeping.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let db = Arc::clone(&self.db);
+        tokio::spawn(async move {
+            let _done = Sweeping(Arc::clone(&db));
+            if let Err(e) = db.sweep().await {
+                tracing::debug!(error = %e, "sweeping old lock rows failed; the next one will try again");
+            }
+        });
+    }
+
+    async fn decide(&self, op: Operation, key: &Key, ask: Ask) -> Result<Answer> {
+        self.db.decide(op, key, ask).await
+    }
+}
+
+/// Clears the sweep flag however the sweep ends (a runtime shutting down included).
+struct Sweeping(Arc<Db>);
+
+impl Drop for Sweeping {
+    fn drop(&mut self) {
+        self.0.sweeping.store(false, Ordering::Release);
+    }
+}
+
+impl fmt::Debug for MySqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The pool's options hold the password: only names are shown.
+        f.debug_struct("MySqlBackend")
+            .field("table", &self.table())
+            .field("grace", &self.db.grace)
+            .field("timeout", &self.db.timeout)
+            .field("auto_migrate", &self.db.auto_migrate)
+            .finish_non_exhaustive()
+    }
+}
+
+fn mismatch(op: Operation, answer: &Answer) -> Error {
+    protocol(op, format!("a decision of another operation: {answer:?}"))
+}
+
+#[async_trait]
+impl LockBackend for MySqlBackend {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .cross_process(true)
+            .cross_host(true)
+            .prolong_batch(Self::BATCH)
+            .shared(true)
+    }
+
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        req.mode.check(NAME)?;
+        let op = Operation::Obtain;
+        let holder = serde_json::to_string(req.holder).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                NAME,
+                op,
+                format!("holder info: {e}"),
+            )
+        })?;
+        let ask = Ask::Obtain {
+            token: req.token.digest(),
+            holder,
+            ttl: req.ttl,
+            grace: Grace::or_ttl(self.db.grace, req.ttl),
+            mode: req.mode,
+            queue: req.queue,
+        };
+        match self.decide(op, req.key, ask).await? {
+            Answer::Obtain(outcome) => {
+                if matches!(outcome, ObtainOutcome::Acquired { .. }) {
+                    self.maybe_sweep();
+                }
+                Ok(outcome)
+            }
+            other => Err(mismatch(op, &other)),
+        }
+    }
+
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        let op = Operation::Prolongate;
+        let ask = Ask::Prolong {
+            token: req.token.digest(),
+            ttl: req.ttl,
+            grace: Grace::or_ttl(self.db.grace, req.ttl),
+        };
+        match self.decide(op, req.key, ask).await? {
+            Answer::Prolong(outcome) => Ok(outcome),
+            other => Err(mismatch(op, &other)),
+        }
+    }
+
+    /// One transaction per [`MySqlBackend::BATCH`] locks, one after the other, each within
+    /// the backend's deadline; a failed transaction answers its locks with its error and
+    /// the next one still goes. (The watchdog sends no more than one transaction's worth
+    /// at a time: `Capabilities::prolong_batch`.)
+    async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
+        let mut answers = Vec::with_capacity(reqs.len());
+        for chunk in reqs.chunks(Self::BATCH) {
+            match self.db.prolong_batch(chunk).await {
+                Ok(each) => answers.extend(each.into_iter().map(Ok)),
+                Err(e) => answers.extend(std::iter::repeat_n(Err(e), chunk.len())),
+            }
+        }
+        answers
+    }
+
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        let op = Operation::Release;
+        let ask = Ask::Release {
+            token: req.token.digest(),
+            delay: req.delay_after,
+        };
+        match self.decide(op, req.key, ask).await? {
+            Answer::Release(outcome) => Ok(outcome),
+            other => Err(mismatch(op, &other)),
+        }
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        let op = Operation::Inspect;
+        match self.decide(op, key, Ask::Inspect).await? {
+            Answer::State(state) => Ok(state),
+            other => Err(mismatch(op, &other)),
+        }
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        let op = Operation::ForceRelease;
+        match self.decide(op, key, Ask::Force).await? {
+            Answer::State(state) => Ok(state),
+            other => Err(mismatch(op, &other)),
+        }
+    }
+}

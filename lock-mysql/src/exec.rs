@@ -1,0 +1,280 @@
+//! Running transactions: message 1 (read under the row locks), the rules, message 2 (write
+//! and commit), on one pooled connection, all by the backend's deadline.
+//!
+//! # Cancel safety
+//! A transaction cut off by the deadline or a cancelled caller leaves its connection open
+//! mid-transaction: the connection is closed rather than returned to the pool, and the
+//! server rolls the transaction back (nothing half-written; the row locks go with it). A
+//! statement still waiting for a row lock on the server ends by the server's own copy of
+//! the deadline (`innodb_lock_wait_timeout`, see `sql.rs`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures_core::future::BoxFuture;
+use lock_core::backend::rules;
+use lock_core::backend::rules::columns::Columns;
+use lock_core::backend::{Grace, ProlongRequest};
+use lock_core::{Error, ErrorKind, Key, Operation, ProlongOutcome, Result};
+use sqlx::mysql::MySqlRow;
+use sqlx::pool::PoolConnection;
+use sqlx::{MySql, MySqlPool};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::decide::{decide, Answer, Ask, Read, Stored};
+use crate::error::{is_broken_connection, is_missing_table, map_error, protocol};
+use crate::sql::{Names, Session, COMMIT};
+use crate::NAME;
+
+/// What every transaction of a backend needs, shared by its clones.
+pub(crate) struct Db {
+    pub(crate) pool: MySqlPool,
+    pub(crate) names: Names,
+    pub(crate) session: Session,
+    /// The deadline of one call.
+    pub(crate) timeout: Duration,
+    pub(crate) grace: Option<Grace>,
+    /// Make the table when it is missing, rather than only check.
+    pub(crate) auto_migrate: bool,
+    /// The table was found or made.
+    pub(crate) migrated: AtomicBool,
+    /// Migrations by this backend take turns.
+    pub(crate) migrating: tokio::sync::Mutex<()>,
+    /// A sweep is under way (one at a time).
+    pub(crate) sweeping: AtomicBool,
+}
+
+/// What message 2 of a transaction is, given what message 1 read.
+type Plan<T> = Box<dyn FnOnce(&Read) -> Result<(T, String)> + Send + 'static>;
+
+impl Db {
+    /// Decides `ask` on `key` in a transaction of its own, by the backend's deadline.
+    pub(crate) async fn decide(&self, op: Operation, key: &Key, ask: Ask) -> Result<Answer> {
+        let span = tracing::debug_span!("mysql_lock", op = op.as_str(), key = key.as_str());
+        let create = matches!(ask, Ask::Obtain { .. });
+        let read = self.names.read_one(&self.session, key.as_str(), create);
+        let name = key.as_str().to_owned();
+        let names = self.names.clone();
+        let plan: Plan<Answer> = Box::new(move |read: &Read| {
+            let (answer, write) = decide(op, read.of(&name), read, &ask)?;
+            let sql = match write {
+                Some(record) => names.write([(name.as_str(), &row(&record, read))].into_iter()),
+                None => COMMIT.to_owned(),
+            };
+            Ok((answer, sql))
+        });
+        self.transaction(op, read, plan).instrument(span).await
+    }
+
+    /// Prolongs up to a batch of locks in one transaction: their rows read in primary-key
+    /// order, each decided by the rules, the changed ones written in one statement.
+    pub(crate) async fn prolong_batch(
+        &self,
+        reqs: &[ProlongRequest<'_>],
+    ) -> Result<Vec<ProlongOutcome>> {
+        let op = Operation::Prolongate;
+        let span = tracing::debug_span!("mysql_lock", op = "prolong_many", locks = reqs.len());
+        let read = self
+            .names
+            .read_many(&self.session, reqs.iter().map(|r| r.key.as_str()));
+        let asks: Vec<(String, String, lock_core::Ttl, Grace)> = reqs
+            .iter()
+            .map(|r| {
+                let grace = Grace::or_ttl(self.grace, r.ttl);
+                (r.key.as_str().to_owned(), r.token.digest(), r.ttl, grace)
+            })
+            .collect();
+        let names = self.names.clone();
+        let plan: Plan<Vec<ProlongOutcome>> = Box::new(move |read: &Read| {
+            let mut outcomes = Vec::with_capacity(asks.len());
+            // A key asked twice sees the first answer's write.
+            let mut written: Vec<(String, Stored)> = Vec::new();
+            for (key, token, ttl, grace) in &asks {
+                let before = written
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, r)| r)
+                    .or_else(|| read.of(key));
+                let d = rules::prolong(before, read.clock(), token, *ttl, *grace);
+                outcomes.push(d.outcome);
+                if let Some(record) = d.write {
+                    written.retain(|(k, _)| k != key);
+                    written.push((key.clone(), record));
+                }
+            }
+            let sql = if written.is_empty() {
+                COMMIT.to_owned()
+            } else {
+                let rows: Vec<(String, Columns)> = written
+                    .iter()
+                    .map(|(k, r)| (k.clone(), row(r, read)))
+                    .collect();
+                names.write(rows.iter().map(|(k, c)| (k.as_str(), c)))
+            };
+            Ok((outcomes, sql))
+        });
+        let outcomes = self.transaction(op, read, plan).instrument(span).await?;
+        if outcomes.len() != reqs.len() {
+            return Err(protocol(op, "a batch answered another number of locks"));
+        }
+        Ok(outcomes)
+    }
+
+    /// Deletes up to [`crate::sql::SWEEP_ROWS`] rows that the rules call forgotten, skipping
+    /// rows in use; how many it deleted.
+    pub(crate) async fn sweep(&self) -> Result<u64> {
+        let op = Operation::Inspect;
+        let read = self.names.read_old(&self.session);
+        let names = self.names.clone();
+        let plan: Plan<u64> = Box::new(move |read: &Read| {
+            let old: Vec<&str> = read
+                .rows
+                .iter()
+                .filter(|(_, r)| rules::forgotten(r, read.clock()))
+                .map(|(k, _)| k.as_str())
+                .collect();
+            Ok((old.len() as u64, names.delete(old.into_iter())))
+        });
+        self.transaction(op, read, plan)
+            .instrument(tracing::debug_span!("mysql_lock", op = "sweep"))
+            .await
+    }
+
+    /// One transaction by the deadline; if the table vanished (dropped under a running
+    /// backend), made again once and the transaction retried: the rows are gone, so
+    /// holders hear `Lost`, and fencing still grows (the server's clock floors it).
+    async fn transaction<T: Send + 'static>(
+        &self,
+        op: Operation,
+        read: String,
+        plan: Plan<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + self.timeout;
+        self.within(op, deadline, self.ensure_schema()).await??;
+        let mut plan = Some(plan);
+        for attempt in 0..2 {
+            let Some(p) = plan.take() else { break };
+            match self.within(op, deadline, self.run(op, &read, p)).await? {
+                Ok(Ok(done)) => return Ok(done),
+                Ok(Err(refused)) => return Err(refused),
+                Err((e, p)) if is_missing_table(&e) && self.auto_migrate && attempt == 0 => {
+                    tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
+                    self.migrated.store(false, Ordering::Release);
+                    self.within(op, deadline, self.ensure_schema()).await??;
+                    plan = p;
+                }
+                Err((e, _)) => {
+                    if is_missing_table(&e) {
+                        self.migrated.store(false, Ordering::Release);
+                        return Err(self.missing_table());
+                    }
+                    if is_broken_connection(&e) {
+                        self.discard_idle();
+                    }
+                    return Err(map_error(op, e));
+                }
+            }
+        }
+        Err(self.missing_table())
+    }
+
+    /// The two messages on one connection. A failure of the decision itself (a corrupt
+    /// row, a refused request) still commits the transaction, which wrote nothing. A
+    /// server error hands the plan back when message 1 failed (nothing was decided), so
+    /// the caller may try again.
+    #[allow(clippy::type_complexity)]
+    fn run<'a, T: Send + 'static>(
+        &'a self,
+        op: Operation,
+        read: &'a str,
+        plan: Plan<T>,
+    ) -> BoxFuture<'a, std::result::Result<Result<T>, (sqlx::Error, Option<Plan<T>>)>> {
+        Box::pin(async move {
+            let conn = match self.pool.acquire().await {
+                Ok(conn) => conn,
+                Err(e) => return Err((e, Some(plan))),
+            };
+            let mut tx = Open { conn, open: true };
+            let rows = match fetch_rows(&mut tx.conn, read).await {
+                Ok(rows) => rows,
+                Err(e) => return Err((e, Some(plan))),
+            };
+            let decided = Read::decode(op, &rows).and_then(|read| plan(&read));
+            let end = match &decided {
+                Ok((_, sql)) => sql.as_str(),
+                Err(_) => COMMIT,
+            };
+            if let Err(e) = fetch_rows(&mut tx.conn, end).await {
+                return Err((e, None));
+            }
+            tx.open = false;
+            Ok(decided.map(|(answer, _)| answer))
+        })
+    }
+
+    /// Runs `fut` by `deadline`.
+    pub(crate) async fn within<T>(
+        &self,
+        op: Operation,
+        deadline: Instant,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Result<T> {
+        tokio::time::timeout_at(deadline, fut).await.map_err(|_| {
+            Error::new(
+                ErrorKind::Unavailable,
+                NAME,
+                op,
+                format!(
+                    "no answer within the deadline of {:?} (MySqlBuilder::timeout / timeout=); it is safe to retry",
+                    self.timeout
+                ),
+            )
+        })
+    }
+
+    /// Closes every idle pooled connection. Called when a transaction found its connection
+    /// dead: what killed it (a restart, `KILL`, a network cut) most likely killed the idle
+    /// ones too, and each would otherwise fail a call of its own.
+    fn discard_idle(&self) {
+        let mut closed = 0;
+        while let Some(mut conn) = self.pool.try_acquire() {
+            conn.close_on_drop();
+            closed += 1;
+            if closed > self.pool.options().get_max_connections() {
+                break;
+            }
+        }
+        tracing::debug!(closed, "a pooled connection was dead: closed the idle ones");
+    }
+}
+
+/// The row that stores `record` at the read's instant.
+fn row(record: &Stored, read: &Read) -> Columns {
+    Columns::of(record, read.now_us)
+}
+
+/// A pooled connection inside a transaction: closed, not pooled, if dropped while open.
+struct Open {
+    conn: PoolConnection<MySql>,
+    open: bool,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// One text of statements on one connection (the text protocol, which carries several
+/// statements in one message): the rows of every result set, in order. The boxed future
+/// keeps the backend's futures provably `Send`.
+pub(crate) fn fetch_rows<'c>(
+    conn: &'c mut sqlx::MySqlConnection,
+    sql: &'c str,
+) -> BoxFuture<'c, std::result::Result<Vec<MySqlRow>, sqlx::Error>> {
+    sqlx::Executor::fetch_all(conn, sql)
+}

@@ -1,0 +1,123 @@
+//! The lock table: made (or only checked, with `migrate=false`) before the first
+//! transaction, and made again if it vanishes under a running backend.
+
+use std::sync::atomic::Ordering;
+
+use lock_core::{Error, ErrorKind, Operation, Result};
+use sqlx::Row;
+use tokio::time::Instant;
+
+use crate::error::{map_error, protocol};
+use crate::exec::Db;
+use crate::NAME;
+
+/// The columns of a lock table and their base types (MySQL 8 shows `bigint`, MariaDB
+/// `bigint(20)`: the width is ignored).
+const EXPECTED: [(&str, &str); 10] = [
+    ("key", "varbinary"),
+    ("state", "varbinary"),
+    ("token", "varbinary"),
+    ("holder", "blob"),
+    ("fencing", "bigint"),
+    ("holds", "bigint"),
+    ("expires_us", "bigint"),
+    ("forget_us", "bigint"),
+    ("shares", "longblob"),
+    ("writer", "blob"),
+];
+
+impl Db {
+    /// `MySqlBackend::migrate`, whose docs say what it does, by the deadline.
+    pub(crate) async fn migrate(&self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        self.within(Operation::Connect, deadline, self.migrate_now())
+            .await?
+    }
+
+    async fn migrate_now(&self) -> Result<()> {
+        let op = Operation::Connect;
+        let _turn = self.migrating.lock().await;
+        // One idempotent statement, committed by the server on its own (DDL).
+        sqlx::raw_sql(&self.names.migration())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_error(op, e))?;
+        self.check_shape().await?;
+        self.migrated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) async fn ensure_schema(&self) -> Result<()> {
+        if self.migrated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if self.auto_migrate {
+            return self.migrate_now().await;
+        }
+        self.check_shape().await?;
+        self.migrated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Checks, without changing anything, that the table has the columns of a lock table
+    /// and is InnoDB (another engine has no row locks or transactions).
+    async fn check_shape(&self) -> Result<()> {
+        let op = Operation::Connect;
+        let rows = sqlx::raw_sql(&self.names.shape_query())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_error(op, e))?;
+        let found: Vec<(String, String, String)> = rows
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(|e| protocol(op, e))?;
+        if found.is_empty() {
+            return Err(self.missing_table());
+        }
+        let mut wrong = None;
+        for (column, ty) in EXPECTED {
+            match found.iter().find(|(c, _, _)| c == column) {
+                Some((_, t, _)) if t.split('(').next() == Some(ty) => {}
+                Some((_, t, _)) => wrong = Some(format!("column {column} is {t}, not {ty}")),
+                None => wrong = Some(format!("it has no column {column}")),
+            }
+            if wrong.is_some() {
+                break;
+            }
+        }
+        let engine = &found[0].2;
+        if wrong.is_none() && !engine.eq_ignore_ascii_case("innodb") {
+            wrong = Some(format!(
+                "its engine is {engine}, which has no row locks or transactions (InnoDB has)"
+            ));
+        }
+        match wrong {
+            None => Ok(()),
+            Some(what) => Err(Error::new(
+                ErrorKind::Config,
+                NAME,
+                op,
+                format!(
+                    "table {} exists but is not a lock table: {what}; choose another table name \
+                     (table=, MySqlBuilder::table), or drop that table",
+                    self.names.table
+                ),
+            )),
+        }
+    }
+
+    pub(crate) fn missing_table(&self) -> Error {
+        Error::new(
+            ErrorKind::Config,
+            NAME,
+            Operation::Connect,
+            format!(
+                "the lock table {} is missing, and this backend does not create it \
+                 (migrate=false): run migrate() once as a user that may create it, then \
+                 grant this user SELECT, INSERT, UPDATE, DELETE on it",
+                self.names.table
+            ),
+        )
+    }
+}

@@ -1,0 +1,306 @@
+//! Every statement the backend sends, in the order an operation sends them. Read this file
+//! top to bottom to know what reaches the server.
+//!
+//! An operation is one transaction on one pooled connection, two messages, each a few
+//! statements in one text (the MySQL protocol's multi-statements, one round trip each):
+//!
+//! 1. [`Session::preamble`] pins the session, `START TRANSACTION`; an obtain then makes
+//!    sure the key's row exists and holds its lock ([`Names::read_one`]:
+//!    `INSERT … ON DUPLICATE KEY UPDATE`, which takes the row's exclusive lock whether it
+//!    inserted or found it); then the row, read with `FOR UPDATE`, and, in a statement of
+//!    its own after the lock was granted, the server's clock ([`CLOCK`]).
+//! 2. lock-core's rules decide in the client on that row at that instant; the message is
+//!    the row they write, if any, and `COMMIT` ([`Names::write`]).
+//!
+//! A batch of prolongs reads all its rows in one `SELECT … WHERE key IN (…) ORDER BY key
+//! FOR UPDATE` (primary-key order: two batches never wait for each other in a cycle) and
+//! writes them in one multi-row `INSERT`. A sweep reads old rows with `SKIP LOCKED` and
+//! deletes those the rules call forgotten.
+//!
+//! Values are never spliced in raw: byte strings travel as hex literals (`X'6b6579'`),
+//! which no `sql_mode` (`NO_BACKSLASH_ESCAPES`, `ANSI_QUOTES`) or character set can
+//! reinterpret, numbers as decimal digits, identifiers in backquotes after a check that
+//! they are plain names. Every read is a locking read (`FOR UPDATE`), which sees the latest
+//! committed row at any isolation level; the session is still pinned to READ COMMITTED so
+//! that a read of a missing row takes no gap lock.
+//!
+//! Whatever logs statements (sqlx at DEBUG, its slow statement WARN, the server's general
+//! or slow query log) may see the values: so the owner token never goes out, only its
+//! SHA-256 (`Token::digest`), which the table stores instead.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use lock_core::backend::rules::columns::Columns;
+
+const SCHEMA: &str = include_str!("sql/schema.sql");
+
+/// The server's clock in µs since the epoch, read when the statement runs (`SYSDATE`, not
+/// `NOW`, which is the statement's start in MySQL and the routine's start inside one; in a
+/// statement after the one that took the row lock, both are after the wait). Under
+/// `--sysdate-is-now` `SYSDATE` is `NOW`: still read after the lock, since the lock is
+/// taken by the statement before. The session's `time_zone` is UTC ([`Session`]), so the
+/// conversion has no daylight saving hour to misread.
+pub(crate) const CLOCK: &str = "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)";
+
+/// The columns every read returns after the key, in this order (see `decide.rs`).
+const COLUMNS: &str = "state, token, holder, fencing, holds, expires_us, forget_us, shares, writer";
+
+/// How many rows a sweep looks at in one transaction.
+pub(crate) const SWEEP_ROWS: u32 = 100;
+
+/// The lock table's name, already checked to be a plain lowercase identifier.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    /// As given.
+    pub(crate) table: String,
+    /// `` `table` ``.
+    quoted: String,
+}
+
+impl Names {
+    /// `None` unless `table` matches `[a-z_][a-z0-9_]{0,47}`.
+    pub(crate) fn new(table: &str) -> Option<Self> {
+        let ok = (1..=48).contains(&table.len())
+            && table
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+            && table
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        ok.then(|| Names {
+            quoted: format!("`{table}`"),
+            table: table.to_owned(),
+        })
+    }
+
+    /// `schema.sql` for this table.
+    pub(crate) fn migration(&self) -> String {
+        SCHEMA.replace("{table}", &self.quoted)
+    }
+
+    /// The columns and types of the table, and its engine, in the connection's database.
+    pub(crate) fn shape_query(&self) -> String {
+        format!(
+            "SELECT CAST(c.COLUMN_NAME AS CHAR), CAST(c.COLUMN_TYPE AS CHAR), CAST(t.ENGINE AS CHAR) \
+             FROM information_schema.COLUMNS c JOIN information_schema.TABLES t \
+             ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
+             WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = {} ORDER BY c.ORDINAL_POSITION",
+            hex(self.table.as_bytes())
+        )
+    }
+
+    /// Message 1 of one operation on `key`: the preamble, the row (made first when
+    /// `create`, for an obtain), the clock.
+    pub(crate) fn read_one(&self, session: &Session, key: &str, create: bool) -> String {
+        let key = hex(key.as_bytes());
+        let mut sql = session.preamble.clone();
+        if create {
+            // A free row with fencing 0 (the rules floor a grant at the clock): the insert
+            // or the duplicate's no-op update takes the row's exclusive lock either way, so
+            // two obtains of a new key wait for each other as on an old one.
+            let _ = write!(
+                sql,
+                "INSERT INTO {t} (`key`, state, fencing, expires_us, forget_us) \
+                 VALUES ({key}, 'free', 0, 0, 0) ON DUPLICATE KEY UPDATE `key` = `key`; ",
+                t = self.quoted
+            );
+        }
+        let _ = write!(
+            sql,
+            "SELECT `key`, {COLUMNS} FROM {t} WHERE `key` = {key} FOR UPDATE; SELECT {CLOCK}",
+            t = self.quoted
+        );
+        sql
+    }
+
+    /// Message 1 of a batch of prolongs: every row of `keys` in primary-key order, then the
+    /// clock.
+    pub(crate) fn read_many<'k>(
+        &self,
+        session: &Session,
+        keys: impl Iterator<Item = &'k str>,
+    ) -> String {
+        let list: Vec<String> = keys.map(|k| hex(k.as_bytes())).collect();
+        format!(
+            "{}SELECT `key`, {COLUMNS} FROM {t} WHERE `key` IN ({}) ORDER BY `key` FOR UPDATE; \
+             SELECT {CLOCK}",
+            session.preamble,
+            list.join(", "),
+            t = self.quoted
+        )
+    }
+
+    /// Message 1 of a sweep: up to [`SWEEP_ROWS`] rows past their `forget_us`, oldest
+    /// first, skipping every row another transaction holds (an operation on it is under
+    /// way), then the clock.
+    pub(crate) fn read_old(&self, session: &Session) -> String {
+        format!(
+            "{}SELECT `key`, {COLUMNS} FROM {t} WHERE forget_us < {CLOCK} \
+             ORDER BY forget_us LIMIT {SWEEP_ROWS} FOR UPDATE SKIP LOCKED; SELECT {CLOCK}",
+            session.preamble,
+            t = self.quoted
+        )
+    }
+
+    /// Message 2 when the rules write: the rows, and `COMMIT`.
+    pub(crate) fn write<'r>(&self, rows: impl Iterator<Item = (&'r str, &'r Columns)>) -> String {
+        let values: Vec<String> = rows
+            .map(|(key, c)| {
+                let text =
+                    |v: &Option<String>| v.as_deref().map_or("NULL".into(), |s| hex(s.as_bytes()));
+                format!(
+                    "({}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+                    hex(key.as_bytes()),
+                    hex(c.state.as_bytes()),
+                    text(&c.token),
+                    text(&c.holder),
+                    c.fencing,
+                    c.holds.map_or("NULL".into(), |h| h.to_string()),
+                    c.expires_us,
+                    c.forget_us,
+                    text(&c.shares),
+                    text(&c.writer),
+                )
+            })
+            .collect();
+        let set: Vec<String> = COLUMNS
+            .split(", ")
+            .map(|c| format!("{c} = VALUES({c})"))
+            .collect();
+        format!(
+            "INSERT INTO {t} (`key`, {COLUMNS}) VALUES {} ON DUPLICATE KEY UPDATE {}; COMMIT",
+            values.join(", "),
+            set.join(", "),
+            t = self.quoted
+        )
+    }
+
+    /// Message 2 of a sweep: the rows the rules called forgotten, and `COMMIT`.
+    pub(crate) fn delete<'k>(&self, keys: impl Iterator<Item = &'k str>) -> String {
+        let list: Vec<String> = keys.map(|k| hex(k.as_bytes())).collect();
+        if list.is_empty() {
+            return COMMIT.to_owned();
+        }
+        format!(
+            "DELETE FROM {t} WHERE `key` IN ({}); COMMIT",
+            list.join(", "),
+            t = self.quoted
+        )
+    }
+}
+
+/// Message 2 when the rules write nothing.
+pub(crate) const COMMIT: &str = "COMMIT";
+
+/// What message 1 of every transaction pins first, whatever the server's, the user's or
+/// an earlier borrower's settings: UTC for the clock, READ COMMITTED, and the call's
+/// deadline on the server's side too: a wait for a row lock (`innodb_lock_wait_timeout`)
+/// or the table's metadata lock (`lock_wait_timeout`) ends by it, and on MariaDB so does
+/// any statement (`max_statement_time`, in a `/*M! */` comment that only MariaDB runs;
+/// MySQL's `max_execution_time` covers only SELECTs and is left alone). Session settings:
+/// on a pool of your own ([`MySqlBackend::builder_on`](crate::MySqlBackend::builder_on))
+/// its connections keep them.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) preamble: String,
+}
+
+impl Session {
+    pub(crate) fn new(deadline: Duration) -> Self {
+        // Lock waits take whole seconds (at least 1).
+        let whole = deadline.as_secs() + u64::from(deadline.subsec_nanos() > 0);
+        let whole = whole.clamp(1, 3600);
+        let exact = deadline.as_secs_f64().clamp(0.001, 3600.0);
+        Session {
+            preamble: format!(
+                "SET SESSION time_zone = '+00:00', innodb_lock_wait_timeout = {whole}, \
+                 lock_wait_timeout = {whole} /*M!, max_statement_time = {exact:.3} */; \
+                 SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; "
+            ),
+        }
+    }
+}
+
+/// `X'…'`: bytes as a hex literal, which cannot be misread whatever they hold.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2 + 3);
+    s.push_str("X'");
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s.push('\'');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::backend::rules::{Hold, Record, State};
+    use lock_core::backend::Token;
+
+    #[test]
+    fn table_names_are_plain_identifiers_only() {
+        assert!(Names::new("distlock").is_some());
+        assert!(Names::new("_a1").is_some());
+        for bad in ["", "T", "t;drop", "1t", "t`", &"t".repeat(49)] {
+            assert!(Names::new(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn values_travel_as_hex_only() {
+        let names = Names::new("t").unwrap();
+        let session = Session::new(Duration::from_secs(1));
+        let key = "k'; DROP TABLE t; -- \\ ` \"";
+        let sql = names.read_one(&session, key, true);
+        assert!(!sql.contains("DROP"), "{sql}");
+        assert!(sql.contains(&hex(key.as_bytes())));
+        assert_eq!(hex(b"ab"), "X'6162'");
+        assert_eq!(hex(b""), "X''");
+    }
+
+    #[test]
+    fn statements_carry_a_digest_never_the_token() {
+        let token = Token::generate().unwrap();
+        let digest = token.digest();
+        let names = Names::new("t").unwrap();
+        let record = Record {
+            fencing: 3,
+            state: State::Held(Hold {
+                token: digest.clone(),
+                holder: "{}".to_owned(),
+                holds: 1,
+                expires: 5_000_000_000,
+                forget: 6_000_000_000,
+            }),
+            writer: None,
+        };
+        let row = Columns::of(&record, 1);
+        let sql = names.write([("k", &row)].into_iter());
+        assert!(sql.contains(&hex(digest.as_bytes())));
+        let raw = token.to_hex();
+        assert!(!sql.contains(&raw) && !sql.contains(&hex(raw.as_bytes())[2..66]));
+        assert!(sql.ends_with("; COMMIT"));
+    }
+
+    #[test]
+    fn the_preamble_pins_the_clock_isolation_and_the_deadline() {
+        let p = Session::new(Duration::from_millis(2500)).preamble;
+        assert!(p.contains("time_zone = '+00:00'"), "{p}");
+        assert!(p.contains("innodb_lock_wait_timeout = 3,"), "{p}");
+        assert!(p.contains("/*M!, max_statement_time = 2.500 */"), "{p}");
+        assert!(p.contains("READ COMMITTED; START TRANSACTION; "), "{p}");
+        let p = Session::new(Duration::from_millis(10)).preamble;
+        assert!(p.contains("innodb_lock_wait_timeout = 1,"), "{p}");
+    }
+
+    #[test]
+    fn the_migration_names_the_table() {
+        let m = Names::new("locks").unwrap().migration();
+        assert!(m.contains("CREATE TABLE IF NOT EXISTS `locks`"));
+        assert!(!m.contains("{table}"));
+        assert!(m.contains("ENGINE = InnoDB"));
+    }
+}
