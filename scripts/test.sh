@@ -11,13 +11,16 @@ step "servers"
 # The conformance suites use REDIS_URL / DATABASE_URL when set, else the servers on
 # 127.0.0.1:6379 / :5432 when they answer, else start private ones; the fault tests always
 # start private servers (to restart, pause or kill them). So the binaries must be here:
-# redis-server, Postgres (initdb, postgres), pgbouncer, and openssl for a test certificate.
+# redis-server, Postgres (initdb, postgres), pgbouncer, MariaDB (mariadbd,
+# mariadb-install-db, the mariadb client), and openssl for a test certificate.
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+{ [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && command -v mariadb-install-db >/dev/null 2>&1 \
+  && command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-server)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian's ${missing[*]}" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -35,6 +38,7 @@ stop_started() {
     case $what in
       redis) redis-cli -p 6379 shutdown nosave >/dev/null 2>&1 || true ;;
       postgres) run_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -m fast stop >/dev/null 2>&1 || true ;;
+      mariadb) kill "$(cat "$my_dir/pid" 2>/dev/null)" >/dev/null 2>&1 || true ;;
     esac
   done
 }
@@ -62,9 +66,29 @@ if [ -z "${DATABASE_URL:-}" ] && ! psql -w -q -tA -c 'SELECT 1' postgres://postg
   fi
   export DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres
 fi
+if [ -z "${MYSQL_URL:-}" ] && ! mariadb -h127.0.0.1 -P3306 -uroot -e 'SELECT 1' test >/dev/null 2>&1; then
+  # No MariaDB that lets root in without a password to database `test`: our own on 53306.
+  my_dir=/tmp/distlock-ci-mariadb
+  if ! (exec 3<>/dev/tcp/127.0.0.1/53306) 2>/dev/null; then
+    echo "no MariaDB to log in to on 127.0.0.1:3306: starting one on port 53306" >&2
+    rm -rf "$my_dir" && mkdir -p "$my_dir"
+    as_root=(); [ "$(id -u)" -eq 0 ] && as_root=(--user=root)
+    mariadb-install-db --no-defaults --datadir="$my_dir/data" --auth-root-authentication-method=normal \
+      --skip-test-db "${as_root[@]}" >/dev/null
+    mariadbd --no-defaults --datadir="$my_dir/data" --socket="$my_dir/sock" --pid-file="$my_dir/pid" \
+      --port=53306 --bind-address=127.0.0.1 --skip-log-bin --max-connections=300 "${as_root[@]}" \
+      >"$my_dir/log" 2>&1 &
+    started+=(mariadb)
+    for _ in $(seq 300); do mariadb --socket="$my_dir/sock" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+    mariadb --socket="$my_dir/sock" -uroot -e "CREATE DATABASE IF NOT EXISTS test;
+      CREATE USER IF NOT EXISTS root@'127.0.0.1'; GRANT ALL ON *.* TO root@'127.0.0.1' WITH GRANT OPTION;"
+  fi
+  export MYSQL_URL=mysql://root@127.0.0.1:53306/test
+fi
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
-export REDIS_URL DATABASE_URL
+MYSQL_URL=${MYSQL_URL:-mysql://root@127.0.0.1:3306/test}
+export REDIS_URL DATABASE_URL MYSQL_URL
 
 # rustfmt and clippy come with rustup's toolchain, not with Debian's cargo-web: CI must
 # have them; elsewhere their steps are skipped, saying how to get them.
@@ -89,6 +113,7 @@ cargo run --locked -q -p examples --example custom_backend
 cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$DATABASE_URL cargo run --locked -q -p examples --example dev_prod_swap
+LOCK_URL=$MYSQL_URL cargo run --locked -q -p examples --example dev_prod_swap
 # The same program on a private Redis Cluster and Sentinel set (LOCK_URL set by run_on).
 cargo build --locked -q -p examples --example dev_prod_swap
 cargo run --locked -q -p test-servers --example run_on -- cluster target/debug/examples/dev_prod_swap

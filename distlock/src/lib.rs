@@ -6,7 +6,8 @@
 //! - **Choosing a backend** by URL: [`connect`] or [`LockConfig`]; or by type, each behind a
 //!   cargo feature: `FileBackend` (`file`, the default: one machine), `RedisBackend`
 //!   (`redis`: one server, a Cluster or a Sentinel-managed primary), `PostgresBackend`
-//!   (`postgres`, directly or through PgBouncer); [`MemoryBackend`] for tests.
+//!   (`postgres`, directly or through PgBouncer), `MySqlBackend` (`mysql`: MariaDB or
+//!   MySQL); [`MemoryBackend`] for tests.
 //! - **Writing a backend of your own**: the trait [`LockBackend`] and everything only a
 //!   backend author needs (request types, owner tokens, the contract's decisions as pure
 //!   functions) are in [`backend`]; the feature `conformance` adds the suite that checks it
@@ -56,6 +57,10 @@ pub use lock_redis::{self as redis, RedisBackend, Variant as RedisVariant};
 /// Postgres, directly or through PgBouncer in transaction mode.
 #[cfg(feature = "postgres")]
 pub use lock_postgres::{self as postgres, PostgresBackend};
+
+/// MariaDB or MySQL: one InnoDB row per key.
+#[cfg(feature = "mysql")]
+pub use lock_mysql::{self as mysql, MySqlBackend};
 
 /// The conformance suite: `distlock::conformance::suite!("mine", MyHarness)`.
 #[cfg(feature = "conformance")]

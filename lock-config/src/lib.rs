@@ -23,6 +23,7 @@
 //! | `redis+cluster://[user:pass@]host:port[,host:port…]/` | a Redis Cluster (the hosts are seeds) |
 //! | `redis+sentinel://[user:pass@]host:port[,host:port…]/service[/db]` | the primary Redis Sentinel names for `service` |
 //! | `postgres://user@host/db?table=schema.table` | Postgres (`postgresql://` too) |
+//! | `mysql://user@host:port/db?table=name` | MySQL or MariaDB (`mariadb://` too) |
 //!
 //! Options in the query string, removed before the URL reaches the backend:
 //! `grace=30s` (any backend); for Redis `prefix=myapp:`, `variant=lua|watch`, `pool=16`,
@@ -30,17 +31,19 @@
 //! each write) with `wait_timeout=500ms` (see `RedisBuilder::replica_acks`);
 //! for Postgres `table=[schema.]table`, `notify=false` (behind PgBouncer),
 //! `statements=simple` (behind PgBouncer before 1.21), `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
-//! it), `timeout=5s` (the deadline of one call). Other query parameters go to the backend's own client (`sslmode=…`).
+//! it), `timeout=5s` (the deadline of one call); for MySQL/MariaDB `table=`, `migrate=false`,
+//! `timeout=`, `grace=`, `pool=`. Other query parameters go to the backend's own client
+//! (`sslmode=…`, `ssl-mode=…`).
 //!
 //! Each backend crate reads its own URLs and options (`MemoryBackend::from_url`,
 //! `lock_file::FileBackend::from_url`, `lock_redis::RedisBuilder::from_url`,
-//! `lock_postgres::PostgresBuilder::from_url`, all through `lock_core::backend::UrlOptions`, which
+//! `lock_postgres::PostgresBuilder::from_url`, `lock_mysql::MySqlBuilder::from_url`, all through `lock_core::backend::UrlOptions`, which
 //! percent-decodes values: `prefix=a%3Ab` is `a:b`); this crate only picks the crate by
 //! scheme. (The `url` crate is not used: it refuses the comma-separated hosts of
 //! `redis+cluster://` and `redis+sentinel://`, and turns `file:locks` into an absolute path.)
 //!
 //! A URL with an unknown scheme, a malformed option, or a scheme whose backend this build
-//! left out (cargo features `file`, `redis`, `postgres`, all on by default) is an
+//! left out (cargo features `file`, `redis`, `postgres`, `mysql`, all on by default) is an
 //! [`ErrorKind::Config`] error that names the problem.
 
 use std::sync::Arc;
@@ -242,7 +245,7 @@ pub fn parse_retry(text: &str) -> Result<Retry> {
 pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>> {
     let Some((scheme, _)) = url.split_once(':') else {
         return Err(config_error(format!(
-            "{:?} is not a lock URL: expected memory:, file://DIR, redis://…, postgres://…",
+            "{:?} is not a lock URL: expected memory:, file://DIR, redis://…, postgres://…, mysql://…",
             redact_url(url)
         )));
     };
@@ -318,9 +321,20 @@ const BACKENDS: &[Backend] = &[
             lock_postgres::PostgresBuilder::from_url(&url)?.build()?
         }),
     },
+    Backend {
+        schemes: lock_core::backend::schemes::MYSQL,
+        connect: built_in!("mysql", |url| {
+            lock_mysql::MySqlBuilder::from_url(&url)?.build()?
+        }),
+    },
 ];
 
-#[cfg(not(all(feature = "file", feature = "redis", feature = "postgres")))]
+#[cfg(not(all(
+    feature = "file",
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql"
+)))]
 fn left_out(feature: &str) -> Error {
     config_error(format!(
         "this build of lock-config left out the {feature} backend: enable its cargo feature \
@@ -357,7 +371,7 @@ mod tests {
     async fn bad_urls_say_what_is_wrong() {
         let mut cases = vec![
             ("nonsense", "not a lock URL"),
-            ("mysql://db/x", "unknown lock URL scheme"),
+            ("etcd://db/x", "unknown lock URL scheme"),
             ("memory:?grace=soon", "not a duration"),
             ("memory:?colour=blue", "unknown option"),
         ];
@@ -383,6 +397,13 @@ mod tests {
         if cfg!(feature = "postgres") {
             cases.push(("postgres://u@h/d?notify=maybe", "expected true or false"));
             cases.push(("postgres://u@h/d?table=Bad-Name", "must match"));
+        }
+        if cfg!(feature = "mysql") {
+            cases.push((
+                "mysql://u:secret@h/d?migrate=maybe",
+                "expected true or false",
+            ));
+            cases.push(("mariadb://u:secret@h/d?table=Bad-Name", "must match"));
         }
         for (url, says) in cases {
             let err = connect(url).await.map(|_| ()).unwrap_err();
@@ -410,6 +431,12 @@ mod tests {
                 "//u@127.0.0.1:1/d",
                 "postgres",
                 cfg!(feature = "postgres"),
+            ),
+            (
+                schemes::MYSQL,
+                "//u@127.0.0.1:1/d",
+                "mysql",
+                cfg!(feature = "mysql"),
             ),
         ] {
             if built {

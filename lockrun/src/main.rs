@@ -71,7 +71,7 @@ struct Cli {
 #[derive(Args, Clone)]
 struct Common {
     /// The lock backend: file:///DIR, redis://HOST:PORT/DB, redis+watch://…, rediss://…,
-    /// postgres://USER@HOST/DB. Default: a file lock under $XDG_RUNTIME_DIR/lockrun, or the
+    /// postgres://USER@HOST/DB, mysql://USER@HOST/DB (MariaDB too). Default: a file lock under $XDG_RUNTIME_DIR/lockrun, or the
     /// temporary directory.
     // hide_env_values: the URL may hold a password, and --help would print it.
     #[arg(

@@ -1,8 +1,9 @@
-//! The real `lockrun` binary, as separate processes, on the file backend, Redis and Postgres:
+//! The real `lockrun` binary, as separate processes, on the file backend, Redis, Postgres and
+//! MariaDB:
 //! two at once on one key, exit status passing through, a lost lock killing COMMAND, SIGTERM
 //! forwarded with the lock released, `inspect` JSON.
 //!
-//! Redis and Postgres come from `test-servers`: `REDIS_URL` / `DATABASE_URL`, else the local
+//! The servers come from `test-servers`: `REDIS_URL` / `DATABASE_URL` / `MYSQL_URL`, else the local
 //! default servers, else private ones started for this test process; a server that cannot
 //! be had fails these tests, it never skips them.
 
@@ -49,6 +50,10 @@ fn url(backend: &str) -> (String, Option<PathBuf>) {
         }
         "postgres" => {
             let base = test_servers::postgres::shared_url();
+            (format!("{base}{}table=lockrun_test", sep(&base)), None)
+        }
+        "mysql" => {
+            let base = test_servers::mysql::shared_url();
             (format!("{base}{}table=lockrun_test", sep(&base)), None)
         }
         other => panic!("no backend {other}"),
@@ -225,6 +230,7 @@ macro_rules! on_each_backend {
         mod file { $( #[test] fn $case() { super::$case("file") } )* }
         mod redis { $( #[test] fn $case() { super::$case("redis") } )* }
         mod postgres { $( #[test] fn $case() { super::$case("postgres") } )* }
+        mod mysql { $( #[test] fn $case() { super::$case("mysql") } )* }
     };
 }
 
@@ -522,7 +528,7 @@ fn shared_runs_run_together_and_keep_a_writer_out() {
 
 #[test]
 fn permits_hold_on_the_server_backends() {
-    for backend in ["redis", "postgres"] {
+    for backend in ["redis", "postgres", "mysql"] {
         let env = Env::new(backend);
         let mut a = env.spawn(&["--permits", "1", "--", "sleep", "3"]);
         let state = wait_until_shared(&env, 1);
