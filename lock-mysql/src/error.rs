@@ -81,7 +81,10 @@ impl Hint {
                  written, it is safe to retry"
             }
             Hint::Dropped => "the server dropped or refused the call; it is safe to retry",
-            Hint::NoDatabase => "the database does not exist: create it, or fix the URL",
+            Hint::NoDatabase => {
+                "the URL names no database, or one that does not exist: \
+                 mysql://user@host:port/DATABASE"
+            }
             Hint::NotLockTable => {
                 "the table is not an InnoDB lock table: choose another table name (table=, \
                  MySqlBuilder::table), or drop that table"
@@ -110,7 +113,8 @@ pub(crate) fn kind_of(number: u16) -> (ErrorKind, Hint) {
         1040 | 1053 | 1077 | 1152 | 1153 | 1158..=1161 | 1927 | 4031 => {
             (ErrorKind::Unavailable, Hint::Dropped)
         }
-        1049 => (ErrorKind::Config, Hint::NoDatabase),
+        // ER_NO_DB_ERROR (the URL names none), ER_BAD_DB_ERROR.
+        1046 | 1049 => (ErrorKind::Config, Hint::NoDatabase),
         // ER_ILLEGAL_HA (the engine cannot do what InnoDB does), ER_NOT_SUPPORTED_YET.
         1031 | 1235 => (ErrorKind::Config, Hint::NotLockTable),
         _ => (ErrorKind::Protocol, Hint::Other),

@@ -11,20 +11,23 @@ use crate::error::{map_error, protocol};
 use crate::exec::Db;
 use crate::NAME;
 
-/// The columns of a lock table and their base types (MySQL 8 shows `bigint`, MariaDB
-/// `bigint(20)`: the width is ignored).
-const EXPECTED: [(&str, &str); 10] = [
-    ("key", "varbinary"),
-    ("state", "varbinary"),
-    ("token", "varbinary"),
-    ("holder", "blob"),
-    ("fencing", "bigint"),
-    ("holds", "bigint"),
-    ("expires_us", "bigint"),
-    ("forget_us", "bigint"),
-    ("shares", "longblob"),
-    ("writer", "blob"),
+/// The columns of a lock table and the base types each may have (MySQL 8 shows `bigint`,
+/// MariaDB `bigint(20)`: the width is ignored; under `sql_mode = ORACLE` MariaDB makes a
+/// `BLOB` a `longblob`).
+const EXPECTED: [(&str, &[&str]); 10] = [
+    ("key", &["varbinary"]),
+    ("state", &["varbinary"]),
+    ("token", &["varbinary"]),
+    ("holder", BLOBS),
+    ("fencing", &["bigint"]),
+    ("holds", &["bigint"]),
+    ("expires_us", &["bigint"]),
+    ("forget_us", &["bigint"]),
+    ("shares", &["longblob"]),
+    ("writer", BLOBS),
 ];
+
+const BLOBS: &[&str] = &["blob", "mediumblob", "longblob"];
 
 impl Db {
     /// `MySqlBackend::migrate`, whose docs say what it does, by the deadline.
@@ -76,10 +79,12 @@ impl Db {
             return Err(self.missing_table());
         }
         let mut wrong = None;
-        for (column, ty) in EXPECTED {
+        for (column, types) in EXPECTED {
             match found.iter().find(|(c, _, _)| c == column) {
-                Some((_, t, _)) if t.split('(').next() == Some(ty) => {}
-                Some((_, t, _)) => wrong = Some(format!("column {column} is {t}, not {ty}")),
+                Some((_, t, _)) if types.iter().any(|ty| t.split('(').next() == Some(ty)) => {}
+                Some((_, t, _)) => {
+                    wrong = Some(format!("column {column} is {t}, not {}", types[0]));
+                }
                 None => wrong = Some(format!("it has no column {column}")),
             }
             if wrong.is_some() {

@@ -169,6 +169,35 @@ impl PrivateMariaDb {
         self.run();
     }
 
+    /// Stops the server cleanly and keeps a copy of its data, as a backup taken now.
+    pub fn snapshot(&mut self) {
+        self.stop();
+        self.copy_data("data", "snapshot");
+        self.run();
+    }
+
+    /// Stops the server and puts back the data of the last [`snapshot`](Self::snapshot),
+    /// then starts it: every write since is lost, as after a restore from a backup.
+    pub fn restore(&mut self) {
+        self.stop();
+        let data = self.dir.path().join("data");
+        std::fs::remove_dir_all(&data).expect("the data directory goes");
+        self.copy_data("snapshot", "data");
+        self.run();
+    }
+
+    fn copy_data(&self, from: &str, to: &str) {
+        let (from, to) = (self.dir.path().join(from), self.dir.path().join(to));
+        let _ = std::fs::remove_dir_all(&to);
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(&from)
+            .arg(&to)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cp -a {} {}", from.display(), to.display());
+    }
+
     /// The server's pid, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
