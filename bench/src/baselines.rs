@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::backend::Token;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
-use sqlx::PgPool;
+use sqlx::{MySqlPool, PgPool};
 
 const UNLOCK: &str =
     r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -224,4 +224,68 @@ async fn exec(conn: &mut MultiplexedConnection, cmd: redis::Cmd) {
         .await
         .expect("MULTI … EXEC");
     assert!(committed.is_some(), "the transaction was not applied");
+}
+
+/// `GET_LOCK` + `RELEASE_LOCK` on one pooled connection: 2 round trips. (A named lock
+/// belongs to the connection: the reason the backend does not use it.)
+pub(crate) async fn my_named_cycles(pool: MySqlPool, prefix: String, n: usize) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let name = format!("{prefix}{}", i % 64);
+        let mut conn = pool.acquire().await.expect("a connection");
+        let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await
+            .expect("GET_LOCK");
+        assert_eq!(got, Some(1));
+        let freed: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await
+            .expect("RELEASE_LOCK");
+        assert_eq!(freed, Some(1));
+        times.push(started.elapsed());
+    }
+    times
+}
+
+/// The table of [`my_write_cycles`].
+pub(crate) async fn my_rows_table(pool: &MySqlPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS distlock_bench_rows \
+         (`key` VARBINARY(255) PRIMARY KEY, holder BLOB) ENGINE = InnoDB",
+    )
+    .execute(pool)
+    .await
+    .expect("the baseline's table");
+}
+
+/// What a lock row costs at the least when each write is durable: an upsert that takes the
+/// row, then an update that frees it, two autocommit statements (two commits) on one
+/// pooled connection: 2 round trips.
+pub(crate) async fn my_write_cycles(pool: MySqlPool, prefix: String, n: usize) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let key = format!("{prefix}{}", i % 64);
+        let mut conn = pool.acquire().await.expect("a connection");
+        sqlx::query(
+            "INSERT INTO distlock_bench_rows (`key`, holder) VALUES (?, ?) \
+             ON DUPLICATE KEY UPDATE holder = VALUES(holder)",
+        )
+        .bind(key.as_bytes())
+        .bind(b"bench".as_slice())
+        .execute(&mut *conn)
+        .await
+        .expect("upsert");
+        sqlx::query("UPDATE distlock_bench_rows SET holder = NULL WHERE `key` = ?")
+            .bind(key.as_bytes())
+            .execute(&mut *conn)
+            .await
+            .expect("update");
+        times.push(started.elapsed());
+    }
+    times
 }

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Redis is `REDIS_URL` (default `redis://127.0.0.1:6379/0`), Postgres `DATABASE_URL`
-//! (default `postgres://postgres@127.0.0.1:5432/postgres`); a backend whose server does not
+//! (default `postgres://postgres@127.0.0.1:5432/postgres`), MariaDB/MySQL `MYSQL_URL`
+//! (default `mysql://root@127.0.0.1:3306/test`); a backend whose server does not
 //! answer is reported as skipped. Every figure is the median of three interleaved rounds
 //! (the baseline and the project take turns, so both see the same machine), printed as a
 //! Markdown table: `BENCHMARKS.md` keeps the latest one.
@@ -21,7 +22,8 @@
 //!   variant, the same cycle in `WATCH`/`MULTI`/`EXEC` transactions), and the same cycle
 //!   through rslock; `pg_try_advisory_lock` + `pg_advisory_unlock` for Postgres, and a
 //!   durable single-row upsert + update (what a lock row costs at the least when every
-//!   write is durable; the simple statement form is measured against it too); one
+//!   write is durable; the simple statement form is measured against it too);
+//!   `GET_LOCK` + `RELEASE_LOCK` and the same durable row pair for MariaDB/MySQL; one
 //!   `flock`ed read-modify-write of one file for the file backend; the trait called
 //!   directly for the memory backend. Rate, and each cycle's p50 / p99.
 //! - **where a Redis cycle's time goes**: the raw cycles and the project's, at 1 and 64
@@ -50,6 +52,7 @@
 mod alloc;
 mod baselines;
 mod cpu;
+mod on_mysql;
 mod on_postgres;
 mod on_redis;
 mod report;
@@ -75,7 +78,7 @@ pub(crate) struct Size {
     rounds: usize,
     /// Cycles per measurement for a fast backend (memory, file, Redis).
     cycles: usize,
-    /// Cycles per measurement for Postgres.
+    /// Cycles per measurement for Postgres and MariaDB.
     pg_cycles: usize,
     handoffs: usize,
     watched: usize,
@@ -118,6 +121,8 @@ fn main() {
         std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
     let pg_url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let my_url = std::env::var("MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
     let started = Instant::now();
     let mut table = Table::default();
     runtime().block_on(async {
@@ -135,6 +140,11 @@ fn main() {
         if wanted("postgres") {
             if let Err(why) = on_postgres::postgres(&mut table, size, &pg_url).await {
                 table.skipped("postgres", &why);
+            }
+        }
+        if wanted("mysql") {
+            if let Err(why) = on_mysql::mysql(&mut table, size, &my_url).await {
+                table.skipped("mysql", &why);
             }
         }
     });

@@ -162,7 +162,7 @@ async fn a_server_paused_past_the_ttl_fires_lost_in_time() {
         "mysql: server paused: lost() fired {late:?} after the validity end it last heard of"
     );
     assert!(
-        now <= valid_until + Duration::from_millis(50),
+        now <= valid_until + Duration::from_millis(250),
         "lost fired {late:?} after the validity end"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;

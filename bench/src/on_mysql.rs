@@ -1,0 +1,74 @@
+//! The MariaDB/MySQL rows: the backend's cycles next to `GET_LOCK` and the durable
+//! single-row write pair, shared holds, handoffs (by polling: no notifications), and the
+//! watched locks.
+
+use std::sync::Arc;
+
+use lock_core::{redact_url, LockBackend, Locker};
+use lock_mysql::MySqlBackend;
+use test_servers::bench::{rounds, run};
+
+use crate::report::Table;
+use crate::{baselines, handoffs, shared_holds, through, watched, Size, CONCURRENCY};
+
+pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
+    // 24 connections: 64 tasks queue for them, as they would in a service.
+    let backend = MySqlBackend::builder(url)
+        .table("distlock_bench")
+        .pool_size(24)
+        .build()
+        .map_err(|e| e.to_string())?;
+    backend
+        .migrate()
+        .await
+        .map_err(|e| format!("no MariaDB at {} (set MYSQL_URL): {e}", redact_url(url)))?;
+    let pool = backend.pool().clone();
+    baselines::my_rows_table(&pool).await;
+    let backend: Arc<dyn LockBackend> = Arc::new(backend);
+    if size.watched_only {
+        let batch = Some(MySqlBackend::BATCH);
+        watched(table, "mysql", backend, size, batch, || async { None }).await;
+        return Ok(());
+    }
+    let locker = Locker::new(backend.clone());
+    for tasks in CONCURRENCY {
+        let [named, writes, project] = rounds(size.rounds, async || {
+            let (n, w) = (pool.clone(), pool.clone());
+            [
+                run(tasks, size.pg_cycles, move |prefix, count| {
+                    baselines::my_named_cycles(n.clone(), prefix, count)
+                })
+                .await,
+                run(tasks, size.pg_cycles, move |prefix, count| {
+                    baselines::my_write_cycles(w.clone(), prefix, count)
+                })
+                .await,
+                through(&locker, tasks, size.pg_cycles, true).await,
+            ]
+        })
+        .await;
+        let what = "GET_LOCK + RELEASE_LOCK";
+        let durable_writes = "a durable single-row upsert + update";
+        table.cycles("mysql", "obtain()+release", tasks, what, named, project);
+        table.cycles(
+            "mysql",
+            "obtain()+release",
+            tasks,
+            durable_writes,
+            writes,
+            project,
+        );
+    }
+    let my_size = Size {
+        cycles: size.pg_cycles,
+        ..size
+    };
+    shared_holds(table, "mysql", &locker, my_size).await;
+    handoffs(table, "mysql", backend.clone(), size).await;
+    let batch = Some(MySqlBackend::BATCH);
+    watched(table, "mysql", backend, size, batch, || async { None }).await;
+    let _ = sqlx::raw_sql("DROP TABLE IF EXISTS distlock_bench, distlock_bench_rows")
+        .execute(&pool)
+        .await;
+    Ok(())
+}
