@@ -177,6 +177,8 @@ impl MySqlBuilder {
         })?;
         let grace = self.grace.map(Grace::new).transpose()?;
         lock_core::backend::check_call_timeout(self.timeout).map_err(config)?;
+        let own = matches!(self.source, Source::Url(_));
+        let session = Session::new(self.timeout, own);
         let pool = match self.source {
             Source::Pool(pool) => pool,
             Source::Url(url) => {
@@ -195,8 +197,17 @@ impl MySqlBuilder {
                 };
                 let options = MySqlConnectOptions::from_str(&format!("mysql://{rest}"))
                     .map_err(|e| map_error(Operation::Connect, e))?;
+                let settings = session.settings.clone();
                 MySqlPoolOptions::new()
                     .max_connections(self.pool_size)
+                    // The session's settings once per connection (see `sql::Session`).
+                    .after_connect(move |conn, _| {
+                        let settings = settings.clone();
+                        Box::pin(async move {
+                            sqlx::Executor::execute(conn, sqlx::raw_sql(&settings)).await?;
+                            Ok(())
+                        })
+                    })
                     // Each call bounds its own wait for a connection by its deadline; this
                     // is only the pool's outer limit.
                     .acquire_timeout(Duration::from_secs(60))
@@ -209,7 +220,7 @@ impl MySqlBuilder {
         Ok(MySqlBackend::new(Db {
             pool,
             names,
-            session: Session::new(self.timeout),
+            session,
             timeout: self.timeout,
             grace,
             auto_migrate: self.auto_migrate,

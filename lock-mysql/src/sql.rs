@@ -4,7 +4,8 @@
 //! An operation is one transaction on one pooled connection, two messages, each a few
 //! statements in one text (the MySQL protocol's multi-statements, one round trip each):
 //!
-//! 1. [`Session::preamble`] pins the session, `START TRANSACTION`; an obtain then makes
+//! 1. [`Session::preamble`]: `START TRANSACTION` (after pinning the session, on a pool
+//!    that is not the backend's own); an obtain then makes
 //!    sure the key's row exists and holds its lock ([`Names::read_one`]:
 //!    `INSERT … ON DUPLICATE KEY UPDATE`, which takes the row's exclusive lock whether it
 //!    inserted or found it); then the row, read with `FOR UPDATE`, and, in a statement of
@@ -194,32 +195,45 @@ impl Names {
 /// Message 2 when the rules write nothing.
 pub(crate) const COMMIT: &str = "COMMIT";
 
-/// What message 1 of every transaction pins first, whatever the server's, the user's or
-/// an earlier borrower's settings: UTC for the clock, READ COMMITTED, and the call's
-/// deadline on the server's side too: a wait for a row lock (`innodb_lock_wait_timeout`)
-/// or the table's metadata lock (`lock_wait_timeout`) ends by it, and on MariaDB so does
-/// any statement (`max_statement_time`, in a `/*M! */` comment that only MariaDB runs;
-/// MySQL's `max_execution_time` covers only SELECTs and is left alone). Session settings:
-/// on a pool of your own ([`MySqlBackend::builder_on`](crate::MySqlBackend::builder_on))
-/// its connections keep them.
+/// What every transaction needs of its session, whatever the server's or the user's
+/// settings: UTC for the clock, READ COMMITTED, and the call's deadline on the server's
+/// side too: a wait for a row lock (`innodb_lock_wait_timeout`) or the table's metadata
+/// lock (`lock_wait_timeout`) ends by it, and on MariaDB so does any statement
+/// (`max_statement_time`, in a `/*M! */` comment that only MariaDB runs; MySQL's
+/// `max_execution_time` covers only SELECTs and is left alone).
+///
+/// On the backend's own pool (built from a URL) each connection is pinned once, when it
+/// connects ([`Session::settings`]), and nothing else uses it. On a pool of the caller's
+/// ([`MySqlBackend::builder_on`](crate::MySqlBackend::builder_on)), whose connections
+/// other code may change between two calls, message 1 of every transaction pins them
+/// first, and the connections keep them.
 #[derive(Debug)]
 pub(crate) struct Session {
+    /// The settings, as statements.
+    pub(crate) settings: String,
+    /// What message 1 starts with: the settings unless pinned on connect, then
+    /// `START TRANSACTION`.
     pub(crate) preamble: String,
 }
 
 impl Session {
-    pub(crate) fn new(deadline: Duration) -> Self {
+    /// `pinned`: every connection ran [`Session::settings`] when it connected.
+    pub(crate) fn new(deadline: Duration, pinned: bool) -> Self {
         // Lock waits take whole seconds (at least 1).
         let whole = deadline.as_secs() + u64::from(deadline.subsec_nanos() > 0);
         let whole = whole.clamp(1, 3600);
         let exact = deadline.as_secs_f64().clamp(0.001, 3600.0);
-        Session {
-            preamble: format!(
-                "SET SESSION time_zone = '+00:00', innodb_lock_wait_timeout = {whole}, \
-                 lock_wait_timeout = {whole} /*M!, max_statement_time = {exact:.3} */; \
-                 SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; "
-            ),
-        }
+        let settings = format!(
+            "SET SESSION time_zone = '+00:00', innodb_lock_wait_timeout = {whole}, \
+             lock_wait_timeout = {whole} /*M!, max_statement_time = {exact:.3} */; \
+             SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; "
+        );
+        let preamble = if pinned {
+            "START TRANSACTION; ".to_owned()
+        } else {
+            format!("{settings}START TRANSACTION; ")
+        };
+        Session { settings, preamble }
     }
 }
 
@@ -252,7 +266,7 @@ mod tests {
     #[test]
     fn values_travel_as_hex_only() {
         let names = Names::new("t").unwrap();
-        let session = Session::new(Duration::from_secs(1));
+        let session = Session::new(Duration::from_secs(1), false);
         let key = "k'; DROP TABLE t; -- \\ ` \"";
         let sql = names.read_one(&session, key, true);
         assert!(!sql.contains("DROP"), "{sql}");
@@ -287,13 +301,16 @@ mod tests {
 
     #[test]
     fn the_preamble_pins_the_clock_isolation_and_the_deadline() {
-        let p = Session::new(Duration::from_millis(2500)).preamble;
+        let p = Session::new(Duration::from_millis(2500), false).preamble;
         assert!(p.contains("time_zone = '+00:00'"), "{p}");
         assert!(p.contains("innodb_lock_wait_timeout = 3,"), "{p}");
         assert!(p.contains("/*M!, max_statement_time = 2.500 */"), "{p}");
         assert!(p.contains("READ COMMITTED; START TRANSACTION; "), "{p}");
-        let p = Session::new(Duration::from_millis(10)).preamble;
+        let p = Session::new(Duration::from_millis(10), false).preamble;
         assert!(p.contains("innodb_lock_wait_timeout = 1,"), "{p}");
+        let pinned = Session::new(Duration::from_millis(10), true);
+        assert_eq!(pinned.preamble, "START TRANSACTION; ");
+        assert!(pinned.settings.contains("innodb_lock_wait_timeout = 1,"));
     }
 
     #[test]
