@@ -699,6 +699,46 @@ pub struct SharedAt {
     pub writer: Option<(Who, i64)>,
 }
 
+impl SharedAt {
+    /// The row's `shares` and `writer` as the SQL backends store them
+    /// (`lock_core::backend::rules::columns`): times in `per_ms` units per millisecond,
+    /// each hold's token as `token` spells it and its holder info `holder`; with the end
+    /// (ms) of the hold that ends last and of the last grace period, for the row's own
+    /// columns (`None` without holds).
+    pub fn columns(&self, per_ms: i64, token: impl Fn(Who) -> String, holder: &str) -> SharedRow {
+        let holds: Vec<_> = self
+            .holds
+            .iter()
+            .map(|h| {
+                serde_json::json!({"token": token(h.by), "holder": holder, "holds": h.holds,
+                    "expires": h.expires * per_ms, "forget": h.forget * per_ms,
+                    "fencing": h.fencing, "weight": h.weight})
+            })
+            .collect();
+        SharedRow {
+            shares: serde_json::json!({"capacity": self.capacity, "holds": holds}).to_string(),
+            writer: self.writer.map(|(by, until)| {
+                serde_json::json!({"token": token(by), "until": until * per_ms}).to_string()
+            }),
+            expires: self.holds.iter().map(|h| h.expires).max(),
+            forget: self.holds.iter().map(|h| h.forget).max(),
+        }
+    }
+}
+
+/// [`SharedAt::columns`]: shared holds as an SQL row stores them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRow {
+    /// The `shares` column, JSON.
+    pub shares: String,
+    /// The `writer` column, JSON.
+    pub writer: Option<String>,
+    /// The end of the hold that ends last (ms).
+    pub expires: Option<i64>,
+    /// The end of the last grace period (ms).
+    pub forget: Option<i64>,
+}
+
 /// One shared hold at absolute times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShareAt {

@@ -10,7 +10,6 @@ use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
 use lock_core::backend::Token;
 use lock_core::Key;
 use lock_mysql::MySqlBackend;
-use serde_json::json;
 use sqlx::{MySqlPool, Row};
 use support::harness::MySql;
 use support::shared_url;
@@ -58,22 +57,9 @@ async fn the_backend_keeps_the_decision_table() {
         // Shared holds as lock_core::backend::rules::columns stores them: times in µs,
         // token '' and the last hold's end in the row's own columns.
         let shared = case.before.shared_at(now).map(|s| {
-            let holds: Vec<_> = s
-                .holds
-                .iter()
-                .map(|h| {
-                    json!({"token": digest_of(h.by), "holder": holder_json, "holds": h.holds,
-                        "expires": h.expires * 1000, "forget": h.forget * 1000,
-                        "fencing": h.fencing, "weight": h.weight})
-                })
-                .collect();
-            let shares = json!({"capacity": s.capacity, "holds": holds}).to_string();
-            let writer = s.writer.map(|(by, until)| {
-                json!({"token": digest_of(by), "until": until * 1000}).to_string()
-            });
-            let expires = s.holds.iter().map(|h| h.expires).max().unwrap_or(now);
-            let forget = s.holds.iter().map(|h| h.forget).max().unwrap_or(now);
-            (shares, writer, expires, forget)
+            let row = s.columns(1000, digest_of, holder_json);
+            let (expires, forget) = (row.expires.unwrap_or(now), row.forget.unwrap_or(now));
+            (row.shares, row.writer, expires, forget)
         });
         if let Some(r) = case.before.row(now) {
             let token = match (&shared, r.by) {

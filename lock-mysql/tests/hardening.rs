@@ -5,7 +5,8 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use test_servers::logs::Captured;
+
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
@@ -326,20 +327,6 @@ async fn a_url_without_a_database_says_so() {
     assert!(err.to_string().contains("database"), "{err}");
 }
 
-/// Everything any `tracing` subscriber would have been given, at every level.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Neither the client's logs (sqlx at every level, its slow statement warning) nor the
 /// server's general query log ever see an owner token, in the clear or hex-encoded.
 #[test]
@@ -387,7 +374,7 @@ fn owner_tokens_never_reach_a_log() {
         })
     });
     let general = server.cli("SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log");
-    let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let log = captured.text();
     assert!(log.contains("FOR UPDATE"), "statements were logged: {log}");
     assert!(
         general.contains("FOR UPDATE"),

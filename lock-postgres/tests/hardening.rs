@@ -5,8 +5,9 @@
 
 mod support;
 
+use test_servers::logs::Captured;
+
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
@@ -619,20 +620,6 @@ async fn grace_out_of_range_is_refused_before_any_io() {
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
 }
 
-/// Everything any `tracing` subscriber would have been given, at every level.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn owner_tokens_never_reach_a_log() {
     let captured = Captured::default();
@@ -677,7 +664,7 @@ fn owner_tokens_never_reach_a_log() {
             f.drop_schema().await;
         })
     });
-    let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let log = captured.text();
     assert!(log.contains("locks_op_v5"), "statements were logged: {log}");
     assert!(
         log.contains("slow statement"),

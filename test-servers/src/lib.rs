@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod cluster;
 pub mod locks;
+pub mod logs;
 pub mod mysql;
 pub mod postgres;
 pub mod proxy;
