@@ -390,3 +390,53 @@ fn owner_tokens_never_reach_a_log() {
         );
     }
 }
+
+/// A user with only `SELECT, INSERT, UPDATE, DELETE` on a table an admin migrated locks
+/// with `migrate=false`; with the default it would try to create the table, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_user_uses_a_table_migrated_by_an_admin() {
+    let harness = MySql::new();
+    let url = shared_url();
+    let table = harness.fresh_table();
+    MySqlBackend::builder(url.clone())
+        .table(&table)
+        .build()
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+    let user = format!("lp_{}", &Token::generate().unwrap().to_hex()[..12]);
+    exec(
+        &url,
+        &format!(
+            "CREATE USER '{user}'@'%'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON `{table}` TO '{user}'@'%'"
+        ),
+    )
+    .await;
+    let as_user = support::as_user(&url, &user);
+    let b = MySqlBuilder::from_url(&format!("{as_user}?table={table}&migrate=false"))
+        .unwrap()
+        .build()
+        .unwrap();
+    let (key, token) = (Key::new("k").unwrap(), Token::generate().unwrap());
+    assert!(matches!(
+        obtain(&b, &key, &token, 30_000).await,
+        ObtainOutcome::Acquired { .. }
+    ));
+    b.sweep().await.unwrap();
+    let release = ReleaseRequest {
+        key: &key,
+        token: &token,
+        delay_after: None,
+    };
+    assert_eq!(b.release(release).await.unwrap(), ReleaseOutcome::Released);
+    let creating = MySqlBackend::builder(as_user)
+        .table(&harness.fresh_table())
+        .build()
+        .unwrap();
+    let err = creating.inspect(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
+    assert!(err.to_string().contains("migrate()"), "{err}");
+    exec(&url, &format!("DROP USER '{user}'@'%'")).await;
+}
