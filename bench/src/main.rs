@@ -327,6 +327,15 @@ pub(crate) async fn handoffs(
     }
 }
 
+/// How a backend's `prolongate_many` reaches its server: at most `locks` a batch, each
+/// batch `round_trips` round trips (a Redis pipeline and a Postgres statement: 1; a
+/// MariaDB transaction: 2).
+#[derive(Clone, Copy)]
+pub(crate) struct Batching {
+    pub(crate) locks: usize,
+    pub(crate) round_trips: usize,
+}
+
 /// `size.watched` locks held with the watchdog (ttl 9 s: a prolong every 3 s) for two
 /// renewal periods: prolong calls per period, server calls per period where `server_calls`
 /// can count them, and client memory per held lock.
@@ -335,7 +344,7 @@ pub(crate) async fn watched<F, Fut>(
     name: &str,
     backend: Arc<dyn LockBackend>,
     size: Size,
-    batch_limit: Option<usize>,
+    batching: Option<Batching>,
     server_calls: F,
 ) where
     F: Fn() -> Fut,
@@ -367,10 +376,10 @@ pub(crate) async fn watched<F, Fut>(
     let per_period = (counting.prolongs() - prolongs) as f64 / 2.0;
     let sizes = counting.batches();
     let batches_per_period = (sizes.len() - batches) as f64 / 2.0;
-    let round_trips = batch_limit.map(|limit| {
+    let round_trips = batching.map(|b| {
         sizes[batches..]
             .iter()
-            .map(|(n, _)| n.div_ceil(limit))
+            .map(|(n, _)| n.div_ceil(b.locks) * b.round_trips)
             .sum::<usize>() as f64
             / 2.0
     });

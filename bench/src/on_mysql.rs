@@ -9,7 +9,7 @@ use lock_mysql::MySqlBackend;
 use test_servers::bench::{rounds, run};
 
 use crate::report::Table;
-use crate::{baselines, handoffs, shared_holds, through, watched, Size, CONCURRENCY};
+use crate::{baselines, handoffs, shared_holds, through, watched, Batching, Size, CONCURRENCY};
 
 pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     // 24 connections: 64 tasks queue for them, as they would in a service.
@@ -26,7 +26,10 @@ pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<()
     baselines::my_rows_table(&pool).await;
     let backend: Arc<dyn LockBackend> = Arc::new(backend);
     if size.watched_only {
-        let batch = Some(MySqlBackend::BATCH);
+        let batch = Some(Batching {
+            locks: MySqlBackend::BATCH,
+            round_trips: 2,
+        });
         watched(table, "mysql", backend, size, batch, || async { None }).await;
         return Ok(());
     }
@@ -65,7 +68,10 @@ pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<()
     };
     shared_holds(table, "mysql", &locker, my_size).await;
     handoffs(table, "mysql", backend.clone(), size).await;
-    let batch = Some(MySqlBackend::BATCH);
+    let batch = Some(Batching {
+        locks: MySqlBackend::BATCH,
+        round_trips: 2,
+    });
     watched(table, "mysql", backend, size, batch, || async { None }).await;
     let _ = sqlx::raw_sql("DROP TABLE IF EXISTS distlock_bench, distlock_bench_rows")
         .execute(&pool)

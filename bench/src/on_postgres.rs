@@ -8,7 +8,7 @@ use lock_postgres::{PostgresBackend, Statements};
 use test_servers::bench::{rounds, run};
 
 use crate::report::Table;
-use crate::{baselines, handoffs, shared_holds, through, watched, Size, CONCURRENCY};
+use crate::{baselines, handoffs, shared_holds, through, watched, Batching, Size, CONCURRENCY};
 
 pub(crate) async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     // Two pools of 24 (durable, async commit) stay inside the server's default 100
@@ -34,7 +34,10 @@ pub(crate) async fn postgres(table: &mut Table, size: Size, url: &str) -> Result
     baselines::pg_rows_table(&pool).await;
     let durable: Arc<dyn LockBackend> = Arc::new(durable);
     if size.watched_only {
-        let batch = Some(PostgresBackend::BATCH);
+        let batch = Some(Batching {
+            locks: PostgresBackend::BATCH,
+            round_trips: 1,
+        });
         watched(table, "postgres", durable, size, batch, || async { None }).await;
         return Ok(());
     }
@@ -99,7 +102,10 @@ pub(crate) async fn postgres(table: &mut Table, size: Size, url: &str) -> Result
     };
     shared_holds(table, "postgres", &d, pg_size).await;
     handoffs(table, "postgres", durable.clone(), size).await;
-    let batch = Some(PostgresBackend::BATCH);
+    let batch = Some(Batching {
+        locks: PostgresBackend::BATCH,
+        round_trips: 1,
+    });
     watched(table, "postgres", durable, size, batch, || async { None }).await;
     let _ = sqlx::raw_sql(
         "DROP TABLE IF EXISTS public.distlock_bench CASCADE; \

@@ -9,7 +9,9 @@ use lock_redis::{RedisBackend, Variant};
 use test_servers::bench::{rounds, run};
 
 use crate::report::Table;
-use crate::{baselines, cpu, handoffs, shared_holds, through, watched, Size, CONCURRENCY};
+use crate::{
+    baselines, cpu, handoffs, shared_holds, through, watched, Batching, Size, CONCURRENCY,
+};
 
 pub(crate) async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
@@ -145,7 +147,10 @@ async fn redis_watched(
         "redis-lua",
         lua,
         size,
-        Some(RedisBackend::BATCH),
+        Some(Batching {
+            locks: RedisBackend::BATCH,
+            round_trips: 1,
+        }),
         move || {
             let mut c = info.clone();
             async move { baselines::redis_evalsha_calls(&mut c).await }

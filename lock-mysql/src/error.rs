@@ -68,7 +68,7 @@ impl Hint {
             }
             Hint::ReadOnly => {
                 "the server is read-only: it is a replica (after a failover, point the URL at \
-                 the new primary) or read_only / transaction_read_only is set for it; locks \
+                 the new primary) or read_only, tx_read_only or transaction_read_only is set for it; locks \
                  need a writable primary. It is safe to retry"
             }
             Hint::Deadline => {
