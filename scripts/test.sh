@@ -71,11 +71,11 @@ if [ -z "${MYSQL_URL:-}" ] && ! mariadb -h127.0.0.1 -P3306 -uroot -e 'SELECT 1' 
   my_dir=/tmp/distlock-ci-mariadb
   if ! (exec 3<>/dev/tcp/127.0.0.1/53306) 2>/dev/null; then
     echo "no MariaDB to log in to on 127.0.0.1:3306: starting one on port 53306" >&2
-    rm -rf "$my_dir" && mkdir -p "$my_dir"
+    rm -rf "$my_dir" && mkdir -p "$my_dir/tmp"
     as_root=(); [ "$(id -u)" -eq 0 ] && as_root=(--user=root)
-    mariadb-install-db --no-defaults --datadir="$my_dir/data" --auth-root-authentication-method=normal \
+    mariadb-install-db --no-defaults --datadir="$my_dir/data" --tmpdir="$my_dir/tmp" --auth-root-authentication-method=normal \
       --skip-test-db "${as_root[@]}" >/dev/null
-    mariadbd --no-defaults --datadir="$my_dir/data" --socket="$my_dir/sock" --pid-file="$my_dir/pid" \
+    mariadbd --no-defaults --datadir="$my_dir/data" --tmpdir="$my_dir/tmp" --socket="$my_dir/sock" --pid-file="$my_dir/pid" \
       --port=53306 --bind-address=127.0.0.1 --skip-log-bin --max-connections=300 "${as_root[@]}" \
       >"$my_dir/log" 2>&1 &
     started+=(mariadb)

@@ -36,9 +36,14 @@ impl PrivateMariaDb {
         crate::require("mariadbd", "mariadb-server");
         let install = crate::require("mariadb-install-db", "mariadb-server");
         let dir = tempfile::tempdir().expect("a temporary directory");
+        // A temporary directory of its own: a server starting up deletes the temporary
+        // tables it finds in its tmpdir, another server's included (seen as "Unknown table
+        // 'mysql.tmp_proxies_priv'" when two installs ran at once in /tmp).
+        std::fs::create_dir_all(dir.path().join("tmp")).expect("a tmpdir");
         let mut cmd = Command::new(install);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .arg(format!("--tmpdir={}", dir.path().join("tmp").display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
         if crate::is_root() {
             cmd.arg("--user=root");
@@ -85,6 +90,10 @@ impl PrivateMariaDb {
                 self.dir.path().join("data").display()
             ))
             .arg(format!("--socket={}", self.socket().display()))
+            .arg(format!(
+                "--tmpdir={}",
+                self.dir.path().join("tmp").display()
+            ))
             .arg(format!(
                 "--pid-file={}",
                 self.dir.path().join("pid").display()
