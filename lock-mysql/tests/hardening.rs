@@ -440,3 +440,24 @@ async fn a_least_privilege_user_uses_a_table_migrated_by_an_admin() {
     assert!(err.to_string().contains("migrate()"), "{err}");
     exec(&url, &format!("DROP USER '{user}'@'%'")).await;
 }
+
+/// A wrong password is `PermissionDenied` saying what to check, and the password shows in
+/// neither the error, its `Debug`, nor the builder's or the backend's `Debug`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_permission_denied_and_never_shown() {
+    let url = support::as_user(&shared_url(), "root:n0t-the-pw-4729");
+    let builder = MySqlBuilder::from_url(&format!("{url}?timeout=3s")).unwrap();
+    let shown_builder = format!("{builder:?}");
+    let b = builder.build().unwrap();
+    let err = b.inspect(&Key::new("k").unwrap()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
+    assert!(err.to_string().contains("password"), "{err}");
+    for shown in [
+        err.to_string(),
+        format!("{err:?}"),
+        shown_builder,
+        format!("{b:?}"),
+    ] {
+        assert!(!shown.contains("n0t-the-pw-4729"), "{shown}");
+    }
+}
