@@ -33,24 +33,33 @@ impl Db {
     /// `MySqlBackend::migrate`, whose docs say what it does, by the deadline.
     pub(crate) async fn migrate(&self) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
-        self.within(Operation::Connect, deadline, self.migrate_now())
-            .await?
+        let migrate = async {
+            let _turn = self.migrating.lock().await;
+            self.migrate_now().await
+        };
+        self.within(Operation::Connect, deadline, migrate).await?
     }
 
+    /// The migration; the caller holds the turn (`migrating`).
     async fn migrate_now(&self) -> Result<()> {
-        let op = Operation::Connect;
-        let _turn = self.migrating.lock().await;
         // One idempotent statement, committed by the server on its own (DDL).
         sqlx::raw_sql(&self.names.migration())
             .execute(&self.pool)
             .await
-            .map_err(|e| map_error(op, e))?;
+            .map_err(|e| map_error(Operation::Connect, e))?;
         self.check_shape().await?;
         self.migrated.store(true, Ordering::Release);
         Ok(())
     }
 
+    /// Makes (or, with `migrate=false`, checks) the table once: calls that come meanwhile
+    /// wait for that one and go on.
     pub(crate) async fn ensure_schema(&self) -> Result<()> {
+        if self.migrated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _turn = self.migrating.lock().await;
+        // Made or checked by the call this one waited for.
         if self.migrated.load(Ordering::Acquire) {
             return Ok(());
         }

@@ -202,3 +202,31 @@ async fn held_locks_pin_no_connection() {
         assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
     }
 }
+
+/// Many first calls at once make the table once: the others wait for that migration and
+/// then go on, rather than each run it again in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_calls_migrate_once() {
+    let server = PrivateMariaDb::start(Flush::EveryCommit);
+    let creates = || {
+        server
+            .cli("SHOW GLOBAL STATUS LIKE 'Com_create_table'")
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse::<u64>().ok())
+            .expect("a count")
+    };
+    let before = creates();
+    let (_, locker) = locker(&server.url);
+    let keys: Vec<String> = (0..32).map(|i| format!("job-{i}")).collect();
+    let takes = keys.iter().map(|k| take(&locker, k));
+    let guards = futures_util::future::join_all(takes).await;
+    assert_eq!(
+        creates() - before,
+        1,
+        "CREATE TABLE statements for 32 first calls"
+    );
+    for g in guards {
+        assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}

@@ -20,13 +20,17 @@ impl Db {
     /// `PostgresBackend::migrate`, whose docs say what it does, by the deadline.
     pub(crate) async fn migrate(&self) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
-        self.within(Operation::Connect, deadline, self.migrate_now())
-            .await?
+        let migrate = async {
+            let _turn = self.migrating.lock().await;
+            self.migrate_now().await
+        };
+        self.within(Operation::Connect, deadline, migrate).await?
     }
 
+    /// The migration; the caller holds the turn (`migrating`).
     async fn migrate_now(&self) -> Result<()> {
         let op = Operation::Connect;
-        let _turn = self.migrating.lock().await;
+        tracing::debug!(table = %self.table(), "migrating the lock table and its functions");
         let migration = self.names.migration();
         let mut conn = self.pool.acquire().await.map_err(|e| map_error(op, e))?;
         // The migration is BEGIN ... COMMIT: a connection left in the middle of it by a
@@ -94,7 +98,14 @@ impl Db {
         Ok(())
     }
 
+    /// Makes (or, with `migrate=false`, checks) the table and functions once: calls that
+    /// come meanwhile wait for that one and go on, rather than each migrate again in turn.
     pub(crate) async fn ensure_schema(&self) -> Result<()> {
+        if self.migrated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _turn = self.migrating.lock().await;
+        // Made or checked by the call this one waited for.
         if self.migrated.load(Ordering::Acquire) {
             return Ok(());
         }

@@ -678,3 +678,40 @@ fn owner_tokens_never_reach_a_log() {
         "the token reached a log, hex-encoded"
     );
 }
+
+/// Many first calls at once migrate once: the others wait for that migration and go on,
+/// rather than each run it again in turn (a transaction, a `CREATE OR REPLACE` of every
+/// function, and a closed connection each).
+#[test]
+fn concurrent_first_calls_migrate_once() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .finish();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            let f = Fresh::new().await;
+            let b = f.builder().build().unwrap();
+            let keys: Vec<Key> = (0..32)
+                .map(|i| Key::new(format!("k{i}")).unwrap())
+                .collect();
+            let token = Token::generate().unwrap();
+            let obtains = keys.iter().map(|k| obtain(&b, k, &token, 30_000));
+            for outcome in futures_util::future::join_all(obtains).await {
+                assert!(
+                    matches!(outcome, ObtainOutcome::Acquired { .. }),
+                    "{outcome:?}"
+                );
+            }
+            f.drop_schema().await;
+        })
+    });
+    let migrations = captured.text().matches("migrating the lock table").count();
+    assert_eq!(migrations, 1, "migrations for 32 first calls");
+}
