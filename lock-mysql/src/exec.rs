@@ -45,8 +45,9 @@ pub(crate) struct Db {
     pub(crate) sweeping: AtomicBool,
 }
 
-/// What message 2 of a transaction is, given what message 1 read.
-type Plan<T> = Box<dyn FnOnce(&Read) -> Result<(T, String)> + Send + 'static>;
+/// What message 2 of a transaction is, given what message 1 read: the answer, and the
+/// statements to send (the write, if any, and `COMMIT`).
+type Plan<'p, T> = &'p (dyn Fn(&Read) -> Result<(T, String)> + Sync);
 
 impl Db {
     /// Decides `ask` on `key` in a transaction of its own, by the backend's deadline.
@@ -54,17 +55,16 @@ impl Db {
         let span = tracing::debug_span!("mysql_lock", op = op.as_str(), key = key.as_str());
         let create = matches!(ask, Ask::Obtain { .. });
         let read = self.names.read_one(&self.session, key.as_str(), create);
-        let name = key.as_str().to_owned();
-        let names = self.names.clone();
-        let plan: Plan<Answer> = Box::new(move |read: &Read| {
-            let (answer, write) = decide(op, read.of(&name), read, &ask)?;
+        let name = key.as_str();
+        let plan = |read: &Read| {
+            let (answer, write) = decide(op, read.of(name), read, &ask)?;
             let sql = match write {
-                Some(record) => names.write([(name.as_str(), &row(&record, read))].into_iter()),
+                Some(record) => self.names.write([(name, &row(&record, read))].into_iter()),
                 None => COMMIT.to_owned(),
             };
             Ok((answer, sql))
-        });
-        self.transaction(op, read, plan).instrument(span).await
+        };
+        self.transaction(op, &read, &plan).instrument(span).await
     }
 
     /// Prolongs up to a batch of locks in one transaction: their rows read in primary-key
@@ -85,8 +85,7 @@ impl Db {
                 (r.key.as_str().to_owned(), r.token.digest(), r.ttl, grace)
             })
             .collect();
-        let names = self.names.clone();
-        let plan: Plan<Vec<ProlongOutcome>> = Box::new(move |read: &Read| {
+        let plan = |read: &Read| {
             let mut outcomes = Vec::with_capacity(asks.len());
             // A key asked twice sees the first answer's write.
             let mut written: Vec<(String, Stored)> = Vec::new();
@@ -111,11 +110,11 @@ impl Db {
                     .iter()
                     .map(|(k, r)| (k.clone(), row(r, read)))
                     .collect();
-                names.write(rows.iter().map(|(k, c)| (k.as_str(), c)))
+                self.names.write(rows.iter().map(|(k, c)| (k.as_str(), c)))
             };
             Ok((outcomes, sql))
-        });
-        let outcomes = self.transaction(op, read, plan).instrument(span).await?;
+        };
+        let outcomes = self.transaction(op, &read, &plan).instrument(span).await?;
         if outcomes.len() != reqs.len() {
             return Err(protocol(op, "a batch answered another number of locks"));
         }
@@ -127,17 +126,16 @@ impl Db {
     pub(crate) async fn sweep(&self) -> Result<u64> {
         let op = Operation::Inspect;
         let read = self.names.read_old(&self.session);
-        let names = self.names.clone();
-        let plan: Plan<u64> = Box::new(move |read: &Read| {
+        let plan = |read: &Read| {
             let old: Vec<&str> = read
                 .rows
                 .iter()
                 .filter(|(_, r)| rules::forgotten(r, read.clock()))
                 .map(|(k, _)| k.as_str())
                 .collect();
-            Ok((old.len() as u64, names.delete(old.into_iter())))
-        });
-        self.transaction(op, read, plan)
+            Ok((old.len() as u64, self.names.delete(old.into_iter())))
+        };
+        self.transaction(op, &read, &plan)
             .instrument(tracing::debug_span!("mysql_lock", op = "sweep"))
             .await
     }
@@ -145,70 +143,55 @@ impl Db {
     /// One transaction by the deadline; if the table vanished (dropped under a running
     /// backend), made again once and the transaction retried: the rows are gone, so
     /// holders hear `Lost`, and fencing still grows (the server's clock floors it).
-    async fn transaction<T: Send + 'static>(
+    async fn transaction<T: Send>(
         &self,
         op: Operation,
-        read: String,
-        plan: Plan<T>,
+        read: &str,
+        plan: Plan<'_, T>,
     ) -> Result<T> {
         let deadline = Instant::now() + self.timeout;
         self.within(op, deadline, self.ensure_schema()).await??;
-        let mut plan = Some(plan);
-        for attempt in 0..2 {
-            let Some(p) = plan.take() else { break };
-            match self.within(op, deadline, self.run(op, &read, p)).await? {
-                Ok(Ok(done)) => return Ok(done),
-                Ok(Err(refused)) => return Err(refused),
-                Err((e, p)) if is_missing_table(&e) && self.auto_migrate && attempt == 0 => {
-                    tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
-                    self.migrated.store(false, Ordering::Release);
-                    self.within(op, deadline, self.ensure_schema()).await??;
-                    plan = p;
-                }
-                Err((e, _)) => {
-                    if is_missing_table(&e) {
-                        self.migrated.store(false, Ordering::Release);
-                        return Err(self.missing_table());
-                    }
-                    if is_broken_connection(&e) {
-                        self.discard_idle();
-                    }
-                    return Err(map_error(op, e));
-                }
+        let outcome = match self.within(op, deadline, self.run(op, read, plan)).await? {
+            Err(e) if is_missing_table(&e) && self.auto_migrate => {
+                tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
+                self.migrated.store(false, Ordering::Release);
+                self.within(op, deadline, self.ensure_schema()).await??;
+                self.within(op, deadline, self.run(op, read, plan)).await?
             }
-        }
-        Err(self.missing_table())
+            other => other,
+        };
+        outcome.map_err(|e| {
+            if is_missing_table(&e) {
+                self.migrated.store(false, Ordering::Release);
+                return self.missing_table();
+            }
+            if is_broken_connection(&e) {
+                self.discard_idle();
+            }
+            map_error(op, e)
+        })?
     }
 
     /// The two messages on one connection. A failure of the decision itself (a corrupt
-    /// row, a refused request) still commits the transaction, which wrote nothing. A
-    /// server error hands the plan back when message 1 failed (nothing was decided), so
-    /// the caller may try again.
-    #[allow(clippy::type_complexity)]
-    fn run<'a, T: Send + 'static>(
+    /// row, a refused request) still commits the transaction, which wrote nothing.
+    fn run<'a, T: Send>(
         &'a self,
         op: Operation,
         read: &'a str,
-        plan: Plan<T>,
-    ) -> BoxFuture<'a, std::result::Result<Result<T>, (sqlx::Error, Option<Plan<T>>)>> {
+        plan: Plan<'a, T>,
+    ) -> BoxFuture<'a, std::result::Result<Result<T>, sqlx::Error>> {
         Box::pin(async move {
-            let conn = match self.pool.acquire().await {
-                Ok(conn) => conn,
-                Err(e) => return Err((e, Some(plan))),
+            let mut tx = Open {
+                conn: self.pool.acquire().await?,
+                open: true,
             };
-            let mut tx = Open { conn, open: true };
-            let rows = match fetch_rows(&mut tx.conn, read).await {
-                Ok(rows) => rows,
-                Err(e) => return Err((e, Some(plan))),
-            };
+            let rows = fetch_rows(&mut tx.conn, read).await?;
             let decided = Read::decode(op, &rows).and_then(|read| plan(&read));
             let end = match &decided {
                 Ok((_, sql)) => sql.as_str(),
                 Err(_) => COMMIT,
             };
-            if let Err(e) = fetch_rows(&mut tx.conn, end).await {
-                return Err((e, None));
-            }
+            fetch_rows(&mut tx.conn, end).await?;
             tx.open = false;
             Ok(decided.map(|(answer, _)| answer))
         })

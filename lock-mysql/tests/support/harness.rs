@@ -147,14 +147,14 @@ impl Harness for MySql {
             ),
         )
         .await;
+        let admin = sqlx::MySqlPool::connect(&self.admin_url).await.unwrap();
         for id in ids.iter().filter_map(|r| r[0].clone()) {
             // A connection may end by itself meanwhile: errors are fine here.
-            let pool = sqlx::MySqlPool::connect(&self.admin_url).await.unwrap();
             let _ = sqlx::raw_sql(&format!("KILL CONNECTION {id}"))
-                .execute(&pool)
+                .execute(&admin)
                 .await;
-            pool.close().await;
         }
+        admin.close().await;
         true
     }
 
