@@ -57,6 +57,10 @@ pub(crate) struct Names {
     pub(crate) table: String,
     /// `` `table` ``.
     quoted: String,
+    /// `INSERT INTO … (columns) VALUES`: the head of a write, made once.
+    insert: String,
+    /// `ON DUPLICATE KEY UPDATE` every column: the tail of a write, made once.
+    update: String,
 }
 
 impl Names {
@@ -70,8 +74,14 @@ impl Names {
             && table
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        let update: Vec<String> = COLUMNS
+            .split(", ")
+            .map(|c| format!("{c} = VALUES({c})"))
+            .collect();
         ok.then(|| Names {
             quoted: format!("`{table}`"),
+            insert: format!("INSERT INTO `{table}` (`key`, {COLUMNS}) VALUES"),
+            update: format!("ON DUPLICATE KEY UPDATE {}", update.join(", ")),
             table: table.to_owned(),
         })
     }
@@ -166,15 +176,11 @@ impl Names {
                 )
             })
             .collect();
-        let set: Vec<String> = COLUMNS
-            .split(", ")
-            .map(|c| format!("{c} = VALUES({c})"))
-            .collect();
         format!(
-            "INSERT INTO {t} (`key`, {COLUMNS}) VALUES {} ON DUPLICATE KEY UPDATE {}; COMMIT",
+            "{} {} {}; COMMIT",
+            self.insert,
             values.join(", "),
-            set.join(", "),
-            t = self.quoted
+            self.update
         )
     }
 
