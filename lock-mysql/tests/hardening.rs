@@ -5,7 +5,7 @@
 
 mod support;
 
-use test_servers::logs::Captured;
+use test_servers::logs::capture;
 
 use std::time::{Duration, Instant};
 
@@ -331,50 +331,37 @@ async fn a_url_without_a_database_says_so() {
 /// server's general query log ever see an owner token, in the clear or hex-encoded.
 #[test]
 fn owner_tokens_never_reach_a_log() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let token = Token::generate().unwrap();
     let server = support::PrivateMariaDb::start(support::Flush::EveryCommit);
     server.cli("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1");
-    tracing::subscriber::with_default(subscriber, || {
-        runtime.block_on(async {
-            let b = MySqlBackend::builder(server.url.clone())
-                .table("locks")
-                .build()
-                .unwrap();
-            let key = Key::new("k").unwrap();
-            assert!(matches!(
-                obtain(&b, &key, &token, 30_000).await,
-                ObtainOutcome::Acquired { .. }
-            ));
-            let p = ProlongRequest {
-                key: &key,
-                token: &token,
-                ttl: ttl(30_000),
-            };
-            assert_eq!(b.prolongate(p).await.unwrap(), ProlongOutcome::Prolonged);
-            assert_eq!(
-                b.prolongate_many(&[p]).await.pop().unwrap().unwrap(),
-                ProlongOutcome::Prolonged
-            );
-            let r = ReleaseRequest {
-                key: &key,
-                token: &token,
-                delay_after: None,
-            };
-            assert_eq!(b.release(r).await.unwrap(), ReleaseOutcome::Released);
-        })
+    let ((), log) = capture(async {
+        let b = MySqlBackend::builder(server.url.clone())
+            .table("locks")
+            .build()
+            .unwrap();
+        let key = Key::new("k").unwrap();
+        assert!(matches!(
+            obtain(&b, &key, &token, 30_000).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+        let p = ProlongRequest {
+            key: &key,
+            token: &token,
+            ttl: ttl(30_000),
+        };
+        assert_eq!(b.prolongate(p).await.unwrap(), ProlongOutcome::Prolonged);
+        assert_eq!(
+            b.prolongate_many(&[p]).await.pop().unwrap().unwrap(),
+            ProlongOutcome::Prolonged
+        );
+        let r = ReleaseRequest {
+            key: &key,
+            token: &token,
+            delay_after: None,
+        };
+        assert_eq!(b.release(r).await.unwrap(), ReleaseOutcome::Released);
     });
     let general = server.cli("SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log");
-    let log = captured.text();
     assert!(log.contains("FOR UPDATE"), "statements were logged: {log}");
     assert!(
         general.contains("FOR UPDATE"),

@@ -5,7 +5,7 @@
 
 mod support;
 
-use test_servers::logs::Captured;
+use test_servers::logs::capture;
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -622,49 +622,35 @@ async fn grace_out_of_range_is_refused_before_any_io() {
 
 #[test]
 fn owner_tokens_never_reach_a_log() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    // A one-thread runtime: every task logs to this thread's subscriber.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let token = Token::generate().unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        runtime.block_on(async {
-            let f = Fresh::new().await;
-            let b = f.backend().await;
-            let key = Key::new("k").unwrap();
-            // Slow: sqlx warns about statements over a second, with their text.
-            let tx = f.hold_key("k").await;
-            let (b2, key2) = (b.clone(), key.clone());
-            let slow = tokio::spawn(async move { obtain(&b2, &key2, &token, 30_000).await });
-            tokio::time::sleep(Duration::from_millis(1300)).await;
-            tx.commit().await.unwrap();
-            assert!(matches!(
-                slow.await.unwrap(),
-                ObtainOutcome::Acquired { .. }
-            ));
-            let p = ProlongRequest {
-                key: &key,
-                token: &token,
-                ttl: ttl(30_000),
-            };
-            assert_eq!(b.prolongate(p).await.unwrap(), ProlongOutcome::Prolonged);
-            let r = ReleaseRequest {
-                key: &key,
-                token: &token,
-                delay_after: None,
-            };
-            assert_eq!(b.release(r).await.unwrap(), ReleaseOutcome::Released);
-            f.drop_schema().await;
-        })
+    let ((), log) = capture(async {
+        let f = Fresh::new().await;
+        let b = f.backend().await;
+        let key = Key::new("k").unwrap();
+        // Slow: sqlx warns about statements over a second, with their text.
+        let tx = f.hold_key("k").await;
+        let (b2, key2) = (b.clone(), key.clone());
+        let slow = tokio::spawn(async move { obtain(&b2, &key2, &token, 30_000).await });
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        tx.commit().await.unwrap();
+        assert!(matches!(
+            slow.await.unwrap(),
+            ObtainOutcome::Acquired { .. }
+        ));
+        let p = ProlongRequest {
+            key: &key,
+            token: &token,
+            ttl: ttl(30_000),
+        };
+        assert_eq!(b.prolongate(p).await.unwrap(), ProlongOutcome::Prolonged);
+        let r = ReleaseRequest {
+            key: &key,
+            token: &token,
+            delay_after: None,
+        };
+        assert_eq!(b.release(r).await.unwrap(), ReleaseOutcome::Released);
+        f.drop_schema().await;
     });
-    let log = captured.text();
     assert!(log.contains("locks_op_v5"), "statements were logged: {log}");
     assert!(
         log.contains("slow statement"),
@@ -684,34 +670,22 @@ fn owner_tokens_never_reach_a_log() {
 /// function, and a closed connection each).
 #[test]
 fn concurrent_first_calls_migrate_once() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .finish();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        runtime.block_on(async {
-            let f = Fresh::new().await;
-            let b = f.builder().build().unwrap();
-            let keys: Vec<Key> = (0..32)
-                .map(|i| Key::new(format!("k{i}")).unwrap())
-                .collect();
-            let token = Token::generate().unwrap();
-            let obtains = keys.iter().map(|k| obtain(&b, k, &token, 30_000));
-            for outcome in futures_util::future::join_all(obtains).await {
-                assert!(
-                    matches!(outcome, ObtainOutcome::Acquired { .. }),
-                    "{outcome:?}"
-                );
-            }
-            f.drop_schema().await;
-        })
+    let ((), log) = capture(async {
+        let f = Fresh::new().await;
+        let b = f.builder().build().unwrap();
+        let keys: Vec<Key> = (0..32)
+            .map(|i| Key::new(format!("k{i}")).unwrap())
+            .collect();
+        let token = Token::generate().unwrap();
+        let obtains = keys.iter().map(|k| obtain(&b, k, &token, 30_000));
+        for outcome in futures_util::future::join_all(obtains).await {
+            assert!(
+                matches!(outcome, ObtainOutcome::Acquired { .. }),
+                "{outcome:?}"
+            );
+        }
+        f.drop_schema().await;
     });
-    let migrations = captured.text().matches("migrating the lock table").count();
+    let migrations = log.matches("migrating the lock table").count();
     assert_eq!(migrations, 1, "migrations for 32 first calls");
 }
