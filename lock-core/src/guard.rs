@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::clock;
 use crate::detached::{detached, give_back_detached, GiveBack};
 use crate::hold::{Grant, Hold};
+use crate::observe::{HoldEnd, LostCause};
 use crate::registry::{Claim, Registry};
 use crate::{
     Attempt, Error, ErrorKind, Fencing, Key, Mode, ObtainOutcome, Operation, ProlongOutcome,
@@ -115,7 +116,8 @@ impl LockGuard {
         // to finish in the background, and until it lands (it may reset the ttl after a
         // later prolong) the ticket keeps its bound in every overlapping prolong's floor.
         let (outcome, ticket) = call.run_keeping(GiveBack::OneHold, ticket).await;
-        match outcome? {
+        let outcome = outcome.inspect_err(|e| hold.telemetry.call_failed(&hold.key, e))?;
+        match outcome {
             ObtainOutcome::Reacquired { .. } => {
                 // The backend reset the lock's ttl: the validity of every guard grows.
                 ticket.finish(Some(ProlongOutcome::Prolonged));
@@ -126,10 +128,14 @@ impl LockGuard {
                 // A release of this hold, sent before and still on its way, carries the
                 // same token: landing after this grant, it would free it under its new
                 // holder. The grant is given back, after it and on the same path.
-                hold.mark_lost("it expired, and a release of it was still in flight");
+                hold.mark_lost(
+                    LostCause::Expired,
+                    "it expired, and a release of it was still in flight",
+                );
                 drop((ticket, reserved, retime));
                 give_back_detached(&hold.backend, &hold.key, &hold.token, GiveBack::AllHolds)
-                    .await?;
+                    .await
+                    .inspect_err(|e| hold.telemetry.call_failed(&hold.key, e))?;
                 Err(Error::new(
                     ErrorKind::Unavailable,
                     hold.backend.name(),
@@ -156,6 +162,7 @@ impl LockGuard {
                     sent_at,
                     ttl,
                     cap,
+                    telemetry: hold.telemetry.clone(),
                 };
                 Ok(Attempt::Obtained(LockGuard::new(
                     grant,
@@ -165,6 +172,7 @@ impl LockGuard {
             }
             ObtainOutcome::Busy(busy) => {
                 hold.mark_lost(
+                    LostCause::Taken,
                     "a reentrant obtain with its token answered Busy: another token holds the key",
                 );
                 drop((ticket, reserved, retime));
@@ -291,6 +299,7 @@ impl LockGuard {
                     // Only when the exclusive hold had expired at the backend, which the
                     // validity checked before sending rules out unless clocks drift.
                     hold.mark_lost(
+                        LostCause::Expired,
                         "it had expired at the backend, and the downgrade obtained the key afresh",
                     );
                 }
@@ -300,7 +309,10 @@ impl LockGuard {
                 ticket.finish(None);
                 hold.settle(hold.mode(), hold.fencing());
                 if to.is_shared() {
-                    hold.mark_lost("a downgrade answered Busy: another token holds the key");
+                    hold.mark_lost(
+                        LostCause::Taken,
+                        "a downgrade answered Busy: another token holds the key",
+                    );
                 }
                 Ok(Attempt::Busy(busy))
             }
@@ -318,6 +330,7 @@ impl LockGuard {
             }
             Err(e) => {
                 ticket.finish(None);
+                hold.telemetry.call_failed(&hold.key, &e);
                 Err(e)
             }
         }
@@ -426,6 +439,7 @@ impl LockGuard {
             }
             Err(e) => {
                 ticket.finish(None);
+                hold.telemetry.call_failed(&hold.key, &e);
                 Err(e)
             }
         }
@@ -481,6 +495,9 @@ impl Drop for LockGuard {
         if given.hold().is_detached() {
             return;
         }
+        if given.is_last() {
+            given.hold().mark_dropped();
+        }
         let key = given.hold().key.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
@@ -493,6 +510,9 @@ impl Drop for LockGuard {
             }
             Err(_) => {
                 tracing::warn!(%key, "lock guard dropped while held outside a tokio runtime: it expires after its ttl");
+                if given.is_last() {
+                    given.hold().end(HoldEnd::Dropped);
+                }
             }
         }
     }
@@ -518,8 +538,13 @@ impl Reserved {
 
 impl Drop for Reserved {
     fn drop(&mut self) {
-        if self.armed && self.hold.remove_guard() && self.hold.watchdog.is_some() {
-            self.registry.renewals.remove(&self.hold);
+        if self.armed && self.hold.remove_guard() {
+            // The other guards were given back while the reentrant obtain was in flight:
+            // their releases ended the backend's hold.
+            self.hold.end(HoldEnd::Released);
+            if self.hold.watchdog.is_some() {
+                self.registry.renewals.remove(&self.hold);
+            }
         }
     }
 }

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock;
 use crate::detached::{release_holds, GiveBack, Obtain};
+use crate::observe::{Event, HoldEnd, LostCause, Telemetry};
 use crate::{
     Fencing, HolderInfo, Key, LockBackend, Mode, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
 };
@@ -43,6 +44,10 @@ pub(crate) struct Hold {
     changed: Notify,
     /// Where the hold waits in the watchdog's queue; only touched under the queue's lock.
     pub(crate) renew_slot: Mutex<Option<(Instant, u64)>>,
+    /// Its locker's counters and observer.
+    pub(crate) telemetry: Telemetry,
+    /// When the grant arrived.
+    granted_at: Instant,
 }
 
 struct State {
@@ -73,6 +78,10 @@ struct State {
     releases: usize,
     /// An expiry timer task runs for this hold.
     timer: bool,
+    /// Its end was reported ([`Event::HoldEnded`]).
+    ended: bool,
+    /// Its last guard was dropped without a release.
+    dropped: bool,
 }
 
 /// A prolong (or reentrant obtain) of this hold that is in flight.
@@ -132,11 +141,18 @@ pub(crate) struct Grant {
     pub(crate) ttl: Ttl,
     /// A bound the validity must not pass (a prolong with the same token still in flight).
     pub(crate) cap: Option<Instant>,
+    /// The locker's counters and observer.
+    pub(crate) telemetry: Telemetry,
 }
 
 impl Hold {
-    /// A hold with one guard.
+    /// A hold with one guard; reported as started.
     pub(crate) fn new(grant: Grant, watchdog: Option<f64>) -> Arc<Hold> {
+        grant.telemetry.emit(Event::HoldStarted {
+            backend: grant.backend.name(),
+            key: &grant.key,
+            mode: grant.mode,
+        });
         Arc::new(Hold {
             backend: grant.backend,
             key: grant.key,
@@ -161,10 +177,45 @@ impl Hold {
                 tickets: 0,
                 releases: 0,
                 timer: false,
+                ended: false,
+                dropped: false,
             }),
             changed: Notify::new(),
             renew_slot: Mutex::new(None),
+            telemetry: grant.telemetry,
+            granted_at: clock::now(),
         })
+    }
+
+    /// Reports the hold's end, once: as lost if it was, else as `how`.
+    pub(crate) fn end(&self, how: HoldEnd) {
+        let (mode, how) = {
+            let mut state = lock(&self.state);
+            if std::mem::replace(&mut state.ended, true) {
+                return;
+            }
+            let how = if state.lost.lost {
+                HoldEnd::Lost
+            } else if state.dropped {
+                HoldEnd::Dropped
+            } else {
+                how
+            };
+            (state.mode, how)
+        };
+        self.telemetry.emit(Event::HoldEnded {
+            backend: self.backend.name(),
+            key: &self.key,
+            mode,
+            held: clock::now().saturating_duration_since(self.granted_at),
+            end: how,
+        });
+    }
+
+    /// Its last guard was dropped without a release: its end counts as dropped, whatever
+    /// the release in the background then answers.
+    pub(crate) fn mark_dropped(&self) {
+        lock(&self.state).dropped = true;
     }
 
     /// Counts one more guard (a reentrant one); false when the hold is over.
@@ -215,7 +266,8 @@ impl Hold {
             state.over = true;
             state.prolongs.iter().map(|p| p.bound).min()
         };
-        self.mark_lost(why);
+        self.mark_lost(LostCause::Expired, why);
+        self.end(HoldEnd::Lost);
         self.changed.notify_waiters();
         in_flight
     }
@@ -304,18 +356,27 @@ impl Hold {
             !state.over && state.until <= clock::now()
         };
         if expired {
-            self.mark_lost("its validity ran out before it was prolonged");
+            self.mark_lost(
+                LostCause::Expired,
+                "its validity ran out before it was prolonged",
+            );
         }
         expired
     }
 
-    pub(crate) fn mark_lost(&self, why: &str) {
+    /// Fires the lost signal; the first time, logs `why` and reports the loss.
+    pub(crate) fn mark_lost(&self, cause: LostCause, why: &str) {
         let (first, fencing) = {
             let mut state = lock(&self.state);
             (state.lost.fire(), state.fencing)
         };
         if first {
-            tracing::warn!(key = %self.key, %fencing, backend = self.backend.name(), "lock lost: {why}");
+            tracing::warn!(key = %self.key, %fencing, backend = self.backend.name(), %cause, "lock lost: {why}");
+            self.telemetry.emit(Event::Lost {
+                backend: self.backend.name(),
+                key: &self.key,
+                cause,
+            });
         }
     }
 
@@ -395,7 +456,9 @@ impl Hold {
             state.until < before
         };
         match answer {
-            Some(ProlongOutcome::Lost) => self.mark_lost("a prolong answered Lost"),
+            Some(ProlongOutcome::Lost) => {
+                self.mark_lost(LostCause::Taken, "a prolong answered Lost")
+            }
             Some(ProlongOutcome::ProlongedLate) => {
                 tracing::warn!(key = %self.key, fencing = %self.fencing(), "prolonged late: the lock had expired, nobody took it meanwhile")
             }
@@ -419,29 +482,48 @@ impl Hold {
         delay_after: Option<Ttl>,
         last: bool,
     ) -> Result<ReleaseOutcome> {
-        /// Counts the release in flight until its call ends, however it ends.
-        struct Releasing<'a>(&'a Hold);
+        /// Counts the release in flight until its call ends, however it ends (a last
+        /// release that never ended, its runtime gone, ends the hold as failed).
+        struct Releasing<'a>(&'a Hold, bool);
         impl Drop for Releasing<'_> {
             fn drop(&mut self) {
-                let mut state = lock(&self.0.state);
-                state.releases = state.releases.saturating_sub(1);
+                {
+                    let mut state = lock(&self.0.state);
+                    state.releases = state.releases.saturating_sub(1);
+                }
+                if self.1 {
+                    self.0.end(HoldEnd::Failed);
+                }
             }
         }
         lock(&self.state).releases += 1;
-        let _releasing = Releasing(self);
+        let _releasing = Releasing(self, last);
         let what = if last {
             GiveBack::AllHolds
         } else {
             GiveBack::OneHold
         };
         let outcome =
-            release_holds(&*self.backend, &self.key, &self.token, delay_after, what).await?;
-        match outcome {
-            ReleaseOutcome::Lost => self.mark_lost("the release answered Lost"),
-            ReleaseOutcome::ReleasedLate => {
-                tracing::warn!(key = %self.key, fencing = %self.fencing(), "released late: the lock had expired before the release")
+            match release_holds(&*self.backend, &self.key, &self.token, delay_after, what).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    self.telemetry.call_failed(&self.key, &e);
+                    return Err(e);
+                }
+            };
+        let end = match outcome {
+            ReleaseOutcome::Lost => {
+                self.mark_lost(LostCause::Taken, "the release answered Lost");
+                HoldEnd::Lost
             }
-            ReleaseOutcome::Released | ReleaseOutcome::Decremented { .. } => {}
+            ReleaseOutcome::ReleasedLate => {
+                tracing::warn!(key = %self.key, fencing = %self.fencing(), "released late: the lock had expired before the release");
+                HoldEnd::Late
+            }
+            ReleaseOutcome::Released | ReleaseOutcome::Decremented { .. } => HoldEnd::Released,
+        };
+        if last {
+            self.end(end);
         }
         Ok(outcome)
     }
@@ -519,7 +601,10 @@ async fn expiry_timer(mark: TimerMark) {
             state.until
         };
         if until <= clock::now() {
-            hold.mark_lost("its validity ran out before it was prolonged");
+            hold.mark_lost(
+                LostCause::Expired,
+                "its validity ran out before it was prolonged",
+            );
             return;
         }
         tokio::select! {

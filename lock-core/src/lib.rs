@@ -35,6 +35,9 @@
 //! - [`Locker`]: waiting with a deadline and a [`Retry`] strategy, a "don't queue" policy,
 //!   the [`LockGuard`] with its watchdog and lost signal, [`Locker::with_lock`] and
 //!   [`Locker::release_all`], written once for every backend.
+//! - [`observe`]: what the locks do, for an operator: [`Locker::stats`], an
+//!   [`Observer`](observe::Observer) called on every event, and with the `metrics`
+//!   feature, metrics through the `metrics` facade.
 //! - Validated inputs ([`Key`], [`Ttl`], [`HolderInfo`]) refused with
 //!   [`ErrorKind::InvalidInput`] before any I/O.
 //! - [`backend`]: what only a backend author needs (the request types, owner tokens, the
@@ -62,6 +65,7 @@ mod key;
 mod locker;
 mod memory;
 mod mode;
+pub mod observe;
 mod outcome;
 mod redact;
 mod registry;
@@ -86,6 +90,7 @@ pub use key::Key;
 pub use locker::{Attempt, HeldLock, LockBuilder, Locker};
 pub use memory::MemoryBackend;
 pub use mode::Mode;
+pub use observe::LockerStats;
 pub use outcome::{
     Busy, BusyReason, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, SharedHold,
 };

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::detached::detached;
+use crate::observe::{LockerStats, Observer, Telemetry};
 use crate::registry::Registry;
 use crate::{
     Busy, Fencing, HolderInfo, Key, LockBackend, Mode, ReleaseOutcome, Result, Retry, Ttl,
@@ -84,6 +85,7 @@ pub struct Locker {
     retry: Retry,
     holder: Arc<HolderInfo>,
     registry: Arc<Registry>,
+    telemetry: Telemetry,
 }
 
 impl Locker {
@@ -105,7 +107,51 @@ impl Locker {
             retry: Retry::default(),
             holder: Arc::new(HolderInfo::current()),
             registry: Arc::default(),
+            telemetry: Telemetry::default(),
         }
+    }
+
+    /// Hands every event of the locks taken through this locker to `observer`: obtains
+    /// with their waits and attempts, holds with how they ended, losses with their cause,
+    /// the watchdog's batches, backend errors (see [`observe`](crate::observe)). One
+    /// observer per locker: this replaces an earlier one.
+    ///
+    /// Clones made after this call share the observer; clones made before keep theirs.
+    /// All of them share the counters of [`Locker::stats`].
+    ///
+    /// ```
+    /// # #[cfg(feature = "metrics")] {
+    /// use std::sync::Arc;
+    /// use lock_core::{Locker, MemoryBackend, observe::metrics::MetricsObserver};
+    ///
+    /// // Recorded through the `metrics` facade: the application installs the exporter.
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()))
+    ///     .with_observer(Arc::new(MetricsObserver::new()));
+    /// # }
+    /// ```
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.telemetry = self.telemetry.with_observer(observer);
+        self
+    }
+
+    /// What this locker and its clones hold, wait for, and have done: a snapshot of
+    /// counters kept whether or not an observer is set.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use lock_core::{Locker, MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// let guard = locker.lock("a").try_obtain().await?.obtained().unwrap();
+    /// assert!(locker.lock("a").try_obtain().await?.is_busy());
+    /// let stats = locker.stats();
+    /// assert_eq!((stats.held, stats.obtained, stats.busy), (1, 1, 1));
+    /// guard.release().await?;
+    /// assert_eq!(locker.stats().held, 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn stats(&self) -> LockerStats {
+        self.telemetry.stats()
     }
 
     /// Prepends `prefix` to every key (on top of the backend's own namespace).

@@ -145,4 +145,9 @@ impl GivenBack {
     pub(crate) fn hold(&self) -> &Arc<Hold> {
         &self.hold
     }
+
+    /// Whether it was its hold's last guard.
+    pub(crate) fn is_last(&self) -> bool {
+        self.last
+    }
 }

@@ -30,6 +30,7 @@ use tracing::Instrument;
 
 use crate::clock;
 use crate::hold::{Hold, Ticket};
+use crate::observe::{Event, LostCause, Telemetry};
 use crate::{Error, ErrorKind, Operation, ProlongOutcome, ProlongRequest};
 
 /// When each watched hold of one locker renews next.
@@ -281,7 +282,10 @@ async fn renew(mut batch: Batch) {
             continue;
         }
         if hold.until() <= now {
-            hold.mark_lost("its validity ran out before the watchdog could prolong it");
+            hold.mark_lost(
+                LostCause::Expired,
+                "its validity ran out before the watchdog could prolong it",
+            );
             continue;
         }
         tickets.push(hold.begin(hold.ttl()));
@@ -300,6 +304,7 @@ async fn renew(mut batch: Batch) {
             ttl: t.ttl,
         })
         .collect();
+    let mut report = BatchReport::new(backend.name(), &tickets);
     // A backend that panics (a user's backend, a wrapper's bug) must not take the lost
     // signal of every lock of the batch with it: the panic is an error for each request.
     let call = std::panic::AssertUnwindSafe(backend.prolongate_many(&reqs)).catch_unwind();
@@ -311,9 +316,11 @@ async fn renew(mut batch: Batch) {
         // Every hold of the batch is lost or over: nothing waits for the answer.
         () = expire_in_flight(&tickets) => {
             batch.done = true;
+            report.send_all_failed();
             return;
         }
     };
+    report.answered();
     drop(reqs);
     batch.done = true;
     let mut answers = answers.into_iter();
@@ -343,14 +350,16 @@ async fn renew(mut batch: Batch) {
             }
             Err(e) => {
                 ticket.finish(None);
+                report.failed(&hold, &e);
                 if hold.is_over() || hold.is_marked_lost() {
                     continue;
                 }
                 let left = hold.until().saturating_duration_since(clock::now());
                 if left.is_zero() {
-                    hold.mark_lost(&format!(
-                        "the watchdog could not prolong it before it ran out: {e}"
-                    ));
+                    hold.mark_lost(
+                        LostCause::Expired,
+                        &format!("the watchdog could not prolong it before it ran out: {e}"),
+                    );
                     continue;
                 }
                 let pause = (ttl.as_duration() / 10).max(MIN_PERIOD).min(left);
@@ -362,8 +371,73 @@ async fn renew(mut batch: Batch) {
             }
         }
     }
+    report.send();
     if let Some((n, e)) = failed {
         tracing::warn!("watchdog could not prolong {n} of {total} locks, retrying each: {e}");
+    }
+}
+
+/// A batch's [`Event::Renewal`], for each observer its locks report to (one, unless a
+/// locker's clones were given different observers).
+struct BatchReport {
+    backend: &'static str,
+    sent_at: Instant,
+    latency: Duration,
+    /// Per telemetry: its locks in the batch, and how many failed.
+    to: Vec<(Telemetry, usize, usize)>,
+}
+
+impl BatchReport {
+    fn new(backend: &'static str, tickets: &[Ticket]) -> Self {
+        let mut to: Vec<(Telemetry, usize, usize)> = Vec::with_capacity(1);
+        for ticket in tickets {
+            let telemetry = &ticket.hold().telemetry;
+            match to.iter_mut().find(|(t, ..)| t.same_as(telemetry)) {
+                Some((_, locks, _)) => *locks += 1,
+                None => to.push((telemetry.clone(), 1, 0)),
+            }
+        }
+        BatchReport {
+            backend,
+            sent_at: clock::now(),
+            latency: Duration::ZERO,
+            to,
+        }
+    }
+
+    fn answered(&mut self) {
+        self.latency = clock::now().saturating_duration_since(self.sent_at);
+    }
+
+    fn failed(&mut self, hold: &Hold, e: &Error) {
+        hold.telemetry.error(Some(&hold.key), e);
+        if let Some((_, _, failed)) = self
+            .to
+            .iter_mut()
+            .find(|(t, ..)| t.same_as(&hold.telemetry))
+        {
+            *failed += 1;
+        }
+    }
+
+    /// No answer came before every lock of the batch was lost or over.
+    fn send_all_failed(mut self) {
+        self.answered();
+        for (_, locks, failed) in &mut self.to {
+            *failed = *locks;
+        }
+        self.send();
+    }
+
+    fn send(self) {
+        for (telemetry, locks, failed) in self.to {
+            telemetry.emit(Event::Renewal {
+                backend: self.backend,
+                locks,
+                failed,
+                latency: self.latency,
+            });
+        }
     }
 }
 
@@ -402,7 +476,10 @@ async fn expire_in_flight(tickets: &[Ticket]) {
         if now_until > clock::now() {
             ends.push(Reverse((now_until, i)));
         } else {
-            hold.mark_lost("its validity ran out while a prolong was still in flight");
+            hold.mark_lost(
+                LostCause::Expired,
+                "its validity ran out while a prolong was still in flight",
+            );
         }
     }
 }

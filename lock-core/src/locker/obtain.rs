@@ -14,6 +14,7 @@ use crate::clock;
 use crate::detached::{give_back_detached, GiveBack, Obtain};
 use crate::guard::check_fraction;
 use crate::hold::Grant;
+use crate::observe::{ObtainEnd, ObtainWatch};
 use crate::{
     Busy, BusyReason, Error, ErrorKind, HolderInfo, Key, LockGuard, Mode, ObtainOutcome, Operation,
     Result, Retry, Token, Ttl,
@@ -139,7 +140,15 @@ impl<'a> LockBuilder<'a> {
     pub async fn try_obtain(self) -> Result<Attempt<LockGuard>> {
         let plan = self.plan()?;
         let span = plan.span();
-        plan.attempt(false).instrument(span).await
+        async {
+            let mut watch = plan.watch();
+            let result = plan.attempt(false).await;
+            watch.attempts = 1;
+            watch.end(ObtainEnd::of(&result, false));
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     /// Attempts until the lock is obtained, the wait runs out, the retry strategy gives up,
@@ -237,6 +246,16 @@ struct Plan<'a> {
 }
 
 impl Plan<'_> {
+    /// The obtain's start, reported; its end is reported when the watch ends or drops.
+    fn watch(&self) -> ObtainWatch<'_> {
+        ObtainWatch::start(
+            &self.locker.telemetry,
+            self.locker.backend.name(),
+            &self.key,
+            self.mode,
+        )
+    }
+
     fn span(&self) -> tracing::Span {
         tracing::debug_span!(
             "lock.obtain",
@@ -263,7 +282,9 @@ impl Plan<'_> {
                 mode: self.mode,
                 queue,
             };
-            let fencing = match call.run(GiveBack::AllHolds).await? {
+            let telemetry = &self.locker.telemetry;
+            let answer = call.run(GiveBack::AllHolds).await;
+            let fencing = match answer.inspect_err(|e| telemetry.call_failed(&self.key, e))? {
                 ObtainOutcome::Acquired { fencing, .. } => fencing,
                 ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
                 ObtainOutcome::Reacquired { holds } => {
@@ -276,12 +297,16 @@ impl Plan<'_> {
                         holds,
                         "an earlier attempt was granted after all: giving it back"
                     );
-                    give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await?;
+                    give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds)
+                        .await
+                        .inspect_err(|e| telemetry.call_failed(&self.key, e))?;
                     continue;
                 }
             };
             if clock::now() >= sent_at + self.ttl.as_duration() {
-                give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds).await?;
+                give_back_detached(backend, &self.key, &self.token, GiveBack::AllHolds)
+                    .await
+                    .inspect_err(|e| telemetry.call_failed(&self.key, e))?;
                 return Err(Error::new(
                     ErrorKind::ExpiredOnArrival,
                     backend.name(),
@@ -302,6 +327,7 @@ impl Plan<'_> {
                 sent_at,
                 ttl: self.ttl,
                 cap: None,
+                telemetry: telemetry.clone(),
             };
             return Ok(Attempt::Obtained(LockGuard::new(
                 grant,
@@ -332,18 +358,27 @@ impl Plan<'_> {
             target: queue.then_some((&self.locker.backend, &self.key, &self.token)),
             maybe_left: false,
         };
-        let result = self.wait_attempts(queue, &mut marker).await;
+        let mut watch = self.watch();
+        let mut timed_out = false;
+        let result = self
+            .wait_attempts(queue, &mut marker, &mut watch, &mut timed_out)
+            .await;
         match result {
             Ok(Attempt::Obtained(_)) => marker.disarm(),
             _ => marker.take_away().await,
         }
+        watch.end(ObtainEnd::of(&result, timed_out));
         result
     }
 
+    /// `watch` counts the attempts; `timed_out` is set when the wait ran out on a busy
+    /// lock.
     async fn wait_attempts(
         &self,
         queue: bool,
         marker: &mut Marker<'_>,
+        watch: &mut ObtainWatch<'_>,
+        timed_out: &mut bool,
     ) -> Result<Attempt<LockGuard>> {
         let deadline = deadline_after(self.wait);
         let backend = &self.locker.backend;
@@ -353,7 +388,9 @@ impl Plan<'_> {
         let mut may_subscribe = self.retry.is_notified() && !self.wait.is_zero();
         let mut retries = 0;
         loop {
-            let busy = match marker.around(self.attempt(queue)).await {
+            let answer = marker.around(self.attempt(queue)).await;
+            watch.attempts += 1;
+            let busy = match answer {
                 Ok(Attempt::Busy(busy)) => Ok(busy),
                 Err(e) if e.is_retry_safe() => Err(e),
                 done => return done,
@@ -364,6 +401,7 @@ impl Plan<'_> {
                 Err(e) => Err(e),
             };
             if left.is_zero() {
+                *timed_out = !self.wait.is_zero();
                 return give_up(busy);
             }
             if let Ok(b) = &busy {
@@ -374,6 +412,7 @@ impl Plan<'_> {
             if std::mem::take(&mut may_subscribe) {
                 subscription = backend.subscribe(&self.key).await.unwrap_or_else(|e| {
                     tracing::debug!("no release notification, polling: {e}");
+                    self.locker.telemetry.call_failed(&self.key, &e);
                     None
                 });
                 if subscription.is_some() {

@@ -1,0 +1,564 @@
+//! What an observer and `Locker::stats` see: every obtain with how it ended, every hold
+//! with how it ended, losses with their cause, the watchdog's batches, backend errors.
+//! Memory backend underneath (behind a switch that makes it fail or hang), time paused.
+
+use std::future::pending;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::backend::{
+    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
+};
+use lock_core::observe::{Event, HoldEnd, LostCause, Observer, ObtainEnd};
+use lock_core::{
+    Error, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend, ObtainOutcome, Operation,
+    ProlongOutcome, ReleaseOutcome, Result, Retry,
+};
+
+/// An event, owned.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    ObtainStarted(String),
+    ObtainEnded {
+        key: String,
+        end: ObtainEnd,
+        waited: Duration,
+        attempts: u32,
+    },
+    HoldStarted(String),
+    HoldEnded {
+        key: String,
+        end: HoldEnd,
+        held: Duration,
+    },
+    Lost(String, LostCause),
+    Renewal {
+        locks: usize,
+        failed: usize,
+    },
+    Error(ErrorKind, Operation),
+}
+
+#[derive(Debug, Default)]
+struct Recorder(Mutex<Vec<Seen>>);
+
+impl Observer for Recorder {
+    fn event(&self, event: &Event<'_>) {
+        let seen = match *event {
+            Event::ObtainStarted { key, .. } => Seen::ObtainStarted(key.to_string()),
+            Event::ObtainEnded {
+                key,
+                end,
+                waited,
+                attempts,
+                ..
+            } => Seen::ObtainEnded {
+                key: key.to_string(),
+                end,
+                waited,
+                attempts,
+            },
+            Event::HoldStarted { key, .. } => Seen::HoldStarted(key.to_string()),
+            Event::HoldEnded { key, end, held, .. } => Seen::HoldEnded {
+                key: key.to_string(),
+                end,
+                held,
+            },
+            Event::Lost { key, cause, .. } => Seen::Lost(key.to_string(), cause),
+            Event::Renewal { locks, failed, .. } => Seen::Renewal { locks, failed },
+            Event::BackendError {
+                kind, operation, ..
+            } => Seen::Error(kind, operation),
+            _ => return,
+        };
+        self.0.lock().unwrap().push(seen);
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// A memory backend whose calls can be made to fail (`Unavailable`) or prolongs to hang.
+#[derive(Debug, Default)]
+struct Switch {
+    inner: MemoryBackend,
+    fail: AtomicBool,
+    hang_prolongs: AtomicBool,
+}
+
+impl Switch {
+    fn check(&self, op: Operation) -> Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "switch",
+                op,
+                "switched off",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LockBackend for Switch {
+    fn name(&self) -> &'static str {
+        "switch"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none().prolong_batch(16)
+    }
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        self.check(Operation::Obtain)?;
+        self.inner.obtain(req).await
+    }
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        if self.hang_prolongs.load(Ordering::SeqCst) {
+            pending::<()>().await;
+        }
+        self.check(Operation::Prolongate)?;
+        self.inner.prolongate(req).await
+    }
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        self.check(Operation::Release)?;
+        self.inner.release(req).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        self.inner.inspect(key).await
+    }
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        self.inner.force_release(key).await
+    }
+}
+
+fn setup() -> (Arc<Switch>, Locker, Arc<Recorder>) {
+    let backend = Arc::new(Switch::default());
+    let recorder = Arc::new(Recorder::default());
+    let locker = Locker::new(backend.clone()).with_observer(recorder.clone());
+    (backend, locker, recorder)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn ended(seen: &[Seen]) -> Vec<(ObtainEnd, u32)> {
+    seen.iter()
+        .filter_map(|s| match s {
+            Seen::ObtainEnded { end, attempts, .. } => Some((*end, *attempts)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_obtain_and_its_hold_start_and_end_once_each() {
+    let (_, locker, seen) = setup();
+    let guard = locker
+        .lock("a")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    tokio::time::sleep(ms(250)).await;
+    let _ = guard.release().await.unwrap();
+    assert_eq!(
+        seen.take(),
+        vec![
+            Seen::ObtainStarted("a".into()),
+            Seen::HoldStarted("a".into()),
+            Seen::ObtainEnded {
+                key: "a".into(),
+                end: ObtainEnd::Obtained,
+                waited: Duration::ZERO,
+                attempts: 1
+            },
+            Seen::HoldEnded {
+                key: "a".into(),
+                end: HoldEnd::Released,
+                held: ms(250)
+            },
+        ]
+    );
+    let stats = locker.stats();
+    assert_eq!((stats.obtained, stats.held, stats.waiting), (1, 0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_try_and_a_wait_that_runs_out_are_told_apart() {
+    let (_, locker, seen) = setup();
+    let _held = locker
+        .lock("a")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    seen.take();
+    assert!(locker.lock("a").try_obtain().await.unwrap().is_busy());
+    assert_eq!(ended(&seen.take()), vec![(ObtainEnd::Busy, 1)]);
+
+    let retry = Retry::linear(ms(100));
+    let waited = locker.lock("a").wait(ms(350)).retry(retry).obtain();
+    assert!(waited.await.unwrap().is_busy());
+    let all = seen.take();
+    let Some(Seen::ObtainEnded {
+        end,
+        waited,
+        attempts,
+        ..
+    }) = all.last().cloned()
+    else {
+        panic!("no end: {all:?}")
+    };
+    assert_eq!(end, ObtainEnd::TimedOut);
+    assert_eq!(waited, ms(350));
+    // Every 50 to 150 ms (the jitter), and once more when the wait ends.
+    assert!((3..=8).contains(&attempts), "{attempts} attempts");
+
+    // A retry strategy that gives up before the wait ends: busy, not a timeout.
+    let once = locker
+        .lock("a")
+        .wait(ms(10_000))
+        .retry(Retry::none())
+        .obtain();
+    assert!(once.await.unwrap().is_busy());
+    assert_eq!(ended(&seen.take()), vec![(ObtainEnd::Busy, 1)]);
+    let stats = locker.stats();
+    assert_eq!((stats.busy, stats.timed_out, stats.waiting), (2, 1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_that_ends_in_a_grant_reports_the_time_waited() {
+    let (_, locker, seen) = setup();
+    let holder = locker
+        .lock("a")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let retry = Retry::linear(ms(50));
+            let guard = locker.lock("a").wait(ms(5_000)).retry(retry).obtain().await;
+            let _ = guard.unwrap().obtained().unwrap().release().await.unwrap();
+        })
+    };
+    tokio::time::sleep(ms(120)).await;
+    assert_eq!(locker.stats().waiting, 1, "one task waits");
+    let _ = holder.release().await.unwrap();
+    waiter.await.unwrap();
+    let all = seen.take();
+    let grants: Vec<_> = all
+        .iter()
+        .filter_map(|s| match s {
+            Seen::ObtainEnded {
+                end: ObtainEnd::Obtained,
+                waited,
+                attempts,
+                ..
+            } => Some((*waited, *attempts)),
+            _ => None,
+        })
+        .collect();
+    let [(first, 1), (waited, attempts)] = grants[..] else {
+        panic!("two grants: {all:?}");
+    };
+    assert_eq!(first, Duration::ZERO);
+    // Released at 120 ms; the waiter tries every 25 to 75 ms (the jitter).
+    assert!(waited > ms(120) && waited <= ms(195), "waited {waited:?}");
+    assert!(attempts >= 3, "{attempts} attempts");
+    assert_eq!(locker.stats().waiting, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_obtain_counts_as_cancelled() {
+    let (_, locker, seen) = setup();
+    let _held = locker
+        .lock("a")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let wait = locker.lock("a").wait(ms(5_000)).obtain();
+    assert!(tokio::time::timeout(ms(100), wait).await.is_err());
+    let all = seen.take();
+    assert!(
+        matches!(
+            all.last(),
+            Some(Seen::ObtainEnded {
+                end: ObtainEnd::Cancelled,
+                waited,
+                ..
+            }) if *waited == ms(100)
+        ),
+        "{all:?}"
+    );
+    let stats = locker.stats();
+    assert_eq!((stats.cancelled, stats.waiting), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn holds_end_released_late_lost_or_dropped() {
+    let (backend, locker, seen) = setup();
+    // Late: expired, nobody took it.
+    let late = locker.lock("late").ttl(ms(100)).try_obtain().await;
+    let late = late.unwrap().obtained().unwrap();
+    // Lost: expired and taken by another owner.
+    let lost = locker.lock("lost").ttl(ms(100)).try_obtain().await;
+    let lost = lost.unwrap().obtained().unwrap();
+    tokio::time::sleep(ms(150)).await;
+    let other = Locker::new(backend.clone());
+    let thief = other
+        .lock("lost")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert_eq!(late.release().await.unwrap(), ReleaseOutcome::ReleasedLate);
+    assert_eq!(lost.release().await.unwrap(), ReleaseOutcome::Lost);
+    // Dropped: released in the background.
+    drop(
+        locker
+            .lock("dropped")
+            .try_obtain()
+            .await
+            .unwrap()
+            .obtained()
+            .unwrap(),
+    );
+    tokio::time::sleep(ms(10)).await;
+    let ends: Vec<String> = seen
+        .take()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::HoldEnded { key, end, .. } => Some(format!("{key} ended {end}")),
+            Seen::Lost(key, cause) => Some(format!("{key} lost ({cause})")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            "late ended late",
+            "lost lost (taken)",
+            "lost ended lost",
+            "dropped ended dropped"
+        ]
+    );
+    let stats = locker.stats();
+    assert_eq!((stats.held, stats.lost), (0, 1));
+    assert!(
+        matches!(state(&other, "dropped").await, LockState::Free),
+        "the dropped guard's lock was released"
+    );
+    let _ = thief.release().await.unwrap();
+}
+
+async fn state(locker: &Locker, key: &str) -> LockState {
+    locker
+        .backend()
+        .inspect(&Key::new(key).unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn reentrant_guards_share_one_hold() {
+    let (_, locker, seen) = setup();
+    let first = locker
+        .lock("a")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let second = first.reenter().await.unwrap().obtained().unwrap();
+    assert_eq!(locker.stats().held, 1);
+    let _ = first.release().await.unwrap();
+    assert_eq!(locker.stats().held, 1, "the second guard still holds it");
+    let _ = second.release().await.unwrap();
+    let all = seen.take();
+    let holds = |f: fn(&Seen) -> bool| all.iter().filter(|s| f(s)).count();
+    assert_eq!(holds(|s| matches!(s, Seen::HoldStarted(_))), 1, "{all:?}");
+    assert_eq!(holds(|s| matches!(s, Seen::HoldEnded { .. })), 1, "{all:?}");
+    assert_eq!(locker.stats().held, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_watchdog_reports_its_batches_and_a_partition_reports_an_expired_loss() {
+    let (backend, locker, seen) = setup();
+    let ttl = ms(300);
+    let mut guards = Vec::new();
+    for key in ["a", "b", "c"] {
+        let g = locker.lock(key).ttl(ttl).watchdog().try_obtain().await;
+        guards.push(g.unwrap().obtained().unwrap());
+    }
+    tokio::time::sleep(ms(700)).await;
+    let all = seen.take();
+    let batches: Vec<_> = all
+        .iter()
+        .filter(|s| matches!(s, Seen::Renewal { .. }))
+        .collect();
+    assert!(!batches.is_empty(), "{all:?}");
+    assert!(
+        batches.iter().all(|b| **b
+            == Seen::Renewal {
+                locks: 3,
+                failed: 0
+            }),
+        "the three locks of one ttl renew together: {batches:?}"
+    );
+    assert_eq!(locker.stats().renewals, 3 * batches.len() as u64);
+
+    // The prolongs hang now: each lock is lost when its validity runs out.
+    backend.hang_prolongs.store(true, Ordering::SeqCst);
+    let lost = guards[0].lost();
+    tokio::time::timeout(ttl + ms(10), lost)
+        .await
+        .expect("lost in time");
+    tokio::time::sleep(ms(10)).await;
+    let all = seen.take();
+    let losses: Vec<_> = all
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Lost(key, cause) => Some((key.as_str(), *cause)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        losses,
+        vec![
+            ("a", LostCause::Expired),
+            ("b", LostCause::Expired),
+            ("c", LostCause::Expired)
+        ],
+        "{all:?}"
+    );
+    assert!(
+        all.contains(&Seen::Renewal {
+            locks: 3,
+            failed: 3
+        }),
+        "a batch that never came back counts as failed: {all:?}"
+    );
+    backend.hang_prolongs.store(false, Ordering::SeqCst);
+    for g in guards {
+        let _ = g.release().await.unwrap();
+    }
+    let ends = seen
+        .take()
+        .into_iter()
+        .filter(|s| {
+            matches!(
+                s,
+                Seen::HoldEnded {
+                    end: HoldEnd::Lost,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(ends, 3);
+    assert_eq!(locker.stats().lost, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn backend_errors_are_reported_with_kind_and_operation() {
+    let (backend, locker, seen) = setup();
+    let guard = locker
+        .lock("a")
+        .watchdog()
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    seen.take();
+    backend.fail.store(true, Ordering::SeqCst);
+    let err = locker.lock("b").try_obtain().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(guard.prolongate(ms(30_000)).await.is_err());
+    // The watchdog's next renewal fails too, and is retried.
+    tokio::time::sleep(ms(11_000)).await;
+    assert!(guard.release().await.is_err());
+    let all = seen.take();
+    for op in [Operation::Obtain, Operation::Prolongate, Operation::Release] {
+        assert!(
+            all.contains(&Seen::Error(ErrorKind::Unavailable, op)),
+            "{op:?}: {all:?}"
+        );
+    }
+    assert!(
+        all.iter()
+            .any(|s| matches!(s, Seen::Renewal { failed: 1, .. })),
+        "{all:?}"
+    );
+    assert!(all.iter().any(|s| matches!(
+        s,
+        Seen::ObtainEnded {
+            end: ObtainEnd::Failed(ErrorKind::Unavailable),
+            ..
+        }
+    )));
+    assert!(all.iter().any(|s| matches!(
+        s,
+        Seen::HoldEnded {
+            end: HoldEnd::Failed,
+            ..
+        }
+    )));
+    let stats = locker.stats();
+    assert!(stats.backend_errors >= 4, "{stats:?}");
+    assert!(stats.renewal_failures >= 1, "{stats:?}");
+    assert_eq!((stats.failed, stats.held), (1, 0));
+}
+
+/// An observer that panics on every event.
+#[derive(Debug)]
+struct Panics;
+
+impl Observer for Panics {
+    fn event(&self, _: &Event<'_>) {
+        panic!("an observer's bug");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_observer_changes_nothing() {
+    let locker = Locker::new(Arc::new(MemoryBackend::new())).with_observer(Arc::new(Panics));
+    let guard = locker.lock("a").ttl(ms(300)).watchdog().try_obtain().await;
+    let guard = guard.unwrap().obtained().unwrap();
+    tokio::time::sleep(ms(1_000)).await;
+    assert!(!guard.is_lost(), "the watchdog kept it");
+    assert!(locker.lock("a").try_obtain().await.unwrap().is_busy());
+    let _ = guard.release().await.unwrap();
+    let stats = locker.stats();
+    assert_eq!((stats.obtained, stats.busy, stats.held), (1, 1, 0));
+    assert!(stats.renewals >= 2, "{stats:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn clones_share_the_counters() {
+    let (_, locker, _) = setup();
+    let plain = locker.clone().with_observer(Arc::new(Recorder::default()));
+    let guard = plain
+        .lock("a")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert_eq!(locker.stats().held, 1);
+    let _ = guard.release().await.unwrap();
+    assert_eq!(locker.stats().obtained, 1);
+}
