@@ -27,7 +27,10 @@ use crate::{ensure, CaseResult, Failure, Suite};
 pub const LOST_MARGIN: Duration = Duration::from_millis(250);
 
 /// The faulty backend, or the reason this case does not apply.
-async fn faulty(suite: &Suite, case: &str) -> std::result::Result<Option<Faulty>, Failure> {
+pub(crate) async fn faulty(
+    suite: &Suite,
+    case: &str,
+) -> std::result::Result<Option<Faulty>, Failure> {
     if let Some(f) = suite.harness.behind_faults().await {
         return Ok(Some(f));
     }

@@ -48,6 +48,7 @@
 //! | `shared_holds_keep_the_contract`, `semaphore_capacity_holds_under_contention`, `multiprocess_semaphore_stays_within_its_permits` | shared holds: permits by weight, capacity and weight mismatches, readers and a waiting writer, late and lost per hold, tasks and processes never above the capacity |
 //! | `killed_holder_frees_only_its_own_permits` | a process holding one permit of two is killed: its permit opens after its own ttl, the other holder's stays held and unlost |
 //! | `mode_changes_keep_the_hold` | a holder's obtain in the other mode changes it: down keeps the fencing token, up waits for the other holds (its share kept) and gets a fresh one; reentrant holds change no mode |
+//! | `observer_sees_every_event` | a counting observer on the locker sees every obtain (obtained, busy, timed out), hold (released, lost), loss with its cause, watchdog batch and (behind the fault proxy) backend error; `Locker::stats` agrees |
 //! | `shared_model_sequences` | random sequences of exclusive and shared obtains (capacities, weights, waiting writers), prolongs, releases and inspects agree step by step with a reference model of the shared holds; after every step the live weights fit the capacity and an exclusive hold is alone |
 //!
 //! # The anchors' cases (ANCHOR-TESTS.md) and where they live
@@ -88,6 +89,7 @@ mod check;
 mod harness;
 mod model;
 mod model_shared;
+mod observed;
 mod precise;
 
 pub mod cases;
@@ -208,7 +210,8 @@ macro_rules! for_each_case {
             semaphore_capacity_holds_under_contention,
             multiprocess_semaphore_stays_within_its_permits,
             killed_holder_frees_only_its_own_permits,
-            shared_model_sequences
+            shared_model_sequences,
+            observer_sees_every_event
         }
     };
 }

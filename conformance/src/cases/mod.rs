@@ -29,6 +29,7 @@ pub use crate::faults::{
 };
 pub use crate::model::{model_sequences, model_sequences_with};
 pub use crate::model_shared::shared_model_sequences;
+pub use crate::observed::observer_sees_every_event;
 pub use crate::precise::{
     busy_remaining_is_exact_both_ways, inspect_changes_nothing_before_late_calls,
     inspect_counts_reentrant_holds, late_release_with_delay_starts_the_cooldown,
