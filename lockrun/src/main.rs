@@ -20,6 +20,7 @@
 //! error.
 
 mod child;
+mod metrics_file;
 mod run;
 
 use std::ffi::OsString;
@@ -43,7 +44,7 @@ pub(crate) const EXIT_CONFIG: u8 = 78;
 #[command(
     name = "lockrun",
     version,
-    about = "Run a command under a distributed lock (file, Redis or Postgres).",
+    about = "Run a command under a distributed lock (file, Redis, Postgres or MySQL/MariaDB).",
     long_about = "Obtains the lock KEY (waiting up to --wait), runs COMMAND while a watchdog \
                   prolongs the lock, releases it when COMMAND ends and exits with COMMAND's \
                   status.\n\nCOMMAND runs in a process group of its own (unless standard \
@@ -120,6 +121,12 @@ struct RunArgs {
     /// a lockrun without --shared (a writer) holds KEY or waits for it.
     #[arg(long)]
     shared: bool,
+    /// When lockrun exits (whatever the exit: busy, lost, COMMAND's own status), write the
+    /// run's lock metrics here in Prometheus' text format, for node_exporter's textfile
+    /// collector: the wait, the hold and how it ended, renewals, losses, backend errors,
+    /// labelled with KEY. Written atomically (a temporary file renamed).
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]

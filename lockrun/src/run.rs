@@ -3,14 +3,17 @@
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_config::LockConfig;
+use lock_core::observe::Observer;
 use lock_core::{Attempt, Busy, BusyReason, Key, ReleaseOutcome, Ttl};
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::child::Command;
+use crate::metrics_file::MetricsFile;
 use crate::{fail, RunArgs, EXIT_BUSY, EXIT_CONFIG, EXIT_LOST};
 
 /// The signals passed on to COMMAND.
@@ -23,11 +26,40 @@ const FORWARDED: [(SignalKind, Signal); 6] = [
     (SignalKind::user_defined2(), Signal::SIGUSR2),
 ];
 
+/// Runs COMMAND under the lock; with `--metrics-file`, writes the run's metrics on the
+/// way out, whatever the exit.
 pub(crate) async fn run(
     config: LockConfig,
     key: Key,
     args: &RunArgs,
     command: Vec<OsString>,
+) -> ExitCode {
+    let Some(path) = &args.metrics_file else {
+        return run_locked(config, key, args, command, None).await;
+    };
+    let metrics = match MetricsFile::install(path) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("lockrun: --metrics-file: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let code = run_locked(config, key, args, command, Some(&metrics)).await;
+    if let Err(e) = metrics.write() {
+        eprintln!(
+            "lockrun: could not write the metrics to {}: {e}",
+            path.display()
+        );
+    }
+    code
+}
+
+async fn run_locked(
+    config: LockConfig,
+    key: Key,
+    args: &RunArgs,
+    command: Vec<OsString>,
+    metrics: Option<&MetricsFile>,
 ) -> ExitCode {
     // Checked before anything runs: refused after COMMAND, it would leave the lock held
     // for a ttl.
@@ -37,10 +69,17 @@ pub(crate) async fn run(
             return ExitCode::from(EXIT_CONFIG);
         }
     }
-    let locker = match config.locker().await {
+    let mut locker = match config.locker().await {
         Ok(l) => l,
         Err(e) => return fail(&e),
     };
+    if let Some(metrics) = metrics {
+        let observer: Arc<dyn Observer> = match locker.key(key.as_str()) {
+            Ok(full) => metrics.observer(&full),
+            Err(e) => return fail(&e),
+        };
+        locker = locker.with_observer(observer);
+    }
     let builder = match (args.permits, args.shared) {
         (Some(n), _) => locker
             .semaphore(key.as_str(), n)

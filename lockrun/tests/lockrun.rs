@@ -149,9 +149,44 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     }
 }
 
+/// A file of `--metrics-file` for this test alone, removed when dropped.
+struct MetricsFile(PathBuf);
+
+impl MetricsFile {
+    fn new() -> Self {
+        MetricsFile(std::env::temp_dir().join(format!("lockrun-metrics-{}.prom", unique())))
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temporary path")
+    }
+
+    /// The value of the series `name` whose labels include each of `labels`; panics
+    /// showing the file when there is none.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let text = std::fs::read_to_string(&self.0).expect("lockrun wrote its metrics file");
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .find(|l| {
+                labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} with {labels:?} in:\n{text}"))
+    }
+}
+
+impl Drop for MetricsFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn exit_status_passes_through(backend: &str) {
     let env = Env::new(backend);
-    let out = env.output(&["--", "sh", "-c", "exit 7"]);
+    let metrics = MetricsFile::new();
+    let out = env.output(&["--metrics-file", metrics.arg(), "--", "sh", "-c", "exit 7"]);
     assert_eq!(
         out.status.code(),
         Some(7),
@@ -159,6 +194,20 @@ fn exit_status_passes_through(backend: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(env.state()["state"], "free", "released after the command");
+    let key = env.key.as_str();
+    let count = |name: &str, label: (&str, &str)| metrics.value(name, &[("key", key), label]);
+    let obtained = ("result", "obtained");
+    assert_eq!(
+        count("distlock_obtain_duration_seconds_count", obtained),
+        1.0
+    );
+    let released = ("end", "released");
+    assert_eq!(count("distlock_hold_duration_seconds_count", released), 1.0);
+    assert_eq!(metrics.value("distlock_locks_held", &[("key", key)]), 0.0);
+    assert_eq!(
+        metrics.value("distlock_obtain_pending", &[("key", key)]),
+        0.0
+    );
 }
 
 fn a_second_run_gets_75_or_waits(backend: &str) {
@@ -167,12 +216,18 @@ fn a_second_run_gets_75_or_waits(backend: &str) {
     let held = env.wait_until_held();
     assert_eq!(held["holder"]["pid"], first.id(), "{held}");
     assert!(held["fencing"].as_u64().is_some() && held["remaining_ms"].as_u64().is_some());
-    let busy = env.output(&["--", "true"]);
+    let metrics = MetricsFile::new();
+    let busy = env.output(&["--metrics-file", metrics.arg(), "--", "true"]);
     assert_eq!(busy.status.code(), Some(75));
     let stderr = String::from_utf8_lossy(&busy.stderr);
     assert!(
         stderr.contains("is held by") && stderr.contains("first run"),
         "{stderr}"
+    );
+    let busy = [("key", env.key.as_str()), ("result", "busy")];
+    assert_eq!(
+        metrics.value("distlock_obtain_duration_seconds_count", &busy),
+        1.0
     );
     let waited = env.output(&["--wait", "60s", "--", "sh", "-c", "exit 0"]);
     assert_eq!(
@@ -186,7 +241,16 @@ fn a_second_run_gets_75_or_waits(backend: &str) {
 
 fn a_lost_lock_kills_the_command_with_76(backend: &str) {
     let env = Env::new(backend);
-    let mut run = env.spawn(&["--ttl", "1s", "--kill-after", "5s", "--", "sleep", "60"]);
+    let metrics = MetricsFile::new();
+    let args = [
+        "--ttl",
+        "1s",
+        "--kill-after",
+        "5s",
+        "--metrics-file",
+        metrics.arg(),
+    ];
+    let mut run = env.spawn(&[&args[..], &["--", "sleep", "60"]].concat());
     env.wait_until_held();
     let broke = env.output(&["release", "--force"]);
     assert!(
@@ -196,6 +260,15 @@ fn a_lost_lock_kills_the_command_with_76(backend: &str) {
     );
     let status = wait_exit(&mut run, Duration::from_secs(30));
     assert_eq!(status.code(), Some(76));
+    let key = env.key.as_str();
+    let taken = [("key", key), ("cause", "taken")];
+    assert_eq!(metrics.value("distlock_locks_lost_total", &taken), 1.0);
+    let lost = [("key", key), ("end", "lost")];
+    assert_eq!(
+        metrics.value("distlock_hold_duration_seconds_count", &lost),
+        1.0
+    );
+    assert!(metrics.value("distlock_renewal_batch_size_count", &[("key", key)]) >= 1.0);
 }
 
 fn sigterm_is_forwarded_and_the_lock_released(backend: &str) {

@@ -66,6 +66,38 @@ pub const RENEWAL_BATCH_SIZE: &str = "distlock.renewal.batch_size";
 /// Failed backend calls (counter).
 pub const ERRORS: &str = "distlock.errors";
 
+/// Bucket bounds in seconds for the duration histograms, for exporters that need them
+/// (Prometheus): 1 ms to an hour.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0,
+];
+
+/// Bucket bounds for the count histograms (attempts, batch sizes).
+pub const COUNT_BUCKETS: &[f64] = &[
+    1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
+];
+
+/// Every histogram with the bucket bounds that suit it, to configure an exporter:
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # struct PrometheusBuilder;
+/// # impl PrometheusBuilder { fn set_buckets_for_metric(self, _: &str, _: &[f64]) -> Result<Self, Box<dyn std::error::Error>> { Ok(self) } }
+/// let mut builder = PrometheusBuilder;
+/// for (name, buckets) in lock_core::observe::metrics::HISTOGRAMS {
+///     builder = builder.set_buckets_for_metric(name, buckets)?; // Matcher::Full(name.into())
+/// }
+/// # Ok(()) }
+/// ```
+pub const HISTOGRAMS: [(&str, &[f64]); 5] = [
+    (OBTAIN_DURATION, SECONDS_BUCKETS),
+    (OBTAIN_ATTEMPTS, COUNT_BUCKETS),
+    (HOLD_DURATION, SECONDS_BUCKETS),
+    (RENEWAL_DURATION, SECONDS_BUCKETS),
+    (RENEWAL_BATCH_SIZE, COUNT_BUCKETS),
+];
+
 /// The `key` label of the keys [`MetricsObserver::with_keys`] did not name.
 pub const OTHER_KEY: &str = "_other";
 
