@@ -114,6 +114,10 @@ cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$DATABASE_URL cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$MYSQL_URL cargo run --locked -q -p examples --example dev_prod_swap
+# A service that serves its lock metrics: it scrapes its own /metrics and fails unless they
+# moved as locks were taken and lost.
+cargo run --locked -q -p examples --example metrics_service -- --seconds 2
+LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example metrics_service -- --seconds 2
 # The same program on a private Redis Cluster and Sentinel set (LOCK_URL set by run_on).
 cargo build --locked -q -p examples --example dev_prod_swap
 cargo run --locked -q -p test-servers --example run_on -- cluster target/debug/examples/dev_prod_swap

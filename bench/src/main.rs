@@ -63,6 +63,8 @@ static ALLOCATOR: alloc::Counting = alloc::Counting;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lock_core::observe::metrics::MetricsObserver;
+use lock_core::observe::{Event, Observer};
 use lock_core::{LockBackend, Locker, MemoryBackend, Mode, Retry};
 use lock_file::FileBackend;
 use test_servers::bench::{
@@ -166,11 +168,24 @@ fn main() {
     );
 }
 
+/// An observer that ignores every event: the cost of the call itself.
+struct Idle;
+
+impl Observer for Idle {
+    fn event(&self, _: &Event<'_>) {}
+}
+
 async fn memory(table: &mut Table, size: Size) {
     let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
     let locker = Locker::new(backend.clone());
+    // What an observer costs: one that does nothing, and the metrics one recording into
+    // the facade's no-op recorder (no exporter installed), in the same rounds.
+    let idle = locker.clone().with_observer(Arc::new(Idle));
+    let metrics = locker
+        .clone()
+        .with_observer(Arc::new(MetricsObserver::new()));
     for tasks in CONCURRENCY.iter().copied().filter(|_| !size.watched_only) {
-        let [raw, project] = rounds(size.rounds, async || {
+        let [raw, project, idle, metrics] = rounds(size.rounds, async || {
             let b = backend.clone();
             [
                 run(tasks, size.cycles, move |p, n| {
@@ -178,17 +193,17 @@ async fn memory(table: &mut Table, size: Size) {
                 })
                 .await,
                 through(&locker, tasks, size.cycles, true).await,
+                through(&idle, tasks, size.cycles, true).await,
+                through(&metrics, tasks, size.cycles, true).await,
             ]
         })
         .await;
-        table.cycles(
-            "memory",
-            "obtain()+release",
-            tasks,
-            "the trait, called directly",
-            raw,
-            project,
-        );
+        let baseline = "the trait, called directly";
+        table.cycles("memory", "obtain()+release", tasks, baseline, raw, project);
+        let with_idle = "obtain()+release, an observer that does nothing";
+        table.cycles("memory", with_idle, tasks, baseline, raw, idle);
+        let with_metrics = "obtain()+release, MetricsObserver, no exporter";
+        table.cycles("memory", with_metrics, tasks, baseline, raw, metrics);
     }
     if !size.watched_only {
         shared_holds(table, "memory", &locker, size).await;

@@ -8,6 +8,10 @@
 //!   (`redis`: one server, a Cluster or a Sentinel-managed primary), `PostgresBackend`
 //!   (`postgres`, directly or through PgBouncer), `MySqlBackend` (`mysql`: MariaDB or
 //!   MySQL); [`MemoryBackend`] for tests.
+//! - **Watching locks in production**: [`Locker::stats`], an [`observe::Observer`] on the
+//!   locker, and with the `metrics` feature `observe::metrics::MetricsObserver`, which
+//!   records wait times, hold times, losses, renewals and errors through the `metrics`
+//!   facade.
 //! - **Writing a backend of your own**: the trait [`LockBackend`] and everything only a
 //!   backend author needs (request types, owner tokens, the contract's decisions as pure
 //!   functions) are in [`backend`]; the feature `conformance` adds the suite that checks it
@@ -39,10 +43,10 @@
 // The user's items, by name. What only a backend author needs is under [`backend`].
 pub use lock_config::{connect, parse_retry, LockConfig};
 pub use lock_core::{
-    backend, contract, parse_duration, redact_url, Attempt, Busy, BusyReason, Error, ErrorKind,
-    Fencing, HeldLock, HolderInfo, Key, LockBackend, LockBuilder, LockGuard, LockState, Locker,
-    LostFuture, MemoryBackend, Mode, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome,
-    Result, Retry, SharedHold, Ttl,
+    backend, contract, observe, parse_duration, redact_url, Attempt, Busy, BusyReason, Error,
+    ErrorKind, Fencing, HeldLock, HolderInfo, Key, LockBackend, LockBuilder, LockGuard, LockState,
+    Locker, LockerStats, LostFuture, MemoryBackend, Mode, ObtainOutcome, Operation, ProlongOutcome,
+    ReleaseOutcome, Result, Retry, SharedHold, Ttl,
 };
 
 /// Lock files in a directory, for one machine.
