@@ -19,6 +19,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -46,8 +47,8 @@ pub(crate) struct Hold {
     pub(crate) renew_slot: Mutex<Option<(Instant, u64)>>,
     /// Its locker's counters and observer.
     pub(crate) telemetry: Telemetry,
-    /// When the grant arrived.
-    granted_at: Instant,
+    /// When the grant arrived, if an observer wants to know how long it was held.
+    granted_at: Option<Instant>,
 }
 
 struct State {
@@ -182,8 +183,8 @@ impl Hold {
             }),
             changed: Notify::new(),
             renew_slot: Mutex::new(None),
+            granted_at: grant.telemetry.stopwatch(),
             telemetry: grant.telemetry,
-            granted_at: clock::now(),
         })
     }
 
@@ -207,7 +208,7 @@ impl Hold {
             backend: self.backend.name(),
             key: &self.key,
             mode,
-            held: clock::now().saturating_duration_since(self.granted_at),
+            held: self.granted_at.map_or(Duration::ZERO, |t| t.elapsed()),
             end: how,
         });
     }

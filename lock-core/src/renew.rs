@@ -399,14 +399,14 @@ impl BatchReport {
         }
         BatchReport {
             backend,
-            sent_at: clock::now(),
+            sent_at: Instant::now(),
             latency: Duration::ZERO,
             to,
         }
     }
 
     fn answered(&mut self) {
-        self.latency = clock::now().saturating_duration_since(self.sent_at);
+        self.latency = self.sent_at.elapsed();
     }
 
     fn failed(&mut self, hold: &Hold, e: &Error) {

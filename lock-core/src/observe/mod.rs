@@ -98,7 +98,8 @@ pub enum Event<'a> {
         mode: Mode,
         /// How it ended.
         end: ObtainEnd,
-        /// From its start to its end, attempts and pauses between them included.
+        /// From its start to its end, attempts and pauses between them included (on the
+        /// monotonic clock).
         waited: Duration,
         /// Calls to the backend's `obtain` it made (0 when it was cancelled before the
         /// first answer).

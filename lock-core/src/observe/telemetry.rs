@@ -4,12 +4,13 @@
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::stats::Counters;
 use super::{Event, LockerStats, Observer, ObtainEnd};
-use crate::{clock, Error, Key, Mode, Operation};
+use crate::{Error, Key, Mode, Operation};
 
 /// A locker's counters (shared by its clones) and observer.
 #[derive(Clone, Default)]
@@ -35,6 +36,13 @@ impl Telemetry {
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 _ => false,
             }
+    }
+
+    /// The moment now, if an observer will want durations; without one, no clock is read
+    /// (the counters need none, and a cycle on a fast backend is a few microseconds).
+    /// Durations are on tokio's monotonic clock.
+    pub(crate) fn stopwatch(&self) -> Option<Instant> {
+        self.observer.is_some().then(Instant::now)
     }
 
     pub(crate) fn stats(&self) -> LockerStats {
@@ -111,7 +119,7 @@ pub(crate) struct ObtainWatch<'a> {
     backend: &'static str,
     key: &'a Key,
     mode: Mode,
-    started: Instant,
+    started: Option<Instant>,
     /// Calls to the backend's `obtain` answered so far.
     pub(crate) attempts: u32,
     ended: bool,
@@ -130,7 +138,7 @@ impl<'a> ObtainWatch<'a> {
             backend,
             key,
             mode,
-            started: clock::now(),
+            started: telemetry.stopwatch(),
             attempts: 0,
             ended: false,
         }
@@ -147,7 +155,7 @@ impl<'a> ObtainWatch<'a> {
             key: self.key,
             mode: self.mode,
             end,
-            waited: clock::now().saturating_duration_since(self.started),
+            waited: self.started.map_or(Duration::ZERO, |t| t.elapsed()),
             attempts: self.attempts,
         });
     }
