@@ -8,13 +8,17 @@
 //!    its key to another token, nor believes it has more time than the backend gives it;
 //! 2. every guard's lost signal has fired once its validity has ended;
 //! 3. `held_count()` equals the guards alive;
+//! 4. `stats()` counts no obtain in progress, and at least one held lock per acquisition
+//!    alive (more while a release is still on its way);
 //!
-//! and at the end, with every guard given back: nothing is held by nobody beyond one ttl.
+//! and at the end, with every guard given back: nothing is held by nobody beyond one ttl,
+//! and `stats()` counts nothing held.
 //!
 //! `LOCK_CLIENT_MODEL_CASES` sets the number of sequences (default 64; CI's count), and
 //! `LOCK_CLIENT_MODEL_SEED` their seed (fixed by default, so CI runs the same sequences
 //! every time; `random` for a deep run). A failure prints the shrunk sequence of steps.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -350,6 +354,23 @@ impl World {
                 self.locker.held_count()
             ));
         }
+        // Reentrant guards share their acquisition's fencing token; no two acquisitions of
+        // one key have the same.
+        let holds: HashSet<(String, u64)> = self
+            .held
+            .iter()
+            .filter(|h| !h.detached)
+            .map(|h| (h.guard.key().to_string(), h.guard.fencing().0))
+            .collect();
+        let stats = self.locker.stats();
+        if stats.held < holds.len() as u64 || stats.waiting != 0 {
+            return Err(format!(
+                "after {after:?}: stats() counts {} held and {} waiting, with {} acquisitions alive",
+                stats.held,
+                stats.waiting,
+                holds.len()
+            ));
+        }
         for (i, held) in self.held.iter().enumerate() {
             let guard = &held.guard;
             // Read before is_lost(), which would fire the signal itself.
@@ -415,6 +436,13 @@ impl World {
         }
         if self.locker.held_count() != 0 {
             return Err(format!("held_count() is {}", self.locker.held_count()));
+        }
+        let stats = self.locker.stats();
+        if stats.held != 0 || stats.waiting != 0 {
+            return Err(format!(
+                "with every guard given back, stats() counts {} held and {} waiting",
+                stats.held, stats.waiting
+            ));
         }
         Ok(())
     }
