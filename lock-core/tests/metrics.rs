@@ -365,3 +365,88 @@ async fn backend_errors_are_counted_by_kind_and_operation() {
         2
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn one_observer_on_two_backends_labels_each_and_an_expired_loss_its_cause() {
+    use lock_core::backend::{
+        async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
+    };
+    use lock_core::{
+        Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
+    };
+
+    /// The memory backend under another name.
+    #[derive(Debug, Default)]
+    struct Renamed(MemoryBackend);
+    #[async_trait]
+    impl LockBackend for Renamed {
+        fn name(&self) -> &'static str {
+            "renamed"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.0.capabilities()
+        }
+        async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+            self.0.obtain(req).await
+        }
+        async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+            self.0.prolongate(req).await
+        }
+        async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+            self.0.release(req).await
+        }
+        async fn inspect(&self, key: &Key) -> Result<LockState> {
+            self.0.inspect(key).await
+        }
+        async fn force_release(&self, key: &Key) -> Result<LockState> {
+            self.0.force_release(key).await
+        }
+    }
+
+    let (_turn, rec) = recorder().await;
+    let observer = Arc::new(MetricsObserver::new().with_label("test", "two"));
+    assert!(format!("{observer:?}").contains("two"), "{observer:?}");
+    let memory = Locker::new(Arc::new(MemoryBackend::new())).with_observer(observer.clone());
+    let renamed = Locker::new(Arc::new(Renamed::default())).with_observer(observer);
+    for locker in [&memory, &memory, &renamed] {
+        let g = locker
+            .lock("a")
+            .try_obtain()
+            .await
+            .unwrap()
+            .obtained()
+            .unwrap();
+        let _ = g.release().await.unwrap();
+    }
+    // Held past its ttl without a watchdog: lost when the validity ends.
+    let short = renamed
+        .lock("short")
+        .ttl(ms(100))
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    tokio::time::timeout(ms(200), short.lost())
+        .await
+        .expect("lost() fired");
+    let _ = short.release().await.unwrap();
+    let all = snapshot(rec);
+    let holds = |backend| {
+        samples(
+            &all,
+            m::HOLD_DURATION,
+            &[("test", "two"), ("backend", backend)],
+        )
+        .len()
+    };
+    assert_eq!((holds("memory"), holds("renamed")), (2, 2), "{all:?}");
+    let lost = |cause| {
+        count(
+            &all,
+            m::LOCKS_LOST,
+            &[("test", "two"), ("backend", "renamed"), ("cause", cause)],
+        )
+    };
+    assert_eq!((lost("expired"), lost("taken")), (1, 0));
+}

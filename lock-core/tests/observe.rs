@@ -562,3 +562,37 @@ async fn clones_share_the_counters() {
     let _ = guard.release().await.unwrap();
     assert_eq!(locker.stats().obtained, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn clones_with_their_own_observers_each_see_their_own_renewals() {
+    let (backend, locker, first) = setup();
+    let second = Arc::new(Recorder::default());
+    let other = locker.clone().with_observer(second.clone());
+    let ttl = ms(300);
+    let a = locker.lock("a").ttl(ttl).watchdog().try_obtain().await;
+    let a = a.unwrap().obtained().unwrap();
+    let b = other.lock("b").ttl(ttl).watchdog().try_obtain().await;
+    let b = b.unwrap().obtained().unwrap();
+    // Both clones share one watchdog: the two locks renew in one batch, and each observer
+    // hears of its own lock only.
+    tokio::time::sleep(ms(450)).await;
+    for seen in [&first, &second] {
+        let batches: Vec<_> = seen
+            .take()
+            .into_iter()
+            .filter(|s| matches!(s, Seen::Renewal { .. }))
+            .collect();
+        assert!(!batches.is_empty(), "no renewal seen");
+        assert!(
+            batches.iter().all(|s| *s
+                == Seen::Renewal {
+                    locks: 1,
+                    failed: 0
+                }),
+            "{batches:?}"
+        );
+    }
+    assert_eq!(locker.stats().renewals, other.stats().renewals);
+    let _ = (a.release().await, b.release().await);
+    drop(backend);
+}

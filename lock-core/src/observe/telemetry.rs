@@ -1,7 +1,6 @@
 //! The client layer's side of observation: every event counted in the locker's
 //! [`Counters`], then handed to its observer, if it has one.
 
-use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,14 +100,6 @@ impl Telemetry {
         if e.operation() != Operation::Validate {
             self.error(Some(key), e);
         }
-    }
-}
-
-impl fmt::Debug for Telemetry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Telemetry")
-            .field("observer", &self.observer.is_some())
-            .finish_non_exhaustive()
     }
 }
 
