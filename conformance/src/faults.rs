@@ -20,6 +20,7 @@ use lock_core::{
 use tokio::time::Instant;
 
 use crate::harness::{ms, Faulty, Owner};
+use crate::observed::{read, Counts};
 use crate::{ensure, CaseResult, Failure, Suite};
 
 /// How late `lost()` may fire after the guard's validity ends: timer resolution and a
@@ -72,13 +73,15 @@ async fn obtained_within(
 
 /// Partition during a hold, watchdog on: `lost()` fires by the end of the validity (the ttl
 /// from when the last successful request was sent) plus [`LOST_MARGIN`], although the
-/// watchdog's prolong never comes back; the lock is then really free for others.
+/// watchdog's prolong never comes back; the lock is then really free for others. The
+/// locker's observer hears of one loss, because the validity ran out.
 pub async fn partition_during_a_hold_fires_lost_in_time(suite: &Suite) -> CaseResult {
     let Some(f) = faulty(suite, "partition_during_a_hold_fires_lost_in_time").await? else {
         return Ok(());
     };
     let ttl = ms(1_500);
-    let locker = Locker::new(Arc::clone(&f.backend));
+    let counts = Arc::new(Counts::default());
+    let locker = Locker::new(Arc::clone(&f.backend)).with_observer(counts.clone());
     let sent = Instant::now();
     let guard = match locker
         .lock("partition")
@@ -107,6 +110,11 @@ pub async fn partition_during_a_hold_fires_lost_in_time(suite: &Suite) -> CaseRe
         "{}: partition during a hold: lost() fired {late:?} after the validity end",
         suite.name
     ));
+    let (expired, lost) = (read(&counts.expired), locker.stats().lost);
+    ensure!(
+        (expired, lost) == (1, 1),
+        "the observer heard of {expired} expired losses and stats() counts {lost} lost, expected 1 and 1"
+    );
     let other = Owner::new(&f.direct, "partition", "other");
     obtained_within(&other, ttl + ms(2_000)).await?;
     f.faults.heal();

@@ -13,7 +13,7 @@ use crate::{ensure, CaseResult, Failure, Suite};
 
 /// Counts each kind of event.
 #[derive(Debug, Default)]
-struct Counts {
+pub(crate) struct Counts {
     started: AtomicU64,
     obtained: AtomicU64,
     busy: AtomicU64,
@@ -23,6 +23,8 @@ struct Counts {
     released: AtomicU64,
     ended_lost: AtomicU64,
     taken: AtomicU64,
+    /// Losses because the validity ran out.
+    pub(crate) expired: AtomicU64,
     batches: AtomicU64,
     renewed: AtomicU64,
     obtain_errors: AtomicU64,
@@ -50,6 +52,10 @@ impl Observer for Counts {
                 cause: LostCause::Taken,
                 ..
             } => &self.taken,
+            Event::Lost {
+                cause: LostCause::Expired,
+                ..
+            } => &self.expired,
             Event::Renewal { locks, failed, .. } => {
                 self.renewed.fetch_add(locks as u64, Ordering::SeqCst);
                 if failed > 0 {
@@ -68,7 +74,7 @@ impl Observer for Counts {
     }
 }
 
-fn read(c: &AtomicU64) -> u64 {
+pub(crate) fn read(c: &AtomicU64) -> u64 {
     c.load(Ordering::SeqCst)
 }
 
