@@ -41,7 +41,7 @@ enum Seen {
 }
 
 #[derive(Debug, Default)]
-struct Recorder(Mutex<Vec<Seen>>);
+struct Recorder(Mutex<Vec<Seen>>, Mutex<Vec<Duration>>);
 
 impl Observer for Recorder {
     fn event(&self, event: &Event<'_>) {
@@ -66,7 +66,15 @@ impl Observer for Recorder {
                 held,
             },
             Event::Lost { key, cause, .. } => Seen::Lost(key.to_string(), cause),
-            Event::Renewal { locks, failed, .. } => Seen::Renewal { locks, failed },
+            Event::Renewal {
+                locks,
+                failed,
+                latency,
+                ..
+            } => {
+                self.1.lock().unwrap().push(latency);
+                Seen::Renewal { locks, failed }
+            }
             Event::BackendError {
                 kind, operation, ..
             } => Seen::Error(kind, operation),
@@ -88,6 +96,8 @@ struct Switch {
     inner: MemoryBackend,
     fail: AtomicBool,
     hang_prolongs: AtomicBool,
+    /// Prolongs take this many milliseconds.
+    slow_prolongs: std::sync::atomic::AtomicU64,
 }
 
 impl Switch {
@@ -120,6 +130,8 @@ impl LockBackend for Switch {
         if self.hang_prolongs.load(Ordering::SeqCst) {
             pending::<()>().await;
         }
+        let slow = self.slow_prolongs.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(slow)).await;
         self.check(Operation::Prolongate)?;
         self.inner.prolongate(req).await
     }
@@ -387,10 +399,32 @@ async fn reentrant_guards_share_one_hold() {
     let _ = first.release().await.unwrap();
     assert_eq!(locker.stats().held, 1, "the second guard still holds it");
     let _ = second.release().await.unwrap();
+    // Dropping a reentrant guard drops no hold: the other guard still holds it, and its
+    // release ends the hold as released.
+    let third = locker
+        .lock("b")
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    drop(third.reenter().await.unwrap().obtained().unwrap());
+    tokio::time::sleep(ms(10)).await;
+    assert_eq!(locker.stats().held, 1, "the first guard still holds it");
+    let _ = third.release().await.unwrap();
     let all = seen.take();
     let holds = |f: fn(&Seen) -> bool| all.iter().filter(|s| f(s)).count();
-    assert_eq!(holds(|s| matches!(s, Seen::HoldStarted(_))), 1, "{all:?}");
-    assert_eq!(holds(|s| matches!(s, Seen::HoldEnded { .. })), 1, "{all:?}");
+    assert_eq!(holds(|s| matches!(s, Seen::HoldStarted(_))), 2, "{all:?}");
+    let released = |s: &Seen| {
+        matches!(
+            s,
+            Seen::HoldEnded {
+                end: HoldEnd::Released,
+                ..
+            }
+        )
+    };
+    assert_eq!(holds(released), 2, "{all:?}");
     assert_eq!(locker.stats().held, 0);
 }
 
@@ -419,6 +453,18 @@ async fn the_watchdog_reports_its_batches_and_a_partition_reports_an_expired_los
         "the three locks of one ttl renew together: {batches:?}"
     );
     assert_eq!(locker.stats().renewals, 3 * batches.len() as u64);
+    // A batch's latency is its round trip.
+    backend.slow_prolongs.store(20, Ordering::SeqCst);
+    seen.1.lock().unwrap().clear();
+    tokio::time::sleep(ms(250)).await;
+    let latencies = std::mem::take(&mut *seen.1.lock().unwrap());
+    assert!(
+        !latencies.is_empty(),
+        "a batch in 250 ms at a 100 ms period"
+    );
+    assert!(latencies.iter().all(|l| *l == ms(20)), "{latencies:?}");
+    backend.slow_prolongs.store(0, Ordering::SeqCst);
+    seen.take();
 
     // The prolongs hang now: each lock is lost when its validity runs out.
     backend.hang_prolongs.store(true, Ordering::SeqCst);
