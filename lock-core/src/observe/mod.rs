@@ -214,7 +214,8 @@ pub enum HoldEnd {
     /// Released in time.
     Released,
     /// Released after it had expired, but nobody had taken it meanwhile
-    /// ([`ReleaseOutcome::ReleasedLate`](crate::ReleaseOutcome::ReleasedLate)).
+    /// ([`ReleaseOutcome::ReleasedLate`](crate::ReleaseOutcome::ReleasedLate)), before
+    /// its lost signal fired (once it has fired, the hold ends as `Lost`).
     Late,
     /// Lost while held (whatever its release then answered): see [`LostCause`].
     Lost,
