@@ -19,8 +19,8 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
+use crate::counts::{read, Counts};
 use crate::harness::{ms, Faulty, Owner};
-use crate::observed::{read, Counts};
 use crate::{ensure, CaseResult, Failure, Suite};
 
 /// How late `lost()` may fire after the guard's validity ends: timer resolution and a

@@ -86,6 +86,7 @@
 
 mod as_semaphore;
 mod check;
+mod counts;
 mod harness;
 mod model;
 mod model_shared;

@@ -1,82 +1,14 @@
 //! What a [`Locker`]'s observer sees on this backend: every obtain, hold, loss, watchdog
 //! batch and (behind the fault proxy) backend error, and [`Locker::stats`] agreeing with it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use lock_core::observe::{Event, HoldEnd, LostCause, Observer, ObtainEnd};
-use lock_core::{Attempt, ErrorKind, Locker, Operation, ProlongOutcome, ReleaseOutcome, Retry};
+use lock_core::{Attempt, Locker, ProlongOutcome, ReleaseOutcome, Retry};
 
+use crate::counts::{read, Counts};
 use crate::faults::faulty;
 use crate::harness::ms;
 use crate::{ensure, CaseResult, Failure, Suite};
-
-/// Counts each kind of event.
-#[derive(Debug, Default)]
-pub(crate) struct Counts {
-    started: AtomicU64,
-    obtained: AtomicU64,
-    busy: AtomicU64,
-    timed_out: AtomicU64,
-    failed: AtomicU64,
-    holds: AtomicU64,
-    released: AtomicU64,
-    ended_lost: AtomicU64,
-    taken: AtomicU64,
-    /// Losses because the validity ran out.
-    pub(crate) expired: AtomicU64,
-    batches: AtomicU64,
-    renewed: AtomicU64,
-    obtain_errors: AtomicU64,
-    other: AtomicU64,
-}
-
-impl Observer for Counts {
-    fn event(&self, event: &Event<'_>) {
-        let counter = match *event {
-            Event::ObtainStarted { .. } => &self.started,
-            Event::ObtainEnded { end, .. } => match end {
-                ObtainEnd::Obtained => &self.obtained,
-                ObtainEnd::Busy => &self.busy,
-                ObtainEnd::TimedOut => &self.timed_out,
-                ObtainEnd::Failed(_) => &self.failed,
-                _ => &self.other,
-            },
-            Event::HoldStarted { .. } => &self.holds,
-            Event::HoldEnded { end, .. } => match end {
-                HoldEnd::Released => &self.released,
-                HoldEnd::Lost => &self.ended_lost,
-                _ => &self.other,
-            },
-            Event::Lost {
-                cause: LostCause::Taken,
-                ..
-            } => &self.taken,
-            Event::Lost {
-                cause: LostCause::Expired,
-                ..
-            } => &self.expired,
-            Event::Renewal { locks, failed, .. } => {
-                self.renewed.fetch_add(locks as u64, Ordering::SeqCst);
-                if failed > 0 {
-                    self.other.fetch_add(1, Ordering::SeqCst);
-                }
-                &self.batches
-            }
-            Event::BackendError {
-                kind: ErrorKind::Unavailable,
-                operation: Operation::Obtain,
-                ..
-            } => &self.obtain_errors,
-            _ => &self.other,
-        };
-        counter.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-pub(crate) fn read(c: &AtomicU64) -> u64 {
-    c.load(Ordering::SeqCst)
-}
 
 /// A counting observer on this backend sees each obtain start and end (obtained, busy,
 /// timed out), each hold start and end (released, lost), a loss to a forced release with
