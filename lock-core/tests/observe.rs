@@ -15,6 +15,7 @@ use lock_core::{
     Error, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend, ObtainOutcome, Operation,
     ProlongOutcome, ReleaseOutcome, Result, Retry,
 };
+use test_servers::locks::{held, state};
 
 /// An event, owned.
 #[derive(Debug, Clone, PartialEq)]
@@ -170,13 +171,7 @@ fn ended(seen: &[Seen]) -> Vec<(ObtainEnd, u32)> {
 #[tokio::test(start_paused = true)]
 async fn an_obtain_and_its_hold_start_and_end_once_each() {
     let (_, locker, seen) = setup();
-    let guard = locker
-        .lock("a")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("a")).await;
     tokio::time::sleep(ms(250)).await;
     let _ = guard.release().await.unwrap();
     assert_eq!(
@@ -204,13 +199,7 @@ async fn an_obtain_and_its_hold_start_and_end_once_each() {
 #[tokio::test(start_paused = true)]
 async fn a_busy_try_and_a_wait_that_runs_out_are_told_apart() {
     let (_, locker, seen) = setup();
-    let _held = locker
-        .lock("a")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let _held = held(locker.lock("a")).await;
     seen.take();
     assert!(locker.lock("a").try_obtain().await.unwrap().is_busy());
     assert_eq!(ended(&seen.take()), vec![(ObtainEnd::Busy, 1)]);
@@ -248,13 +237,7 @@ async fn a_busy_try_and_a_wait_that_runs_out_are_told_apart() {
 #[tokio::test(start_paused = true)]
 async fn a_wait_that_ends_in_a_grant_reports_the_time_waited() {
     let (_, locker, seen) = setup();
-    let holder = locker
-        .lock("a")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let holder = held(locker.lock("a")).await;
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move {
@@ -293,13 +276,7 @@ async fn a_wait_that_ends_in_a_grant_reports_the_time_waited() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_obtain_counts_as_cancelled() {
     let (_, locker, seen) = setup();
-    let _held = locker
-        .lock("a")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let _held = held(locker.lock("a")).await;
     let wait = locker.lock("a").wait(ms(5_000)).obtain();
     assert!(tokio::time::timeout(ms(100), wait).await.is_err());
     let all = seen.take();
@@ -322,32 +299,16 @@ async fn a_dropped_obtain_counts_as_cancelled() {
 async fn holds_end_released_late_lost_or_dropped() {
     let (backend, locker, seen) = setup();
     // Late: expired, nobody took it.
-    let late = locker.lock("late").ttl(ms(100)).try_obtain().await;
-    let late = late.unwrap().obtained().unwrap();
+    let late = held(locker.lock("late").ttl(ms(100))).await;
     // Lost: expired and taken by another owner.
-    let lost = locker.lock("lost").ttl(ms(100)).try_obtain().await;
-    let lost = lost.unwrap().obtained().unwrap();
+    let lost = held(locker.lock("lost").ttl(ms(100))).await;
     tokio::time::sleep(ms(150)).await;
     let other = Locker::new(backend.clone());
-    let thief = other
-        .lock("lost")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let thief = held(other.lock("lost")).await;
     assert_eq!(late.release().await.unwrap(), ReleaseOutcome::ReleasedLate);
     assert_eq!(lost.release().await.unwrap(), ReleaseOutcome::Lost);
     // Dropped: released in the background.
-    drop(
-        locker
-            .lock("dropped")
-            .try_obtain()
-            .await
-            .unwrap()
-            .obtained()
-            .unwrap(),
-    );
+    drop(held(locker.lock("dropped")).await);
     tokio::time::sleep(ms(10)).await;
     let ends: Vec<String> = seen
         .take()
@@ -376,24 +337,10 @@ async fn holds_end_released_late_lost_or_dropped() {
     let _ = thief.release().await.unwrap();
 }
 
-async fn state(locker: &Locker, key: &str) -> LockState {
-    locker
-        .backend()
-        .inspect(&Key::new(key).unwrap())
-        .await
-        .unwrap()
-}
-
 #[tokio::test(start_paused = true)]
 async fn reentrant_guards_share_one_hold() {
     let (_, locker, seen) = setup();
-    let first = locker
-        .lock("a")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let first = held(locker.lock("a")).await;
     let second = first.reenter().await.unwrap().obtained().unwrap();
     assert_eq!(locker.stats().held, 1);
     let _ = first.release().await.unwrap();
@@ -401,13 +348,7 @@ async fn reentrant_guards_share_one_hold() {
     let _ = second.release().await.unwrap();
     // Dropping a reentrant guard drops no hold: the other guard still holds it, and its
     // release ends the hold as released.
-    let third = locker
-        .lock("b")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let third = held(locker.lock("b")).await;
     drop(third.reenter().await.unwrap().obtained().unwrap());
     tokio::time::sleep(ms(10)).await;
     assert_eq!(locker.stats().held, 1, "the first guard still holds it");
@@ -434,8 +375,7 @@ async fn the_watchdog_reports_its_batches_and_a_partition_reports_an_expired_los
     let ttl = ms(300);
     let mut guards = Vec::new();
     for key in ["a", "b", "c"] {
-        let g = locker.lock(key).ttl(ttl).watchdog().try_obtain().await;
-        guards.push(g.unwrap().obtained().unwrap());
+        guards.push(held(locker.lock(key).ttl(ttl).watchdog()).await);
     }
     tokio::time::sleep(ms(700)).await;
     let all = seen.take();
@@ -521,14 +461,7 @@ async fn the_watchdog_reports_its_batches_and_a_partition_reports_an_expired_los
 #[tokio::test(start_paused = true)]
 async fn backend_errors_are_reported_with_kind_and_operation() {
     let (backend, locker, seen) = setup();
-    let guard = locker
-        .lock("a")
-        .watchdog()
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(locker.lock("a").watchdog()).await;
     seen.take();
     backend.fail.store(true, Ordering::SeqCst);
     let err = locker.lock("b").try_obtain().await.unwrap_err();
@@ -582,8 +515,7 @@ impl Observer for Panics {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_observer_changes_nothing() {
     let locker = Locker::new(Arc::new(MemoryBackend::new())).with_observer(Arc::new(Panics));
-    let guard = locker.lock("a").ttl(ms(300)).watchdog().try_obtain().await;
-    let guard = guard.unwrap().obtained().unwrap();
+    let guard = held(locker.lock("a").ttl(ms(300)).watchdog()).await;
     tokio::time::sleep(ms(1_000)).await;
     assert!(!guard.is_lost(), "the watchdog kept it");
     assert!(locker.lock("a").try_obtain().await.unwrap().is_busy());
@@ -597,13 +529,7 @@ async fn a_panicking_observer_changes_nothing() {
 async fn clones_share_the_counters() {
     let (_, locker, _) = setup();
     let plain = locker.clone().with_observer(Arc::new(Recorder::default()));
-    let guard = plain
-        .lock("a")
-        .try_obtain()
-        .await
-        .unwrap()
-        .obtained()
-        .unwrap();
+    let guard = held(plain.lock("a")).await;
     assert_eq!(locker.stats().held, 1);
     let _ = guard.release().await.unwrap();
     assert_eq!(locker.stats().obtained, 1);
@@ -611,14 +537,12 @@ async fn clones_share_the_counters() {
 
 #[tokio::test(start_paused = true)]
 async fn clones_with_their_own_observers_each_see_their_own_renewals() {
-    let (backend, locker, first) = setup();
+    let (_, locker, first) = setup();
     let second = Arc::new(Recorder::default());
     let other = locker.clone().with_observer(second.clone());
     let ttl = ms(300);
-    let a = locker.lock("a").ttl(ttl).watchdog().try_obtain().await;
-    let a = a.unwrap().obtained().unwrap();
-    let b = other.lock("b").ttl(ttl).watchdog().try_obtain().await;
-    let b = b.unwrap().obtained().unwrap();
+    let a = held(locker.lock("a").ttl(ttl).watchdog()).await;
+    let b = held(other.lock("b").ttl(ttl).watchdog()).await;
     // Both clones share one watchdog: the two locks renew in one batch, and each observer
     // hears of its own lock only.
     tokio::time::sleep(ms(450)).await;
@@ -640,5 +564,4 @@ async fn clones_with_their_own_observers_each_see_their_own_renewals() {
     }
     assert_eq!(locker.stats().renewals, other.stats().renewals);
     let _ = (a.release().await, b.release().await);
-    drop(backend);
 }
