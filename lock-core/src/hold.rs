@@ -498,7 +498,7 @@ impl Hold {
             }
         }
         lock(&self.state).releases += 1;
-        let _releasing = Releasing(self, last);
+        let mut releasing = Releasing(self, last);
         let what = if last {
             GiveBack::AllHolds
         } else {
@@ -525,6 +525,8 @@ impl Hold {
         };
         if last {
             self.end(end);
+            // Ended: its drop has nothing more to do.
+            releasing.1 = false;
         }
         Ok(outcome)
     }

@@ -40,7 +40,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Mutex, RwLock};
 
 use metrics::{Counter, Gauge, Histogram, Label, Unit};
 
@@ -124,7 +124,7 @@ const LOST_CAUSES: [LostCause; 2] = [LostCause::Expired, LostCause::Taken];
 pub struct MetricsObserver {
     labels: Vec<Label>,
     keys: Option<Vec<String>>,
-    backends: RwLock<Vec<(&'static str, Arc<Handles>)>>,
+    backends: RwLock<Vec<(&'static str, Handles)>>,
 }
 
 impl MetricsObserver {
@@ -158,22 +158,24 @@ impl MetricsObserver {
         self
     }
 
-    fn handles(&self, backend: &'static str) -> Arc<Handles> {
-        let found = |all: &[(&'static str, Arc<Handles>)]| {
-            all.iter()
-                .find(|(name, _)| *name == backend)
-                .map(|(_, h)| Arc::clone(h))
+    /// Runs `record` with `backend`'s handles, made the first time it reports.
+    fn with_handles(&self, backend: &'static str, record: impl FnOnce(&Handles)) {
+        let find = |all: &[(&'static str, Handles)]| -> Option<usize> {
+            all.iter().position(|(name, _)| *name == backend)
         };
-        if let Some(h) = found(&self.backends.read().unwrap_or_else(|p| p.into_inner())) {
-            return h;
+        {
+            let all = self.backends.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(at) = find(&all) {
+                return record(&all[at].1);
+            }
         }
         let mut all = self.backends.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(h) = found(&all) {
-            return h;
-        }
-        let h = Arc::new(Handles::new(backend, &self.labels, self.keys.as_deref()));
-        all.push((backend, Arc::clone(&h)));
-        h
+        let at = find(&all).unwrap_or_else(|| {
+            let handles = Handles::new(backend, &self.labels, self.keys.as_deref());
+            all.push((backend, handles));
+            all.len() - 1
+        });
+        record(&all[at].1);
     }
 }
 
@@ -194,64 +196,7 @@ impl fmt::Debug for MetricsObserver {
 
 impl Observer for MetricsObserver {
     fn event(&self, event: &Event<'_>) {
-        match *event {
-            Event::ObtainStarted { backend, key, .. } => {
-                self.handles(backend).of(key).pending.increment(1.0);
-            }
-            Event::ObtainEnded {
-                backend,
-                key,
-                end,
-                waited,
-                attempts,
-                ..
-            } => {
-                let h = self.handles(backend);
-                let series = h.of(key);
-                series.pending.decrement(1.0);
-                let at = obtain_index(end);
-                series.obtain_duration[at].record(waited.as_secs_f64());
-                series.obtain_attempts[at].record(f64::from(attempts));
-            }
-            Event::HoldStarted { backend, key, .. } => {
-                self.handles(backend).of(key).held.increment(1.0);
-            }
-            Event::HoldEnded {
-                backend,
-                key,
-                held,
-                end,
-                ..
-            } => {
-                let h = self.handles(backend);
-                let series = h.of(key);
-                series.held.decrement(1.0);
-                series.hold_duration[hold_index(end)].record(held.as_secs_f64());
-            }
-            Event::Lost {
-                backend,
-                key,
-                cause,
-            } => {
-                self.handles(backend).of(key).lost[lost_index(cause)].increment(1);
-            }
-            Event::Renewal {
-                backend,
-                locks,
-                latency,
-                ..
-            } => {
-                let h = self.handles(backend);
-                h.renewal_duration.record(latency.as_secs_f64());
-                h.renewal_batch_size.record(locks as f64);
-            }
-            Event::BackendError {
-                backend,
-                kind,
-                operation,
-                ..
-            } => self.handles(backend).error(kind, operation).increment(1),
-        }
+        self.with_handles(event.backend(), |h| h.record(event));
     }
 }
 
@@ -301,6 +246,39 @@ impl Handles {
             all,
             named,
             errors: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn record(&self, event: &Event<'_>) {
+        match *event {
+            Event::ObtainStarted { key, .. } => self.of(key).pending.increment(1.0),
+            Event::ObtainEnded {
+                key,
+                end,
+                waited,
+                attempts,
+                ..
+            } => {
+                let series = self.of(key);
+                series.pending.decrement(1.0);
+                let at = obtain_index(end);
+                series.obtain_duration[at].record(waited.as_secs_f64());
+                series.obtain_attempts[at].record(f64::from(attempts));
+            }
+            Event::HoldStarted { key, .. } => self.of(key).held.increment(1.0),
+            Event::HoldEnded { key, held, end, .. } => {
+                let series = self.of(key);
+                series.held.decrement(1.0);
+                series.hold_duration[hold_index(end)].record(held.as_secs_f64());
+            }
+            Event::Lost { key, cause, .. } => self.of(key).lost[lost_index(cause)].increment(1),
+            Event::Renewal { locks, latency, .. } => {
+                self.renewal_duration.record(latency.as_secs_f64());
+                self.renewal_batch_size.record(locks as f64);
+            }
+            Event::BackendError {
+                kind, operation, ..
+            } => self.error(kind, operation).increment(1),
         }
     }
 

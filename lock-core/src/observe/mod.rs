@@ -167,6 +167,21 @@ pub enum Event<'a> {
     },
 }
 
+impl Event<'_> {
+    /// The name of the backend it happened on.
+    pub fn backend(&self) -> &'static str {
+        match *self {
+            Event::ObtainStarted { backend, .. }
+            | Event::ObtainEnded { backend, .. }
+            | Event::HoldStarted { backend, .. }
+            | Event::HoldEnded { backend, .. }
+            | Event::Lost { backend, .. }
+            | Event::Renewal { backend, .. }
+            | Event::BackendError { backend, .. } => backend,
+        }
+    }
+}
+
 /// How an obtain ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
