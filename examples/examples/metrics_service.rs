@@ -200,20 +200,25 @@ async fn lose_locks(locker: &Locker, until: tokio::time::Instant) -> distlock::R
     Ok(())
 }
 
-/// GET /metrics from the exporter, as any Prometheus server would.
+/// GET /metrics from the exporter, as any Prometheus server would, within 10 s.
 async fn scrape(addr: SocketAddr) -> std::io::Result<String> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    match response.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
-        _ => Err(std::io::Error::other(format!(
-            "the metrics endpoint answered: {}",
-            response.lines().next().unwrap_or("nothing")
-        ))),
-    }
+    let get = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        match response.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+            _ => Err(std::io::Error::other(format!(
+                "the metrics endpoint answered: {}",
+                response.lines().next().unwrap_or("nothing")
+            ))),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), get)
+        .await
+        .map_err(|_| std::io::Error::other("the metrics endpoint did not answer within 10 s"))?
 }
 
 /// The sum of the series `name` whose labels contain `labels`.
