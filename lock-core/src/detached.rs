@@ -17,6 +17,7 @@ use std::task::{ready, Context, Poll};
 
 use tracing::Instrument;
 
+use crate::turn::Turn;
 use crate::{
     Error, ErrorKind, HolderInfo, Key, LockBackend, Mode, ObtainOutcome, ObtainRequest, Operation,
     ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
@@ -44,6 +45,9 @@ pub(crate) struct Obtain {
     pub(crate) mode: Mode,
     /// Leave a writer's marker when busy (see [`ObtainRequest::queue`]).
     pub(crate) queue: bool,
+    /// The token's turn, when the obtain changes what an existing hold is (a reentrant
+    /// obtain, a mode change): kept until the call and its give-back ended.
+    pub(crate) turn: Option<Turn>,
 }
 
 impl Obtain {
@@ -58,12 +62,15 @@ impl Obtain {
 
     /// As [`Obtain::run`], with `keep` owned by the call until the backend answers: handed
     /// back with the answer, or, if the caller is gone by then, dropped where the call
-    /// finishes (after the grant is handed to its give-back), never before.
+    /// finishes (after the grant is handed to its give-back), never before. The token's
+    /// turn, if the obtain has one, comes back with the answer; if the caller is gone, it
+    /// is kept until the give-back of the grant ended.
     pub(crate) async fn run_keeping<K: Send + 'static>(
-        self,
+        mut self,
         orphan: GiveBack,
         keep: K,
-    ) -> (Result<ObtainOutcome>, K) {
+    ) -> (Result<ObtainOutcome>, K, Option<Turn>) {
+        let turn = self.turn.take();
         let call = async move {
             let req = ObtainRequest::new(&self.key, &self.token, self.ttl, &self.holder)
                 .with_mode(self.mode)
@@ -78,12 +85,14 @@ impl Obtain {
                     key: self.key,
                     token: self.token,
                     what: orphan,
+                    turn,
                 }),
             };
             (grant, keep)
         };
         let (grant, keep) = RunToEnd::new(call.in_current_span()).await;
-        (grant.take(), keep)
+        let (outcome, turn) = grant.take();
+        (outcome, keep, turn)
     }
 }
 
@@ -101,20 +110,23 @@ struct Orphan {
     key: Key,
     token: Token,
     what: GiveBack,
+    /// The token's turn: no other call of the token is sent before the give-back ended.
+    turn: Option<Turn>,
 }
 
 impl UnreadGrant {
-    /// The outcome, now the caller's to act on.
-    fn take(mut self) -> Result<ObtainOutcome> {
-        self.orphan = None;
-        self.outcome.take().unwrap_or_else(|| {
+    /// The outcome, now the caller's to act on, and the token's turn, if the call had it.
+    fn take(mut self) -> (Result<ObtainOutcome>, Option<Turn>) {
+        let turn = self.orphan.take().and_then(|orphan| orphan.turn);
+        let outcome = self.outcome.take().unwrap_or_else(|| {
             Err(Error::new(
                 ErrorKind::Protocol,
                 "lock-core",
                 Operation::Obtain,
                 "an obtain's outcome was taken twice",
             ))
-        })
+        });
+        (outcome, turn)
     }
 }
 
@@ -143,6 +155,8 @@ impl Drop for UnreadGrant {
                 {
                     tracing::warn!(key = %orphan.key, "could not give back the grant of a cancelled obtain; it expires after its ttl: {e}");
                 }
+                // The token's next call goes out only now.
+                drop(orphan.turn);
             }
             .in_current_span(),
         );

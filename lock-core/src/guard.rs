@@ -11,7 +11,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
 use crate::clock;
-use crate::detached::{detached, give_back_detached, GiveBack};
+use crate::detached::{detached, GiveBack};
 use crate::hold::{Grant, Hold};
 use crate::observe::{HoldEnd, LostCause};
 use crate::registry::{Claim, Registry};
@@ -34,6 +34,23 @@ use crate::{
 /// [`LockGuard::remaining`] counts from the local monotonic clock read *before* the request
 /// that obtained or last prolonged the lock was sent, so it errs on the safe side and never
 /// depends on comparing two machines' wall clocks.
+///
+/// # Calls in flight
+/// A call whose caller stopped waiting (a `timeout`, a `select!`, a dropped task) still
+/// runs to its end: what was sent may be applied. Calls of one guard (and of the guards
+/// [`reenter`](LockGuard::reenter)ed from it, which share its owner token) may also travel
+/// over different connections and land in another order than they were sent. So:
+/// - [`reenter`](LockGuard::reenter), [`downgrade`](LockGuard::downgrade),
+///   [`upgrade`](LockGuard::upgrade) and [`release`](LockGuard::release) (a dropped guard's
+///   release too) go out one at a time per token: each waits until the one before it has
+///   landed, and, if that one's caller gave up, until what it left was cleaned up (a
+///   reentrant grant nobody read is given back first). Each backend call has a deadline, so
+///   the wait ends. A release therefore frees the key whatever mode a cut-off change left it
+///   in, and a mode change never meets a reentrant obtain landing after it.
+/// - [`prolongate`](LockGuard::prolongate) and the watchdog's renewals do not wait: any
+///   number may be in flight beside the calls above. A prolong moves the expiry of whatever
+///   the token holds and changes no mode or count, and the validity follows the shortest
+///   lease any of them may have set.
 pub struct LockGuard {
     claim: Arc<Claim>,
     registry: Arc<Registry>,
@@ -79,15 +96,14 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidInput`] when this guard was detached (a reentrant obtain replaced
-    /// its expired hold: reenter from the guard that holds the fresh one);
-    /// [`ErrorKind::Unavailable`] when the hold had expired and a release of it was still in
-    /// flight (it could free a fresh grant made with the same token, so the grant was given
-    /// back: obtain the lock anew); or the backend's error.
+    /// its expired hold: reenter from the guard that holds the fresh one); or the backend's
+    /// error.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future gives back the hold it may have been granted, after
     /// the grant (the obtain finishes in a task of its own). The validity of this guard then
-    /// counts as if the obtain had reset the ttl (it may have).
+    /// counts as if the obtain had reset the ttl (it may have). See [`LockGuard`]'s "Calls in
+    /// flight" for what waits for that obtain.
     pub async fn reenter(&self) -> Result<Attempt<LockGuard>> {
         let hold = self.hold();
         self.keep_watch();
@@ -107,15 +123,19 @@ impl LockGuard {
             registry: Arc::clone(&self.registry),
             armed: true,
         };
+        // After every earlier call of the token that changes its holds (a release, a mode
+        // change, a reentrant obtain whose caller gave up): see `crate::turn`.
+        let turn = hold.calls.turn().await;
         // Declared before the ticket, so dropped after it: it re-times the watchdog by the
         // validity the ticket leaves, on every way out of this function.
         let retime = Retime::new(self);
         let ticket = hold.begin(hold.ttl());
-        let call = hold.obtain_again(ticket.ttl, hold.mode());
+        let call = hold.obtain_again(ticket.ttl, hold.mode(), turn);
         // The ticket travels with the obtain: a caller that stops waiting leaves the obtain
         // to finish in the background, and until it lands (it may reset the ttl after a
         // later prolong) the ticket keeps its bound in every overlapping prolong's floor.
-        let (outcome, ticket) = call.run_keeping(GiveBack::OneHold, ticket).await;
+        // The turn comes back with the answer and is kept until the answer is taken in.
+        let (outcome, ticket, _turn) = call.run_keeping(GiveBack::OneHold, ticket).await;
         let outcome = outcome.inspect_err(|e| hold.telemetry.call_failed(&hold.key, e))?;
         match outcome {
             ObtainOutcome::Reacquired { .. } => {
@@ -123,26 +143,6 @@ impl LockGuard {
                 ticket.finish(Some(ProlongOutcome::Prolonged));
                 drop(retime);
                 Ok(Attempt::Obtained(reserved.into_guard()))
-            }
-            ObtainOutcome::Acquired { .. } if hold.releasing() => {
-                // A release of this hold, sent before and still on its way, carries the
-                // same token: landing after this grant, it would free it under its new
-                // holder. The grant is given back, after it and on the same path.
-                hold.mark_lost(
-                    LostCause::Expired,
-                    "it expired, and a release of it was still in flight",
-                );
-                drop((ticket, reserved, retime));
-                give_back_detached(&hold.backend, &hold.key, &hold.token, GiveBack::AllHolds)
-                    .await
-                    .inspect_err(|e| hold.telemetry.call_failed(&hold.key, e))?;
-                Err(Error::new(
-                    ErrorKind::Unavailable,
-                    hold.backend.name(),
-                    Operation::Obtain,
-                    "this guard's lock had expired and a release of it was still in flight; \
-                     the grant was given back: obtain the lock anew",
-                ))
             }
             ObtainOutcome::Acquired { fencing, .. } => {
                 let sent_at = ticket.sent_at;
@@ -163,6 +163,7 @@ impl LockGuard {
                     ttl,
                     cap,
                     telemetry: hold.telemetry.clone(),
+                    calls: hold.calls.clone(),
                 };
                 Ok(Attempt::Obtained(LockGuard::new(
                     grant,
@@ -278,15 +279,18 @@ impl LockGuard {
     async fn change_mode(&mut self, to: Mode) -> Result<Attempt<()>> {
         let hold = Arc::clone(self.hold());
         let backend = hold.backend.name();
+        // After every earlier call of the token that changes its holds: a reentrant obtain
+        // its caller gave up on must not land after the change (`crate::turn`).
+        let turn = hold.calls.turn().await;
         hold.begin_mode_change(to)
             .map_err(|why| Error::new(ErrorKind::InvalidInput, backend, Operation::Obtain, why))?;
         self.keep_watch();
         let span = tracing::debug_span!("lock.change_mode", backend, key = %hold.key, to = %to);
         let _retime = Retime::new(self);
         let ticket = hold.begin(hold.ttl());
-        let call = hold.obtain_again(ticket.ttl, to);
+        let call = hold.obtain_again(ticket.ttl, to, turn);
         // The ticket travels with the obtain, as in `reenter`: the change resets the ttl.
-        let (outcome, ticket) = call
+        let (outcome, ticket, _turn) = call
             .run_keeping(GiveBack::Keep, ticket)
             .instrument(span)
             .await;

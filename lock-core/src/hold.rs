@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock;
 use crate::detached::{release_holds, GiveBack, Obtain};
 use crate::observe::{Event, HoldEnd, LostCause, Telemetry};
+use crate::turn::{Calls, Turn};
 use crate::{
     Fencing, HolderInfo, Key, LockBackend, Mode, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
 };
@@ -49,6 +50,8 @@ pub(crate) struct Hold {
     pub(crate) telemetry: Telemetry,
     /// When the grant arrived, if an observer wants to know how long it was held.
     granted_at: Option<Instant>,
+    /// The token's calls that change what the backend holds, one at a time.
+    pub(crate) calls: Calls,
 }
 
 struct State {
@@ -73,10 +76,6 @@ struct State {
     detached: bool,
     prolongs: Vec<InFlight>,
     tickets: u64,
-    /// Releases of this hold sent and not yet answered (the caller may be gone: a release
-    /// finishes in the background). One may still land after a fresh acquisition made
-    /// with the same token, and free it.
-    releases: usize,
     /// An expiry timer task runs for this hold.
     timer: bool,
     /// Its end was reported ([`Event::HoldEnded`]).
@@ -99,6 +98,9 @@ struct InFlight {
 #[derive(Debug, Default)]
 struct LostSignal {
     lost: bool,
+    /// The loss was claimed for reporting: whoever set it counts the loss and tells the
+    /// observer, then fires the signal, so that whoever wakes on it finds the loss counted.
+    claimed: bool,
     token: Option<CancellationToken>,
 }
 
@@ -116,12 +118,17 @@ impl LostSignal {
             .clone()
     }
 
-    /// Marks it lost; true the first time.
-    fn fire(&mut self) -> bool {
+    /// Claims the loss for reporting; true the first time.
+    fn claim(&mut self) -> bool {
+        !std::mem::replace(&mut self.claimed, true)
+    }
+
+    /// Marks it lost and wakes whoever waits on it.
+    fn fire(&mut self) {
+        self.lost = true;
         if let Some(token) = &self.token {
             token.cancel();
         }
-        !std::mem::replace(&mut self.lost, true)
     }
 }
 
@@ -144,6 +151,9 @@ pub(crate) struct Grant {
     pub(crate) cap: Option<Instant>,
     /// The locker's counters and observer.
     pub(crate) telemetry: Telemetry,
+    /// The token's calls: fresh for a fresh token, the replaced hold's for a fresh
+    /// acquisition by a reentrant obtain (the same token).
+    pub(crate) calls: Calls,
 }
 
 impl Hold {
@@ -176,7 +186,6 @@ impl Hold {
                 detached: false,
                 prolongs: Vec::new(),
                 tickets: 0,
-                releases: 0,
                 timer: false,
                 ended: false,
                 dropped: false,
@@ -185,6 +194,7 @@ impl Hold {
             renew_slot: Mutex::new(None),
             granted_at: grant.telemetry.stopwatch(),
             telemetry: grant.telemetry,
+            calls: grant.calls,
         })
     }
 
@@ -195,7 +205,7 @@ impl Hold {
             if std::mem::replace(&mut state.ended, true) {
                 return;
             }
-            let how = if state.lost.lost {
+            let how = if state.lost.claimed {
                 HoldEnd::Lost
             } else if state.dropped {
                 HoldEnd::Dropped
@@ -273,8 +283,9 @@ impl Hold {
         in_flight
     }
 
-    /// An obtain with this hold's token and holder (a reentrant obtain, a mode change).
-    pub(crate) fn obtain_again(&self, ttl: Ttl, mode: Mode) -> Obtain {
+    /// An obtain with this hold's token and holder (a reentrant obtain, a mode change),
+    /// sent in the token's `turn`.
+    pub(crate) fn obtain_again(&self, ttl: Ttl, mode: Mode, turn: Turn) -> Obtain {
         Obtain {
             backend: Arc::clone(&self.backend),
             key: self.key.clone(),
@@ -283,6 +294,7 @@ impl Hold {
             holder: Arc::clone(&self.holder),
             mode,
             queue: false,
+            turn: Some(turn),
         }
     }
 
@@ -306,7 +318,7 @@ impl Hold {
         let mut state = lock(&self.state);
         let why = if state.over || state.detached {
             "this guard's hold has ended"
-        } else if state.lost.lost || state.until <= clock::now() {
+        } else if state.lost.claimed || state.until <= clock::now() {
             "this guard's lock is lost; obtain it anew"
         } else if state.guards > 1 {
             "this guard has reentrant guards; release them before changing its mode"
@@ -343,7 +355,7 @@ impl Hold {
 
     /// Whether the lost signal fired (not counting a validity that ran out unseen).
     pub(crate) fn is_marked_lost(&self) -> bool {
-        lock(&self.state).lost.lost
+        lock(&self.state).lost.claimed
     }
 
     /// Whether the lock is lost, its validity having run out counting as lost (unless the
@@ -351,7 +363,7 @@ impl Hold {
     pub(crate) fn is_lost(&self) -> bool {
         let expired = {
             let state = lock(&self.state);
-            if state.lost.lost {
+            if state.lost.claimed {
                 return true;
             }
             !state.over && state.until <= clock::now()
@@ -365,11 +377,12 @@ impl Hold {
         expired
     }
 
-    /// Fires the lost signal; the first time, logs `why` and reports the loss.
+    /// Fires the lost signal; the first time, logs `why` and reports the loss *before* the
+    /// signal fires: a task woken by `lost()` finds the loss in `stats()` and the observer.
     pub(crate) fn mark_lost(&self, cause: LostCause, why: &str) {
         let (first, fencing) = {
             let mut state = lock(&self.state);
-            (state.lost.fire(), state.fencing)
+            (state.lost.claim(), state.fencing)
         };
         if first {
             tracing::warn!(key = %self.key, %fencing, backend = self.backend.name(), %cause, "lock lost: {why}");
@@ -379,6 +392,7 @@ impl Hold {
                 cause,
             });
         }
+        lock(&self.state).lost.fire();
     }
 
     /// The lost signal, with the timer that fires it when the validity runs out (started
@@ -397,7 +411,7 @@ impl Hold {
         };
         {
             let mut state = lock(&self.state);
-            if state.timer || state.over || state.lost.lost || state.lost.token.is_none() {
+            if state.timer || state.over || state.lost.claimed || state.lost.token.is_none() {
                 return;
             }
             state.timer = true;
@@ -470,35 +484,32 @@ impl Hold {
         }
     }
 
-    /// Whether a release of this hold is still on its way to the backend.
-    pub(crate) fn releasing(&self) -> bool {
-        lock(&self.state).releases > 0
-    }
-
-    /// Gives back one hold of the lock on the backend. `last`: no other guard of this hold
-    /// remains, so holds the backend still counts for the token (a reentrant grant whose
-    /// reply was lost) are given back too.
+    /// Gives back one hold of the lock on the backend, in the token's turn: after every
+    /// call of the token sent before it (a cancelled reentrant obtain or mode change still
+    /// running) ended, so it frees the key whichever mode those left it in. `last`: no other
+    /// guard of this hold remains, so holds the backend still counts for the token (a
+    /// reentrant grant whose reply was lost) are given back too. A hold that a fresh
+    /// acquisition with the same token replaced meanwhile sends nothing and answers `Lost`.
     pub(crate) async fn release(
         &self,
         delay_after: Option<Ttl>,
         last: bool,
     ) -> Result<ReleaseOutcome> {
-        /// Counts the release in flight until its call ends, however it ends (a last
-        /// release that never ended, its runtime gone, ends the hold as failed).
+        /// A last release that never ended (its runtime gone) ends the hold as failed.
         struct Releasing<'a>(&'a Hold, bool);
         impl Drop for Releasing<'_> {
             fn drop(&mut self) {
-                {
-                    let mut state = lock(&self.0.state);
-                    state.releases = state.releases.saturating_sub(1);
-                }
                 if self.1 {
                     self.0.end(HoldEnd::Failed);
                 }
             }
         }
-        lock(&self.state).releases += 1;
         let mut releasing = Releasing(self, last);
+        let _turn = self.calls.turn().await;
+        if self.is_detached() {
+            releasing.1 = false;
+            return Ok(ReleaseOutcome::Lost);
+        }
         let what = if last {
             GiveBack::AllHolds
         } else {
@@ -540,7 +551,7 @@ impl fmt::Debug for Hold {
             .field("token", &self.token)
             .field("fencing", &self.fencing())
             .field("mode", &self.mode())
-            .field("lost", &lock(&self.state).lost.lost)
+            .field("lost", &lock(&self.state).lost.claimed)
             .finish()
     }
 }
@@ -598,7 +609,7 @@ async fn expiry_timer(mark: TimerMark) {
         changed.as_mut().enable();
         let until = {
             let state = lock(&hold.state);
-            if state.over || state.lost.lost {
+            if state.over || state.lost.claimed {
                 return;
             }
             state.until

@@ -73,6 +73,7 @@ mod renew;
 mod retry;
 mod token;
 mod ttl;
+mod turn;
 mod url;
 mod waiters;
 

@@ -135,9 +135,6 @@ impl GivenBack {
     /// # Errors
     /// The backend's error.
     pub(crate) async fn release(&self, delay_after: Option<Ttl>) -> Result<ReleaseOutcome> {
-        if self.hold.is_detached() {
-            return Ok(ReleaseOutcome::Lost);
-        }
         self.hold.release(delay_after, self.last).await
     }
 

@@ -2,7 +2,7 @@
 //! backend under paused time: what they hold, what they refuse before any I/O, and what a
 //! cancelled change or a lost reply leaves.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,9 @@ struct Wire {
     obtain_in_flight: Duration,
     /// The next obtain is applied, and its reply lost.
     lose_next_reply: AtomicBool,
+    /// The next obtain travels this many milliseconds instead (a second pooled connection
+    /// that is slower than the first): later calls overtake it.
+    slow_next_obtain: AtomicU64,
     obtains: AtomicUsize,
 }
 
@@ -36,7 +39,11 @@ impl LockBackend for Wire {
     }
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);
-        let (inner, delay) = (Arc::clone(&self.inner), self.obtain_in_flight);
+        let delay = match self.slow_next_obtain.swap(0, Ordering::SeqCst) {
+            0 => self.obtain_in_flight,
+            slow => ms(slow),
+        };
+        let inner = Arc::clone(&self.inner);
         let (key, token, ttl, holder) = (req.key.clone(), *req.token, req.ttl, req.holder.clone());
         let (mode, queue) = (req.mode, req.queue);
         let applied = tokio::spawn(async move {
@@ -241,4 +248,104 @@ async fn a_downgraded_guard_is_renewed_by_its_watchdog() {
     assert!(!guard.is_lost(), "the watchdog kept the read hold");
     assert_eq!(shared_holds(&state(&locker, "k").await), 1);
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// Whether another owner can take `key` in `mode` now (given back at once if it could).
+async fn another_gets(locker: &Locker, key: &str, mode: Mode) -> bool {
+    let other = Locker::new(Arc::clone(locker.backend()));
+    let builder = match mode {
+        Mode::Exclusive => other.write(key),
+        _ => other.read(key),
+    };
+    match builder.try_obtain().await.unwrap() {
+        Attempt::Obtained(guard) => {
+            guard.release().await.unwrap();
+            true
+        }
+        Attempt::Busy(_) => false,
+    }
+}
+
+/// A reentrant read obtain cut off by its caller runs on; an upgrade sent after it must
+/// not be overtaken by it (landing on the write hold, it would turn it back into a read
+/// hold, and its give-back would free the key under a guard that believes it writes).
+#[tokio::test(start_paused = true)]
+async fn an_upgrade_waits_for_a_cut_off_reenter_still_in_flight() {
+    let (wire, locker) = wire(Duration::ZERO);
+    let mut guard = held(locker.read("k")).await;
+    wire.slow_next_obtain.store(300, Ordering::SeqCst);
+    let cut = tokio::time::timeout(ms(50), guard.reenter()).await;
+    assert!(cut.is_err(), "the reenter was cut off");
+    assert!(guard.upgrade().await.unwrap().obtained().is_some());
+    assert_eq!(guard.mode(), Mode::Exclusive);
+    tokio::time::sleep(ms(1_000)).await;
+    assert!(!guard.is_lost());
+    match state(&locker, "k").await {
+        LockState::Held { fencing, holds, .. } => assert_eq!(
+            (fencing, holds),
+            (guard.fencing(), 1),
+            "the backend holds the key for the upgraded guard alone"
+        ),
+        other => panic!("the guard believes it writes, and the backend has {other:?}"),
+    }
+    assert!(!another_gets(&locker, "k", Mode::Exclusive).await);
+    assert!(!another_gets(&locker, "k", Mode::READ).await);
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
+}
+
+/// The same with a downgrade: a cut-off reentrant write obtain landing after it would
+/// upgrade the read hold behind the guard's back (and free it with its give-back).
+#[tokio::test(start_paused = true)]
+async fn a_downgrade_waits_for_a_cut_off_reenter_still_in_flight() {
+    let (wire, locker) = wire(Duration::ZERO);
+    let mut guard = held(locker.write("k")).await;
+    wire.slow_next_obtain.store(300, Ordering::SeqCst);
+    let cut = tokio::time::timeout(ms(50), guard.reenter()).await;
+    assert!(cut.is_err(), "the reenter was cut off");
+    assert!(guard.downgrade().await.unwrap().obtained().is_some());
+    assert_eq!(guard.mode(), Mode::READ);
+    tokio::time::sleep(ms(1_000)).await;
+    assert!(!guard.is_lost());
+    assert_eq!(shared_holds(&state(&locker, "k").await), 1);
+    assert!(
+        !another_gets(&locker, "k", Mode::Exclusive).await,
+        "a writer beside a read hold"
+    );
+    assert!(another_gets(&locker, "k", Mode::READ).await);
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
+}
+
+/// A mode change cut off by its caller runs on; the guard's release sent after it frees
+/// the key only once the change landed, so the change never grants the key to nobody.
+#[tokio::test(start_paused = true)]
+async fn a_release_waits_for_a_cut_off_mode_change_still_in_flight() {
+    for (from, to) in [(Mode::Exclusive, Mode::READ), (Mode::READ, Mode::Exclusive)] {
+        let (wire, locker) = wire(Duration::ZERO);
+        let mut guard = match from {
+            Mode::Exclusive => held(locker.write("k")).await,
+            _ => held(locker.read("k")).await,
+        };
+        wire.slow_next_obtain.store(300, Ordering::SeqCst);
+        let change = async {
+            match to {
+                Mode::Exclusive => guard.upgrade().await,
+                _ => guard.downgrade().await,
+            }
+        };
+        assert!(
+            tokio::time::timeout(ms(50), change).await.is_err(),
+            "the change to {to} was cut off"
+        );
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+        // Long after the change landed, too.
+        tokio::time::sleep(ms(1_000)).await;
+        assert_eq!(
+            state(&locker, "k").await,
+            LockState::Free,
+            "released after a cut-off change to {to}: the key must be free"
+        );
+        assert!(another_gets(&locker, "k", Mode::Exclusive).await);
+    }
 }

@@ -565,3 +565,55 @@ async fn clones_with_their_own_observers_each_see_their_own_renewals() {
     assert_eq!(locker.stats().renewals, other.stats().renewals);
     let _ = (a.release().await, b.release().await);
 }
+
+/// An observer that takes its time over a loss, as one that writes a log line or takes a
+/// lock of its own does.
+#[derive(Debug, Default)]
+struct SlowToHearOfLosses(std::sync::atomic::AtomicU64);
+
+impl Observer for SlowToHearOfLosses {
+    fn event(&self, event: &Event<'_>) {
+        if let Event::Lost { .. } = event {
+            std::thread::sleep(Duration::from_millis(200));
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Whoever wakes on `lost()` finds the loss counted by `stats()` and told to the observer:
+/// the signal fires after both, never before (a test that read the counts the moment
+/// `lost()` returned failed 1 run in 10 when it fired first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_is_counted_before_the_lost_signal_fires() {
+    let backend = Arc::new(MemoryBackend::new());
+    let observer = Arc::new(SlowToHearOfLosses::default());
+    let locker = Locker::new(backend.clone()).with_observer(observer.clone());
+    let guard = held(locker.lock("k").ttl(ms(100))).await;
+    let lost = guard.lost_token();
+    // A thread of its own wakes on the signal and reads the counts at once (a task could
+    // share the worker thread the observer keeps busy).
+    let waiter = std::thread::spawn({
+        let locker = locker.clone();
+        let observer = observer.clone();
+        move || {
+            for _ in 0..10_000 {
+                if lost.is_cancelled() {
+                    return Some((locker.stats().lost, observer.0.load(Ordering::SeqCst)));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            None
+        }
+    });
+    let seen = tokio::task::spawn_blocking(move || waiter.join().unwrap())
+        .await
+        .unwrap();
+    let (stats_lost, heard) = seen.expect("lost() fired within 10 s");
+    assert_eq!(
+        (stats_lost, heard),
+        (1, 1),
+        "woken by lost(), the waiter found {stats_lost} loss(es) in stats() and the observer \
+         had heard of {heard}"
+    );
+    drop(guard);
+}

@@ -15,6 +15,7 @@ use crate::detached::{give_back_detached, GiveBack, Obtain};
 use crate::guard::check_fraction;
 use crate::hold::Grant;
 use crate::observe::{ObtainEnd, ObtainWatch};
+use crate::turn::Calls;
 use crate::{
     Busy, BusyReason, Error, ErrorKind, HolderInfo, Key, LockGuard, Mode, ObtainOutcome, Operation,
     Result, Retry, Token, Ttl,
@@ -281,6 +282,7 @@ impl Plan<'_> {
                 holder: Arc::clone(&self.holder),
                 mode: self.mode,
                 queue,
+                turn: None,
             };
             let telemetry = &self.locker.telemetry;
             let answer = call.run(GiveBack::AllHolds).await;
@@ -328,6 +330,7 @@ impl Plan<'_> {
                 ttl: self.ttl,
                 cap: None,
                 telemetry: telemetry.clone(),
+                calls: Calls::default(),
             };
             return Ok(Attempt::Obtained(LockGuard::new(
                 grant,
