@@ -9,8 +9,11 @@
 //! 3. if the decision writes: `MULTI`, `SET rec …` (and `PUBLISH` on a release; `SPUBLISH` on
 //!    a cluster), `EXEC`.
 //!    `EXEC` answers nil when another client touched the record since the `WATCH`: the
-//!    operation starts over (at most [`MAX_CONFLICTS`] times, then a retry-safe
-//!    `Unavailable` error).
+//!    operation starts over after a pause with full jitter that doubles from 100 µs up to
+//!    [`MAX_PAUSE`], for as long as the call's deadline allows (`RedisBuilder::timeout`).
+//!    A count would fail a release only because others were busy on the same key (eight
+//!    readers and a writer lost 32 rounds in a row to each other); the deadline bounds the
+//!    call as it bounds every other.
 //!
 //! So a cycle is 2 round trips per operation that writes and 1 for one that does not (busy,
 //! inspect, lost). `UNWATCH` first clears whatever an earlier read-only operation left
@@ -34,8 +37,16 @@ use crate::request::{Reply, Request};
 /// The backend name of this variant.
 pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
 
-/// Transactions of one operation that may lose to a concurrent writer before it gives up.
-pub(crate) const MAX_CONFLICTS: u32 = 32;
+/// The longest pause between two transactions of one operation that lost to concurrent
+/// writers.
+pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(20);
+
+/// The pause before the transaction that follows `conflicts` lost ones: full jitter under
+/// 100 µs doubled per conflict, at most [`MAX_PAUSE`].
+fn conflict_pause(conflicts: u32) -> Duration {
+    let ceiling = (100u64 << conflicts.min(16)).min(MAX_PAUSE.as_micros() as u64);
+    Duration::from_micros(fastrand::u64(0..=ceiling))
+}
 
 pub(crate) struct Watch {
     pub(crate) pools: Pools,
@@ -71,8 +82,8 @@ impl Watch {
             Pools::Cluster(_) => "SPUBLISH",
         };
         let mut broken = 0;
-        let mut attempt = 0;
-        while attempt < MAX_CONFLICTS {
+        let mut conflicts = 0;
+        loop {
             let pool = match &self.pools {
                 Pools::Primary(pool) => Pooled::Borrowed(pool),
                 Pools::Cluster(shards) => Pooled::Owned(shards.pool_for(&keys.record, op).await?),
@@ -140,22 +151,11 @@ impl Watch {
                 return Ok(reply);
             }
             lease.done();
-            attempt += 1;
-            tracing::debug!(attempt, key = %keys.record, "transaction lost to a concurrent writer");
-            // Spread the contenders out a little before the next round.
-            let pause = fastrand::u64(0..200 * u64::from(attempt));
-            tokio::time::sleep(Duration::from_micros(pause)).await;
+            conflicts += 1;
+            tracing::debug!(conflicts, key = %keys.record, "transaction lost to a concurrent writer");
+            // Spread the contenders out before the next round; the call's deadline ends it.
+            tokio::time::sleep(conflict_pause(conflicts)).await;
         }
-        Err(Error::new(
-            ErrorKind::Unavailable,
-            NAME,
-            op,
-            format!(
-                "{MAX_CONFLICTS} transactions in a row lost to concurrent writers on {}; \
-                 the call is safe to retry",
-                keys.record
-            ),
-        ))
     }
 
     fn reroutes(&self) -> u32 {
@@ -304,4 +304,23 @@ fn decide(
         }
     }
     Ok((Some(tx), reply))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflict_pauses_grow_with_jitter_and_stay_under_the_cap() {
+        for conflicts in 0..100 {
+            let ceiling = Duration::from_micros(100 << conflicts.min(16)).min(MAX_PAUSE);
+            for _ in 0..50 {
+                assert!(conflict_pause(conflicts) <= ceiling);
+            }
+        }
+        // Jittered: not every pause after many conflicts is the same.
+        let pauses: std::collections::HashSet<Duration> =
+            (0..50).map(|_| conflict_pause(30)).collect();
+        assert!(pauses.len() > 1);
+    }
 }
