@@ -49,6 +49,8 @@ pub use lock_core::{
     ReleaseOutcome, Result, Retry, SharedHold, Ttl,
 };
 
+pub use lock_core::settle;
+
 /// Lock files in a directory, for one machine.
 #[cfg(feature = "file")]
 pub use lock_file::{self as file, FileBackend};

@@ -12,8 +12,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+
+use tokio::sync::Notify;
 
 use tracing::Instrument;
 
@@ -148,7 +151,8 @@ impl Drop for UnreadGrant {
             tracing::warn!(key = %orphan.key, "a cancelled obtain's grant cannot be given back outside a runtime; it expires after its ttl");
             return;
         };
-        runtime.spawn(
+        in_background(
+            &runtime,
             async move {
                 tracing::debug!(key = %orphan.key, "the caller is gone: giving back its grant");
                 if let Err(e) = give_back(&*orphan.backend, &orphan.key, &orphan.token, orphan.what).await
@@ -226,11 +230,9 @@ impl<T: Send + 'static> Drop for RunToEnd<T> {
             return;
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    drop(call.await);
-                });
-            }
+            Ok(runtime) => in_background(&runtime, async move {
+                drop(call.await);
+            }),
             Err(_) => tracing::warn!(
                 "a lock call cut off outside a runtime cannot finish; a lock it granted \
                  expires after its ttl"
@@ -281,4 +283,81 @@ pub(crate) async fn release_holds(
     }
     tracing::warn!(%key, "gave up giving back holds after {MAX_ROUNDS} releases; the rest expire with the ttl");
     Ok(outcome)
+}
+
+/// Calls of every locker of this process left to finish in tasks of their own.
+static BACKGROUND: Background = Background {
+    running: AtomicUsize::new(0),
+    idle: Notify::const_new(),
+};
+
+struct Background {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// Counts one call running in the background until dropped.
+struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if BACKGROUND.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            BACKGROUND.idle.notify_waiters();
+        }
+    }
+}
+
+/// Runs `call` in a task of its own on `runtime`, counted until it ends (or its runtime
+/// drops it), so that [`settle`] can wait for it.
+pub(crate) fn in_background(
+    runtime: &tokio::runtime::Handle,
+    call: impl Future<Output = ()> + Send + 'static,
+) {
+    BACKGROUND.running.fetch_add(1, Ordering::AcqRel);
+    let running = Running;
+    runtime.spawn(async move {
+        let _running = running;
+        call.await;
+    });
+}
+
+/// Waits until the calls that every [`Locker`](crate::Locker) of this process left to
+/// finish in the background have ended, for at most `within`; whether they all did.
+///
+/// Those calls are the clean-up of what a caller stopped waiting for: the release of a
+/// guard dropped while held, the give-back of a grant that arrived after its obtain was
+/// cancelled, the release that takes a waiting writer's marker away when its wait was
+/// dropped, a call cut off in flight. They run as tasks on the runtime, and a runtime
+/// that ends drops them: a process that returns from `main` (or from `block_on`) right
+/// after cancelling a lock call can leave a lock or a marker behind until its ttl ends.
+/// Call this before the runtime ends, for example after a shutdown signal:
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{Locker, MemoryBackend};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// # let locker = Locker::new(Arc::new(MemoryBackend::new()));
+/// let guard = locker.lock("job").obtain().await?.obtained().unwrap();
+/// drop(guard); // released in the background, with a warning
+/// assert!(lock_core::settle(Duration::from_secs(5)).await);
+/// # Ok(()) }
+/// ```
+///
+/// Every backend call has a deadline, so the calls end; `within` bounds the wait anyway.
+///
+/// # Cancel safety
+/// Cancel safe: it only waits.
+pub async fn settle(within: std::time::Duration) -> bool {
+    let waited = tokio::time::timeout(within, async {
+        loop {
+            let idle = BACKGROUND.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if BACKGROUND.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    });
+    waited.await.is_ok()
 }

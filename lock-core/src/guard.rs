@@ -11,7 +11,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Instrument;
 
 use crate::clock;
-use crate::detached::{detached, GiveBack};
+use crate::detached::{detached, in_background, GiveBack};
 use crate::hold::{Grant, Hold};
 use crate::observe::{HoldEnd, LostCause};
 use crate::registry::{Claim, Registry};
@@ -506,7 +506,7 @@ impl Drop for LockGuard {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 tracing::warn!(%key, "lock guard dropped while held: releasing it in the background");
-                runtime.spawn(async move {
+                in_background(&runtime, async move {
                     if let Err(e) = given.release(None).await {
                         tracing::warn!(%key, "background release failed, the lock expires after its ttl: {e}");
                     }

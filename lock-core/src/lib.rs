@@ -83,6 +83,7 @@ pub(crate) use backend::{
     rules, Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
     Token, UrlOptions, Waiters,
 };
+pub use detached::settle;
 pub use duration::parse_duration;
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use guard::{LockGuard, LostFuture};

@@ -49,12 +49,20 @@ impl std::fmt::Debug for UrlOptions {
 impl UrlOptions {
     /// Splits `url`; `backend` names the backend in errors. A fragment (`#insecure`) stays
     /// with the base.
+    ///
+    /// The query starts at the first `?` after the last `@`, as [`redact_url`](crate::redact_url)
+    /// reads it: a password written with a raw `?` or `#` stays in the base (where `Debug`
+    /// masks it) instead of turning its tail into an option name that a message would
+    /// show. An option value with an `@` is written `%40`.
     pub fn parse(backend: &'static str, url: &str) -> Self {
-        let (url, fragment) = match url.split_once('#') {
+        let userinfo_end = url.rfind('@').map_or(0, |at| at + 1);
+        let (head, tail) = url.split_at(userinfo_end);
+        let (tail, fragment) = match tail.split_once('#') {
             Some((u, f)) => (u, format!("#{f}")),
-            None => (url, String::new()),
+            None => (tail, String::new()),
         };
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let (base_tail, query) = tail.split_once('?').unwrap_or((tail, ""));
+        let base = format!("{head}{base_tail}");
         let params = query
             .split('&')
             .filter(|p| !p.is_empty())
@@ -213,5 +221,30 @@ mod tests {
             assert!(!e.to_string().contains("secret"), "{e}");
         }
         assert!(!format!("{url:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_password_with_a_raw_question_mark_or_hash_is_never_shown() {
+        for raw in [
+            "redis://u:se?cret@h/0?pool=2",
+            "redis://u:se#cret@h/0?pool=2",
+            "postgres://u:s?e#cr&et=@h/db?table=t",
+        ] {
+            let mut url = UrlOptions::parse("t", raw);
+            let shown = format!("{url:?}");
+            for part in ["se", "cret", "cr&et"] {
+                assert!(
+                    !shown.contains(&format!(":{part}")) && !shown.contains(&format!("{part}@")),
+                    "{raw}: {shown}"
+                );
+            }
+            assert!(!shown.contains("cret"), "{raw}: {shown}");
+            // The real options are still read.
+            assert!(url.take("pool").is_ok());
+            let unknown = url.finish();
+            if let Err(e) = unknown {
+                assert!(!e.to_string().contains("cret"), "{e}");
+            }
+        }
     }
 }

@@ -259,7 +259,7 @@ async fn another_gets(locker: &Locker, key: &str, mode: Mode) -> bool {
     };
     match builder.try_obtain().await.unwrap() {
         Attempt::Obtained(guard) => {
-            guard.release().await.unwrap();
+            assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
             true
         }
         Attempt::Busy(_) => false,

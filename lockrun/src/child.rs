@@ -182,12 +182,14 @@ fn live_members(pgid: Pid) -> Option<usize> {
 
 /// Polls until group `pgid` is gone or `within` has passed; true when gone.
 async fn gone_within(pgid: Pid, within: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
+    // `--kill-after` may be as long as a duration can be: past what an instant can hold,
+    // the wait has no end but the group's.
+    let deadline = tokio::time::Instant::now().checked_add(within);
     loop {
         if !group_alive(pgid) {
             return true;
         }
-        if tokio::time::Instant::now() >= deadline {
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             return false;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -47,25 +47,71 @@ impl MetricsFile {
 
     /// Writes the text: a temporary file beside PATH, flushed, renamed over it.
     pub(crate) fn write(&self) -> std::io::Result<()> {
-        let dir = match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-        let written = (|| {
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(self.handle.render().as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written
+        write_atomically(&self.path, self.handle.render().as_bytes())
+    }
+}
+
+/// Writes `text` to `path` through a temporary file in the same directory, flushed, then
+/// renamed over `path`. The temporary file has a random name and is created only if no
+/// file, directory or symbolic link has that name (`O_EXCL`): a link planted beside `path`
+/// cannot make lockrun write through it (a predictable `.NAME.<pid>.tmp` opened with
+/// `File::create` followed links and truncated whatever they named). It is readable by
+/// everyone, as node_exporter, running as another user, must read it; the metrics are no
+/// secret.
+fn write_atomically(path: &Path, text: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(dir)?;
+    tmp.write_all(text)?;
+    tmp.as_file().sync_all()?;
+    // Dropped on failure, the temporary file is removed.
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_link_planted_beside_the_file_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let path = dir.path().join("run.prom");
+        // Every name the old code could pick for its temporary file, in this process.
+        let planted = dir
+            .path()
+            .join(format!(".run.prom.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+
+        write_atomically(&path, b"metric 1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "metric 1\n");
+        assert!(std::fs::symlink_metadata(&planted)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        // Nothing else is left behind.
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 3, "{left:?}");
     }
 }

@@ -26,6 +26,10 @@ const FORWARDED: [(SignalKind, Signal); 6] = [
     (SignalKind::user_defined2(), Signal::SIGUSR2),
 ];
 
+/// How long lockrun waits on its way out for the lock calls left running in the
+/// background (each has its backend's deadline, which ends it sooner).
+const SETTLE: Duration = Duration::from_secs(10);
+
 /// Runs COMMAND under the lock; with `--metrics-file`, writes the run's metrics on the
 /// way out, whatever the exit.
 pub(crate) async fn run(
@@ -113,6 +117,11 @@ async fn run_locked(
         },
         sig = next_signal(&mut signals) => {
             eprintln!("lockrun: {sig} while waiting for {key}; nothing was run");
+            // The wait was dropped: the release that takes a waiting writer's marker away
+            // runs in the background, and ends with the runtime unless waited for.
+            if !lock_core::settle(SETTLE).await {
+                eprintln!("lockrun: a clean-up of the wait did not end within {SETTLE:?}; what it left lapses with --ttl");
+            }
             return ExitCode::from(128 + sig as u8);
         }
     };

@@ -618,3 +618,62 @@ fn permits_hold_on_the_server_backends() {
         );
     }
 }
+
+/// A writer waiting on a read-held key, stopped by SIGTERM or SIGINT while it waits, takes
+/// its writer's marker away before it exits: the next `--shared` run gets in at once
+/// instead of getting 75 for the writer's whole ttl.
+#[test]
+fn a_waiting_writer_stopped_by_a_signal_takes_its_marker_away() {
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+        let env = Env::new("file");
+        let mut reader = env.spawn(&["--shared", "--", "sleep", "30"]);
+        wait_until_shared(&env, 1);
+        let mut writer = env.spawn(&["--wait", "60s", "--ttl", "60s", "--", "true"]);
+        // Until the writer's marker shows.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while env.state()["writer_waiting_ms"].is_null() {
+            assert!(Instant::now() < deadline, "the writer never queued");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        kill(Pid::from_raw(writer.id() as i32), sig).unwrap();
+        let status = wait_exit(&mut writer, Duration::from_secs(30));
+        assert_eq!(status.code(), Some(128 + sig as i32), "{sig}");
+        let state = env.state();
+        assert!(
+            state["writer_waiting_ms"].is_null(),
+            "after {sig}, the writer's marker is still there: {state}"
+        );
+        let another = env.output(&["--shared", "--", "true"]);
+        assert_eq!(
+            another.status.code(),
+            Some(0),
+            "after {sig}: {}",
+            String::from_utf8_lossy(&another.stderr)
+        );
+        kill(Pid::from_raw(reader.id() as i32), Signal::SIGTERM).unwrap();
+        wait_exit(&mut reader, Duration::from_secs(30));
+    }
+}
+
+/// `--kill-after` as long as a duration can be: COMMAND's children left behind still get
+/// SIGTERM, and lockrun neither panics nor keeps the lock (it panicked adding the
+/// duration to an instant).
+#[test]
+fn the_longest_kill_after_does_not_panic() {
+    let env = Env::new("file");
+    let out = env.output(&[
+        "--kill-after",
+        "18446744073709551615s",
+        "--",
+        "sh",
+        "-c",
+        "sleep 60 & exit 0",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(env.state()["state"], "free");
+}

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::{Attempt, Locker};
 use crate::clock;
-use crate::detached::{give_back_detached, GiveBack, Obtain};
+use crate::detached::{give_back_detached, in_background, GiveBack, Obtain};
 use crate::guard::check_fraction;
 use crate::hold::Grant;
 use crate::observe::{ObtainEnd, ObtainWatch};
@@ -190,6 +190,7 @@ impl<'a> LockBuilder<'a> {
             dont_queue: self.dont_queue,
             watchdog,
             mode,
+            calls: Calls::default(),
         })
     }
 
@@ -244,6 +245,9 @@ struct Plan<'a> {
     dont_queue: bool,
     watchdog: Option<f64>,
     mode: Mode,
+    /// The token's calls: a queueing attempt and the release that takes its marker away
+    /// go one at a time (`crate::turn`), and the guard inherits them.
+    calls: Calls,
 }
 
 impl Plan<'_> {
@@ -282,7 +286,13 @@ impl Plan<'_> {
                 holder: Arc::clone(&self.holder),
                 mode: self.mode,
                 queue,
-                turn: None,
+                // A queueing attempt may leave a marker: the release that takes it away
+                // when the wait ends must not overtake it.
+                turn: if queue {
+                    Some(self.calls.turn().await)
+                } else {
+                    None
+                },
             };
             let telemetry = &self.locker.telemetry;
             let answer = call.run(GiveBack::AllHolds).await;
@@ -330,7 +340,7 @@ impl Plan<'_> {
                 ttl: self.ttl,
                 cap: None,
                 telemetry: telemetry.clone(),
-                calls: Calls::default(),
+                calls: self.calls.clone(),
             };
             return Ok(Attempt::Obtained(LockGuard::new(
                 grant,
@@ -351,14 +361,15 @@ impl Plan<'_> {
     ///
     /// # Cancel safety
     /// Dropped mid-wait, it sends that release from a task of its own (when a runtime is
-    /// there); an attempt still in flight may set the marker again after it, which then
-    /// lapses with the request's ttl.
+    /// there), after the attempt still in flight, if any, landed (a marker it leaves is
+    /// taken away too). [`crate::settle`] waits for that task.
     async fn wait_loop(&self) -> Result<Attempt<LockGuard>> {
         let queue = !self.mode.is_shared()
             && !self.wait.is_zero()
             && self.locker.backend.capabilities().shared;
         let mut marker = Marker {
             target: queue.then_some((&self.locker.backend, &self.key, &self.token)),
+            calls: &self.calls,
             maybe_left: false,
         };
         let mut watch = self.watch();
@@ -455,6 +466,8 @@ impl Plan<'_> {
 struct Marker<'a> {
     /// Borrowed: cloned only to send the release, so a wait costs no allocation for it.
     target: Option<(&'a Arc<dyn crate::LockBackend>, &'a Key, &'a Token)>,
+    /// The token's calls: the release waits for an attempt still in flight.
+    calls: &'a Calls,
     /// An attempt may have left a marker on the key.
     maybe_left: bool,
 }
@@ -496,6 +509,7 @@ impl Marker<'_> {
     /// The wait ended without the lock: takes the marker away now.
     async fn take_away(mut self) {
         if let Some((backend, key, token)) = self.armed() {
+            let _turn = self.calls.turn().await;
             if let Err(e) = give_back_detached(&backend, &key, &token, GiveBack::AllHolds).await {
                 tracing::debug!(
                     "could not take the writer's marker away, it lapses with its ttl: {e}"
@@ -511,7 +525,9 @@ impl Drop for Marker<'_> {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
+            let calls = self.calls.clone();
+            in_background(&runtime, async move {
+                let _turn = calls.turn().await;
                 let _ = give_back_detached(&backend, &key, &token, GiveBack::AllHolds).await;
             });
         }
