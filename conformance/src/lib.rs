@@ -47,6 +47,13 @@
 //! | `multiprocess_exclusion`, `killed_holder_frees_after_ttl` | separate OS processes |
 //! | `shared_holds_keep_the_contract`, `semaphore_capacity_holds_under_contention`, `multiprocess_semaphore_stays_within_its_permits` | shared holds: permits by weight, capacity and weight mismatches, readers and a waiting writer, late and lost per hold, tasks and processes never above the capacity |
 //! | `killed_holder_frees_only_its_own_permits` | a process holding one permit of two is killed: its permit opens after its own ttl, the other holder's stays held and unlost |
+//! | `a_semaphore_admits_exactly_its_capacity` | the hold that fills a semaphore is admitted and the one past it is `Busy(Full)`, by count and by weight |
+//! | `expired_shares_are_kept_oldest_first` | of expired shares with room for some beside a new one, the oldest are kept (their late prolong is `ProlongedLate`), the rest dropped (`Lost`) |
+//! | `a_writers_marker_lives_from_its_last_busy_attempt` | a live waiting writer's later attempts renew its marker; a dead one's lapses with its request's ttl |
+//! | `a_downgrade_wakes_every_waiter` | every subscription of the key hears a downgrade, not only the longest waiter |
+//! | `a_late_release_of_one_share_leaves_the_others_alone`, `a_shares_prolong_renews_that_share_only` | a share's late release and its prolong touch that share only |
+//! | `a_release_leaving_live_shares_starts_no_cooldown` | `delay_after` applies only to the release that leaves no live hold |
+//! | `an_expired_share_asked_again_is_a_fresh_hold` | a token whose share expired gets a fresh hold with a fresh fencing token, never `Reacquired` |
 //! | `mode_changes_keep_the_hold` | a holder's obtain in the other mode changes it: down keeps the fencing token, up waits for the other holds (its share kept) and gets a fresh one; reentrant holds change no mode |
 //! | `observer_sees_every_event` | a counting observer on the locker sees every obtain (obtained, busy, timed out), hold (released, lost), loss with its cause, watchdog batch and (behind the fault proxy) backend error; `Locker::stats` agrees |
 //! | `shared_model_sequences` | random sequences of exclusive and shared obtains (capacities, weights, waiting writers), prolongs, releases and inspects agree step by step with a reference model of the shared holds; after every step the live weights fit the capacity and an exclusive hold is alone |
@@ -77,7 +84,12 @@
 //! (`cooldown_blocks_everyone_then_frees`), ttl ignored
 //! (`unprolonged_lock_expires_after_its_ttl`), reentrant release that frees at the first
 //! release (`reentrant_obtain_counts_holds`); `model_sequences` catches every one of them
-//! too.
+//! too. `tests/broken_shared.rs` bends one decision of lock-core's own rules at a time for
+//! the "Shared holds" rules (the last permit refused or one past the capacity admitted,
+//! expired shares kept newest first, a writer's marker timed from its first attempt or
+//! never lapsing, a downgrade waking one waiter, a late release or a prolong reaching every
+//! share, a cooldown beside live shares, an expired share `Reacquired`), and the case named
+//! after each rule must fail on it and pass on the unbent rules.
 //!
 //! # Speed
 //! `LOCK_CONFORMANCE_CASES` sets the number of random sequences of `model_sequences`
@@ -208,6 +220,14 @@ macro_rules! for_each_case {
             killed_holder_frees_after_ttl,
             shared_holds_keep_the_contract,
             mode_changes_keep_the_hold,
+            a_semaphore_admits_exactly_its_capacity,
+            expired_shares_are_kept_oldest_first,
+            a_writers_marker_lives_from_its_last_busy_attempt,
+            a_downgrade_wakes_every_waiter,
+            a_late_release_of_one_share_leaves_the_others_alone,
+            a_shares_prolong_renews_that_share_only,
+            a_release_leaving_live_shares_starts_no_cooldown,
+            an_expired_share_asked_again_is_a_fresh_hold,
             semaphore_capacity_holds_under_contention,
             multiprocess_semaphore_stays_within_its_permits,
             killed_holder_frees_only_its_own_permits,

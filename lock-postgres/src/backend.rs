@@ -16,7 +16,7 @@ use lock_core::{
 use sqlx::PgPool;
 
 use crate::exec::Db;
-use crate::notify::{Listing, Notifier};
+use crate::notify::{Channels, Listing, Notifier};
 use crate::shared::{Answer, Ask};
 use crate::sql::{Args, Names, Session, Statements};
 use crate::NAME;
@@ -349,7 +349,10 @@ impl LockBackend for PostgresBackend {
             .notifier
             .subscribe(
                 &self.db.pool,
-                &self.db.names.channel,
+                Channels {
+                    one: &self.db.names.channel,
+                    all: &self.db.names.channel_all,
+                },
                 key.as_str(),
                 self.db.timeout,
             )

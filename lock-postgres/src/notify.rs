@@ -11,7 +11,12 @@
 //! that key, in turn (`lock_core::backend::Waiters`): only one can win the lock, and waking all of
 //! them would queue their obtains on the key's advisory lock behind the winner's commit. It
 //! is started by the first waiter, which returns from `subscribe` only once the
-//! `LISTEN` is in place, so a release committed after that reaches it. After a dropped
+//! `LISTEN` is in place,
+//! Where the rules wake every waiter (a downgrade lets all readers in; the last share
+//! leaving beside a waiting writer), the notification goes to a second channel, and its
+//! listener wakes every waiter of the key in the process: waking one there could wake a
+//! writer that still cannot get in, while the readers sleep to their fallback poll.
+//! The listener so a release committed after that reaches it. After a dropped
 //! connection the listener reconnects and listens again; every waiter is woken then, since a
 //! notification may have been missed, and the waiters' fallback poll covers the gap.
 //!
@@ -59,7 +64,7 @@ impl Notifier {
     pub(crate) async fn subscribe(
         &self,
         pool: &PgPool,
-        channel: &str,
+        channels: Channels<'_>,
         key: &str,
         deadline: std::time::Duration,
     ) -> Result<ReleaseSubscription> {
@@ -68,7 +73,7 @@ impl Notifier {
             if !*started {
                 let listening = async {
                     let mut listener = PgListener::connect_with(pool).await?;
-                    listener.listen(channel).await?;
+                    listener.listen_all([channels.one, channels.all]).await?;
                     Ok::<_, sqlx::Error>(listener)
                 };
                 let listener = tokio::time::timeout(deadline, listening)
@@ -86,7 +91,8 @@ impl Notifier {
                     })?
                     .map_err(|e| map_error(Operation::Subscribe, e))?;
                 let (waiters, alive) = (self.waiters.clone(), self.alive.clone());
-                tokio::spawn(listen(listener, waiters, alive));
+                let all = channels.all.to_owned();
+                tokio::spawn(listen(listener, waiters, alive, all));
                 *started = true;
             }
         }
@@ -94,8 +100,24 @@ impl Notifier {
     }
 }
 
-/// Hands notifications out until the backend is gone.
-async fn listen(mut listener: PgListener, waiters: Waiters, mut alive: watch::Receiver<()>) {
+/// The two channels of a table's notifications: [`Names::channel`](crate::sql::Names) and
+/// its `channel_all`.
+#[derive(Clone, Copy)]
+pub(crate) struct Channels<'a> {
+    /// Each notification wakes one waiter of its key.
+    pub(crate) one: &'a str,
+    /// Each notification wakes every waiter of its key.
+    pub(crate) all: &'a str,
+}
+
+/// Hands notifications out until the backend is gone; one on `all` wakes every waiter of
+/// its key.
+async fn listen(
+    mut listener: PgListener,
+    waiters: Waiters,
+    mut alive: watch::Receiver<()>,
+    all: String,
+) {
     loop {
         let next = tokio::select! {
             next = listener.try_recv() => next,
@@ -103,6 +125,7 @@ async fn listen(mut listener: PgListener, waiters: Waiters, mut alive: watch::Re
             _ = alive.changed() => return,
         };
         match &next {
+            Ok(Some(n)) if n.channel() == all => waiters.wake_key(n.payload()),
             Ok(Some(n)) => waiters.wake_one(n.payload()),
             // Reconnected (None) or failed: a notification may be lost; wake everyone.
             Ok(None) | Err(_) => waiters.wake_all(),

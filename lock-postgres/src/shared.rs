@@ -147,10 +147,7 @@ impl Db {
             None => Err(protocol(op, "the row's read answered nothing")),
         };
         let end = match &decided {
-            Ok((_, Some(row), wake)) => {
-                self.names
-                    .shared_write(key.as_str(), row, *wake != Wake::Nobody)
-            }
+            Ok((_, Some(row), wake)) => self.names.shared_write(key.as_str(), row, *wake),
             _ => "COMMIT".to_owned(),
         };
         fetch_rows(&mut tx.conn, &end).await?;

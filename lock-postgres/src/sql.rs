@@ -24,6 +24,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use lock_core::backend::rules::columns::Columns;
+use lock_core::backend::rules::Wake;
 use sha2::{Digest, Sha256};
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
@@ -54,8 +55,14 @@ pub(crate) struct Names {
     pub(crate) prepared_prolongs: String,
     /// `'schema.table '`: a key's advisory lock id is the hash of this and the key.
     lock_prefix: String,
-    /// The NOTIFY channel of release notifications (a short digest of the table's name).
+    /// The NOTIFY channel of release notifications (a short digest of the table's name):
+    /// each wakes one waiter of its key per listening process.
     pub(crate) channel: String,
+    /// The NOTIFY channel of changes that may let every waiter of a key in (a downgrade;
+    /// the last share leaving beside a waiting writer's marker): each wakes all of them.
+    /// A channel of its own, rather than a mark in the payload, so that a listener of an
+    /// older version, which listens to [`Names::channel`] only, reads no payload wrong.
+    pub(crate) channel_all: String,
 }
 
 impl Names {
@@ -93,6 +100,7 @@ impl Names {
             lock_prefix: format!("{schema}.{table} "),
             schema: schema.to_owned(),
             table: table.to_owned(),
+            channel_all: format!("{channel}_all"),
             channel,
         })
     }
@@ -191,9 +199,9 @@ impl Names {
     }
 
     /// The last message of a decision in the client that writes: the key's row (its
-    /// `waiting` and `waiters` kept), the release notification when `notify` and some
-    /// process waits, and the commit.
-    pub(crate) fn shared_write(&self, key: &str, row: &Columns, notify: bool) -> String {
+    /// `waiting` and `waiters` kept), the release notification the decision's `wake` asks
+    /// for when some process waits, and the commit.
+    pub(crate) fn shared_write(&self, key: &str, row: &Columns, wake: Wake) -> String {
         let opt_text = |v: &Option<String>| v.as_deref().map_or_else(|| "NULL".to_owned(), text);
         let opt_num = |v: Option<u64>| v.map_or_else(|| "NULL".to_owned(), |n| n.to_string());
         let at = |us: u64| format!("('epoch'::timestamptz + {us} * interval '1 microsecond')");
@@ -211,11 +219,16 @@ impl Names {
             shares = opt_text(&row.shares),
             writer = opt_text(&row.writer),
         );
-        if notify {
+        let channel = match wake {
+            Wake::Nobody => None,
+            Wake::One => Some(&self.channel),
+            Wake::All => Some(&self.channel_all),
+        };
+        if let Some(channel) = channel {
             let _ = write!(
                 sql,
                 "SELECT pg_notify({channel}, t.key) FROM {schema}.{table} t WHERE t.key = {key}                  AND (t.waiters > 0 OR {waits}(t.waiting, clock_timestamp()) <> '{{}}'::jsonb); ",
-                channel = text(&self.channel),
+                channel = text(channel),
                 key = text(key),
                 waits = self.waits,
             );

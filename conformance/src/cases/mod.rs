@@ -93,9 +93,11 @@ mod expiry;
 mod identity;
 mod recovery;
 mod shared;
+mod shared_rules;
 
 pub use client::*;
 pub use expiry::*;
 pub use identity::*;
 pub use recovery::*;
 pub use shared::*;
+pub use shared_rules::*;

@@ -7,7 +7,7 @@ use lock_core::{BusyReason, Mode};
 use super::*;
 
 /// Whether the backend keeps shared holds; says on stderr when a case is skipped.
-async fn keeps_shared(suite: &Suite, case: &str) -> Option<Arc<dyn LockBackend>> {
+pub(super) async fn keeps_shared(suite: &Suite, case: &str) -> Option<Arc<dyn LockBackend>> {
     let backend = suite.harness.backend().await;
     if backend.capabilities().shared {
         return Some(backend);
@@ -19,11 +19,15 @@ async fn keeps_shared(suite: &Suite, case: &str) -> Option<Arc<dyn LockBackend>>
     None
 }
 
-fn permits(capacity: u32, weight: u32) -> Mode {
+pub(super) fn permits(capacity: u32, weight: u32) -> Mode {
     Mode::Shared { capacity, weight }
 }
 
-fn busy_for(outcome: &ObtainOutcome, reason: BusyReason, what: &str) -> Result<(), Failure> {
+pub(super) fn busy_for(
+    outcome: &ObtainOutcome,
+    reason: BusyReason,
+    what: &str,
+) -> Result<(), Failure> {
     match outcome {
         ObtainOutcome::Busy(b) if b.reason == reason => Ok(()),
         other => Err(Failure(format!(

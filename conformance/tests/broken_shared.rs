@@ -1,0 +1,380 @@
+//! The suite must catch a backend that breaks one rule of the contract's "Shared holds":
+//! each bug below breaks exactly one, in a backend made of lock-core's own rules (as the
+//! memory backend is) with that one decision bent, and the case named after the rule must
+//! fail on it. Every bug here passed the whole suite before its case was written.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_conformance::{async_trait, cases, CaseResult, Harness, Suite};
+use lock_core::backend::rules::{self, Clock, Decision, Record, State, Wake};
+use lock_core::backend::{
+    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription, Token,
+    Waiters,
+};
+use lock_core::{
+    HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
+};
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bug {
+    /// None: the rules as they are (the cases must pass on it).
+    None,
+    /// A shared request that would fill the semaphore exactly is `Busy(Full)`.
+    RefusesTheLastPermit,
+    /// A shared request one permit past the capacity is admitted.
+    AdmitsOnePastTheCapacity,
+    /// Expired shares that fit beside a new one are kept newest first.
+    KeepsNewestExpiredShares,
+    /// A waiting writer's marker keeps the end its first busy attempt gave it.
+    MarkerFromTheFirstAttempt,
+    /// A waiting writer's marker never lapses, its writer dead or not.
+    MarkerNeverLapses,
+    /// A downgrade wakes one waiter.
+    DowngradeWakesOne,
+    /// A late release of one share frees the whole key.
+    LateReleaseFreesEveryShare,
+    /// A share's prolong renews every share of the key.
+    ProlongRenewsEveryShare,
+    /// A release with `delay_after` starts the cooldown even when live shares remain.
+    CooldownBesideLiveShares,
+    /// A token whose share expired (still in the record) is `Reacquired`.
+    ExpiredShareReacquired,
+}
+
+type Rec = Record<Token, HolderInfo>;
+
+/// Lock-core's rules over a map, as the memory backend keeps them, with `bug` bent in.
+#[derive(Debug)]
+struct Bent {
+    bug: Bug,
+    records: Mutex<HashMap<Key, Rec>>,
+    fencing: Mutex<u64>,
+    epoch: Instant,
+    waiters: Waiters,
+}
+
+impl Bent {
+    fn clock(&self) -> Clock {
+        Clock::nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn apply<O>(
+        &self,
+        key: &Key,
+        records: &mut HashMap<Key, Rec>,
+        d: Decision<O, Token, HolderInfo>,
+    ) -> O {
+        if let Some(record) = d.write {
+            let mut fencing = self.fencing.lock().unwrap();
+            *fencing = (*fencing).max(record.fencing);
+            records.insert(key.clone(), record);
+        }
+        match d.wake {
+            Wake::Nobody => {}
+            Wake::One => self.waiters.wake_one(key.as_str()),
+            Wake::All => self.waiters.wake_key(key.as_str()),
+        }
+        d.outcome
+    }
+}
+
+/// The live shares' weights, and the capacity, of a shared record.
+fn used(record: Option<&Rec>, clock: Clock) -> Option<(u64, u32)> {
+    match record.map(|r| &r.state) {
+        Some(State::Shared(s)) => Some((
+            s.holds
+                .iter()
+                .filter(|sh| sh.hold.expires > clock.now())
+                .map(|sh| u64::from(sh.weight))
+                .sum(),
+            s.capacity,
+        )),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl LockBackend for Bent {
+    fn name(&self) -> &'static str {
+        "bent"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none().release_notification(true).shared(true)
+    }
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        let clock = self.clock();
+        let mut records = self.records.lock().unwrap();
+        let mut record = records.get(req.key).cloned();
+        let weight = match req.mode {
+            lock_core::Mode::Shared { weight, .. } => Some(u64::from(weight)),
+            lock_core::Mode::Exclusive => None,
+        };
+        if let (Some(weight), Some((used, capacity))) = (weight, used(record.as_ref(), clock)) {
+            let fills = used + weight == u64::from(capacity);
+            let one_past = used + weight == u64::from(capacity) + 1;
+            if (self.bug == Bug::RefusesTheLastPermit && fills)
+                || (self.bug == Bug::AdmitsOnePastTheCapacity && one_past)
+            {
+                if let Some(State::Shared(s)) = record.as_mut().map(|r| &mut r.state) {
+                    // Decide as if the capacity were one smaller or larger, and keep it.
+                    let stored = s.capacity;
+                    s.capacity = match self.bug {
+                        Bug::RefusesTheLastPermit => stored - 1,
+                        _ => stored + 1,
+                    };
+                    let req = req.with_mode(lock_core::Mode::Shared {
+                        capacity: s.capacity,
+                        weight: weight as u32,
+                    });
+                    let d = self.decide_obtain(record.as_ref(), clock, &req);
+                    let mut d = d?;
+                    if let Some(State::Shared(w)) = d.write.as_mut().map(|r| &mut r.state) {
+                        w.capacity = stored;
+                    }
+                    return Ok(self.apply(req.key, &mut records, d));
+                }
+            }
+        }
+        if let Some(rec) = record.as_mut() {
+            match (self.bug, &mut rec.state) {
+                (Bug::KeepsNewestExpiredShares, State::Shared(s)) if weight.is_some() => {
+                    // The rules keep expired shares in record order: reverse the expired ones.
+                    let now = clock.now();
+                    let expired: Vec<usize> = (0..s.holds.len())
+                        .filter(|&i| s.holds[i].hold.expires <= now)
+                        .collect();
+                    let reversed: Vec<_> =
+                        expired.iter().rev().map(|&i| s.holds[i].clone()).collect();
+                    for (slot, share) in expired.iter().zip(reversed) {
+                        s.holds[*slot] = share;
+                    }
+                }
+                (Bug::ExpiredShareReacquired, State::Shared(s)) => {
+                    let now = clock.now();
+                    for sh in &mut s.holds {
+                        if sh.hold.token == *req.token
+                            && sh.hold.expires <= now
+                            && sh.hold.forget > now
+                        {
+                            sh.hold.expires = now + 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let before = record.clone();
+        let mut d = self.decide_obtain(record.as_ref(), clock, &req)?;
+        let downgrade = weight.is_some()
+            && matches!(before.as_ref().map(|r| &r.state), Some(State::Held(h)) if h.token == *req.token);
+        if self.bug == Bug::DowngradeWakesOne && downgrade && d.wake == Wake::All {
+            d.wake = Wake::One;
+        }
+        if self.bug == Bug::MarkerNeverLapses {
+            if let Some(w) = d.write.as_mut().and_then(|r| r.writer.as_mut()) {
+                w.until = u64::MAX;
+            }
+        }
+        if self.bug == Bug::MarkerFromTheFirstAttempt {
+            if let (Some(old), Some(new)) = (
+                before.as_ref().and_then(|r| r.writer.as_ref()),
+                d.write.as_mut().and_then(|r| r.writer.as_mut()),
+            ) {
+                if old.token == new.token {
+                    new.until = old.until;
+                }
+            }
+        }
+        Ok(self.apply(req.key, &mut records, d))
+    }
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        let clock = self.clock();
+        let mut records = self.records.lock().unwrap();
+        let grace = Grace::or_ttl(None, req.ttl);
+        let mut d = rules::prolong(records.get(req.key), clock, req.token, req.ttl, grace);
+        if self.bug == Bug::ProlongRenewsEveryShare && d.outcome == ProlongOutcome::Prolonged {
+            if let Some(State::Shared(s)) = d.write.as_mut().map(|r| &mut r.state) {
+                let own = s
+                    .holds
+                    .iter()
+                    .find(|sh| sh.hold.token == *req.token)
+                    .map(|sh| (sh.hold.expires, sh.hold.forget));
+                if let Some((expires, forget)) = own {
+                    for sh in &mut s.holds {
+                        sh.hold.expires = expires;
+                        sh.hold.forget = forget;
+                    }
+                }
+            }
+        }
+        Ok(self.apply(req.key, &mut records, d))
+    }
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        let clock = self.clock();
+        let mut records = self.records.lock().unwrap();
+        let record = records.get(req.key);
+        let shared = matches!(record.map(|r| &r.state), Some(State::Shared(_)));
+        let mut d = rules::release(record, clock, req.token, req.delay_after);
+        if let (true, Some(write)) = (shared, d.write.as_mut()) {
+            match (self.bug, d.outcome, req.delay_after) {
+                (Bug::LateReleaseFreesEveryShare, ReleaseOutcome::ReleasedLate, _) => {
+                    write.state = State::Free;
+                }
+                (Bug::CooldownBesideLiveShares, ReleaseOutcome::Released, Some(delay)) => {
+                    write.state = State::Cooling {
+                        until: clock.after(delay.as_millis()),
+                    };
+                }
+                _ => {}
+            }
+        }
+        Ok(self.apply(req.key, &mut records, d))
+    }
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        let records = self.records.lock().unwrap();
+        Ok(rules::view(records.get(key), self.clock()).into_state())
+    }
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        let clock = self.clock();
+        let mut records = self.records.lock().unwrap();
+        let d = rules::force(records.get(key), clock).map(rules::View::into_state);
+        Ok(self.apply(key, &mut records, d))
+    }
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        Ok(Some(self.waiters.subscribe(key.as_str())))
+    }
+}
+
+impl Bent {
+    fn decide_obtain(
+        &self,
+        record: Option<&Rec>,
+        clock: Clock,
+        req: &ObtainRequest<'_>,
+    ) -> Result<Decision<ObtainOutcome, Token, HolderInfo>> {
+        let ask = rules::Obtain {
+            token: req.token,
+            holder: req.holder,
+            ttl: req.ttl,
+            grace: Grace::or_ttl(None, req.ttl),
+            fencing_floor: *self.fencing.lock().unwrap() + 1,
+            mode: req.mode,
+            queue: req.queue,
+        };
+        let d = rules::obtain(record, clock, ask);
+        let outcome = d.outcome.into_outcome(req.ttl, "bent")?;
+        Ok(Decision {
+            outcome,
+            write: d.write,
+            wake: d.wake,
+        })
+    }
+}
+
+struct BentHarness(Bug);
+
+#[async_trait]
+impl Harness for BentHarness {
+    async fn backend(&self) -> Arc<dyn LockBackend> {
+        Arc::new(Bent {
+            bug: self.0,
+            records: Mutex::default(),
+            fencing: Mutex::new(0),
+            epoch: Instant::now(),
+            waiters: Waiters::default(),
+        })
+    }
+}
+
+fn run(f: impl std::future::Future<Output = CaseResult>) -> CaseResult {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(120), f)
+                .await
+                .unwrap()
+        })
+}
+
+type Case =
+    for<'a> fn(
+        &'a Suite,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>>;
+
+/// `case` passes on the rules as they are, and fails on `bug`.
+fn caught(bug: Bug, named: &str, case: Case) {
+    let straight = Suite::new("bent", BentHarness(Bug::None));
+    if let Err(e) = run(case(&straight)) {
+        panic!("{named} fails on the unbent rules: {e}");
+    }
+    let suite = Suite::new("bent", BentHarness(bug));
+    let result = run(case(&suite));
+    assert!(result.is_err(), "{named} did not catch {bug:?}");
+    println!("{named} caught {bug:?}: {}", result.unwrap_err());
+}
+
+macro_rules! catches {
+    ($test:ident, $bug:ident, $case:ident) => {
+        #[test]
+        fn $test() {
+            caught(Bug::$bug, stringify!($case), |s| Box::pin(cases::$case(s)));
+        }
+    };
+}
+
+catches!(
+    refusing_the_last_permit_is_caught,
+    RefusesTheLastPermit,
+    a_semaphore_admits_exactly_its_capacity
+);
+catches!(
+    admitting_one_past_the_capacity_is_caught,
+    AdmitsOnePastTheCapacity,
+    a_semaphore_admits_exactly_its_capacity
+);
+catches!(
+    keeping_the_newest_expired_shares_is_caught,
+    KeepsNewestExpiredShares,
+    expired_shares_are_kept_oldest_first
+);
+catches!(
+    a_marker_timed_from_the_first_attempt_is_caught,
+    MarkerFromTheFirstAttempt,
+    a_writers_marker_lives_from_its_last_busy_attempt
+);
+catches!(
+    a_marker_that_never_lapses_is_caught,
+    MarkerNeverLapses,
+    a_writers_marker_lives_from_its_last_busy_attempt
+);
+catches!(
+    a_downgrade_that_wakes_one_is_caught,
+    DowngradeWakesOne,
+    a_downgrade_wakes_every_waiter
+);
+catches!(
+    a_late_release_freeing_every_share_is_caught,
+    LateReleaseFreesEveryShare,
+    a_late_release_of_one_share_leaves_the_others_alone
+);
+catches!(
+    a_prolong_renewing_every_share_is_caught,
+    ProlongRenewsEveryShare,
+    a_shares_prolong_renews_that_share_only
+);
+catches!(
+    a_cooldown_beside_live_shares_is_caught,
+    CooldownBesideLiveShares,
+    a_release_leaving_live_shares_starts_no_cooldown
+);
+catches!(
+    an_expired_share_reacquired_is_caught,
+    ExpiredShareReacquired,
+    an_expired_share_asked_again_is_a_fresh_hold
+);
