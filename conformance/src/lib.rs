@@ -39,6 +39,7 @@
 //! | `unprolonged_lock_expires_after_its_ttl`, `prolong_extends_the_lock` | ttl and prolong are honoured, remaining lies in (0, ttl] |
 //! | `late_calls_when_untaken_are_late`, `late_calls_after_steal_are_lost`, `calls_past_grace_are_never_on_time` | Late versus Lost |
 //! | `prolong_many_answers_each_as_prolong_would` | the watchdog's batch call answers every lock as its own prolong would, in order, whatever the mix and the size |
+//! | `prolong_many_renews_the_largest_records` | the batch call renews records as large as the contract allows (longest keys, largest metadata, three shares a key) |
 //! | `cooldown_blocks_everyone_then_frees`, `decrement_ignores_cooldown` | `delay_after` |
 //! | `fencing_grows_across_everything`, `force_release_then_retake_fences_the_old_holder`, `paused_holder_is_fenced_out` | fencing tokens only grow; a stale holder is fenced out |
 //! | `holder_info_round_trips`, `odd_keys_are_independent_locks`, `namespaces_never_interfere`, `invalid_input_is_refused_before_io` | data and names |
@@ -188,6 +189,7 @@ macro_rules! for_each_case {
             late_calls_after_steal_are_lost,
             calls_past_grace_are_never_on_time,
             prolong_many_answers_each_as_prolong_would,
+            prolong_many_renews_the_largest_records,
             busy_remaining_is_exact_both_ways,
             inspect_changes_nothing_before_late_calls,
             inspect_counts_reentrant_holds,

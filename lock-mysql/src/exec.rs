@@ -45,9 +45,9 @@ pub(crate) struct Db {
     pub(crate) sweeping: AtomicBool,
 }
 
-/// What message 2 of a transaction is, given what message 1 read: the answer, and the
-/// statements to send (the write, if any, and `COMMIT`).
-type Plan<'p, T> = &'p (dyn Fn(&Read) -> Result<(T, String)> + Sync);
+/// What follows message 1 of a transaction, given what it read: the answer, and the
+/// messages to send in order (the write, if any, and `COMMIT` with the last).
+type Plan<'p, T> = &'p (dyn Fn(&Read) -> Result<(T, Vec<String>)> + Sync);
 
 impl Db {
     /// Decides `ask` on `key` in a transaction of its own, by the backend's deadline.
@@ -60,7 +60,7 @@ impl Db {
             let (answer, write) = decide(op, read.of(name), read, &ask)?;
             let sql = match write {
                 Some(record) => self.names.write([(name, &row(&record, read))].into_iter()),
-                None => COMMIT.to_owned(),
+                None => vec![COMMIT.to_owned()],
             };
             Ok((answer, sql))
         };
@@ -104,7 +104,7 @@ impl Db {
                 }
             }
             let sql = if written.is_empty() {
-                COMMIT.to_owned()
+                vec![COMMIT.to_owned()]
             } else {
                 let rows: Vec<(String, Columns)> = written
                     .iter()
@@ -186,12 +186,15 @@ impl Db {
                 open: true,
             };
             let rows = fetch_rows(&mut tx.conn, read).await?;
+            let commit = COMMIT.to_owned();
             let decided = Read::decode(op, &rows).and_then(|read| plan(&read));
             let end = match &decided {
-                Ok((_, sql)) => sql.as_str(),
-                Err(_) => COMMIT,
+                Ok((_, messages)) => messages.as_slice(),
+                Err(_) => std::slice::from_ref(&commit),
             };
-            fetch_rows(&mut tx.conn, end).await?;
+            for message in end {
+                fetch_rows(&mut tx.conn, message).await?;
+            }
             tx.open = false;
             Ok(decided.map(|(answer, _)| answer))
         })

@@ -15,7 +15,10 @@
 //!
 //! A batch of prolongs reads all its rows in one `SELECT … WHERE key IN (…) ORDER BY key
 //! FOR UPDATE` (primary-key order: two batches never wait for each other in a cycle) and
-//! writes them in one multi-row `INSERT`. A sweep reads old rows with `SKIP LOCKED` and
+//! writes them in multi-row `INSERT`s of at most [`MESSAGE_BUDGET`] bytes each, one message
+//! each, the last with `COMMIT`: a row of a read lock carries every share's holder (up to
+//! 4 KiB of metadata each, hex-encoded), and one message of 200 such rows went past the
+//! server's `max_allowed_packet` (error 1153), failing the whole batch. A sweep reads old rows with `SKIP LOCKED` and
 //! deletes those the rules call forgotten.
 //!
 //! Values are never spliced in raw: byte strings travel as hex literals (`X'6b6579'`),
@@ -155,51 +158,86 @@ impl Names {
         )
     }
 
-    /// Message 2 when the rules write: the rows, and `COMMIT`.
-    pub(crate) fn write<'r>(&self, rows: impl Iterator<Item = (&'r str, &'r Columns)>) -> String {
-        let values: Vec<String> = rows
-            .map(|(key, c)| {
-                let text =
-                    |v: &Option<String>| v.as_deref().map_or("NULL".into(), |s| hex(s.as_bytes()));
-                format!(
-                    "({}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
-                    hex(key.as_bytes()),
-                    hex(c.state.as_bytes()),
-                    text(&c.token),
-                    text(&c.holder),
-                    c.fencing,
-                    c.holds.map_or("NULL".into(), |h| h.to_string()),
-                    c.expires_us,
-                    c.forget_us,
-                    text(&c.shares),
-                    text(&c.writer),
-                )
-            })
-            .collect();
-        format!(
-            "{} {} {}; COMMIT",
-            self.insert,
-            values.join(", "),
-            self.update
-        )
+    /// Message 2 when the rules write: the rows, and `COMMIT`; more than one message when
+    /// the rows take more than [`MESSAGE_BUDGET`] bytes (a row larger than that alone goes
+    /// in a message of its own), all in the transaction, `COMMIT` with the last.
+    pub(crate) fn write<'r>(
+        &self,
+        rows: impl Iterator<Item = (&'r str, &'r Columns)>,
+    ) -> Vec<String> {
+        let values = rows.map(|(key, c)| {
+            let text =
+                |v: &Option<String>| v.as_deref().map_or("NULL".into(), |s| hex(s.as_bytes()));
+            format!(
+                "({}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+                hex(key.as_bytes()),
+                hex(c.state.as_bytes()),
+                text(&c.token),
+                text(&c.holder),
+                c.fencing,
+                c.holds.map_or("NULL".into(), |h| h.to_string()),
+                c.expires_us,
+                c.forget_us,
+                text(&c.shares),
+                text(&c.writer),
+            )
+        });
+        let fixed = self.insert.len() + self.update.len() + "  ; COMMIT".len();
+        let mut messages = Vec::new();
+        let mut batch: Vec<String> = Vec::new();
+        let mut size = fixed;
+        let flush = |batch: &mut Vec<String>, messages: &mut Vec<String>| {
+            if !batch.is_empty() {
+                messages.push(format!(
+                    "{} {} {};",
+                    self.insert,
+                    batch.join(", "),
+                    self.update
+                ));
+                batch.clear();
+            }
+        };
+        for value in values {
+            if !batch.is_empty() && size + value.len() + 2 > MESSAGE_BUDGET {
+                flush(&mut batch, &mut messages);
+                size = fixed;
+            }
+            size += value.len() + 2;
+            batch.push(value);
+        }
+        flush(&mut batch, &mut messages);
+        match messages.last_mut() {
+            Some(last) => last.push_str(" COMMIT"),
+            None => messages.push(COMMIT.to_owned()),
+        }
+        messages
     }
 
-    /// Message 2 of a sweep: the rows the rules called forgotten, and `COMMIT`.
-    pub(crate) fn delete<'k>(&self, keys: impl Iterator<Item = &'k str>) -> String {
+    /// Message 2 of a sweep: the rows the rules called forgotten (at most
+    /// [`SWEEP_ROWS`] keys of at most 1 KiB: well under [`MESSAGE_BUDGET`]), and `COMMIT`.
+    pub(crate) fn delete<'k>(&self, keys: impl Iterator<Item = &'k str>) -> Vec<String> {
         let list: Vec<String> = keys.map(|k| hex(k.as_bytes())).collect();
         if list.is_empty() {
-            return COMMIT.to_owned();
+            return vec![COMMIT.to_owned()];
         }
-        format!(
+        vec![format!(
             "DELETE FROM {t} WHERE `key` IN ({}); COMMIT",
             list.join(", "),
             t = self.quoted
-        )
+        )]
     }
 }
 
 /// Message 2 when the rules write nothing.
 pub(crate) const COMMIT: &str = "COMMIT";
+
+/// The most bytes of rows one message of a write carries: 1 MiB less 1 KiB for the
+/// packet's own bytes, under every server's
+/// `max_allowed_packet` as shipped (MariaDB 10.2 and later: 16 MiB; MySQL 8: 64 MiB; 1 MiB
+/// or 4 MiB before) while costing no extra round trip for any batch but one of very large
+/// rows. A single row over the server's limit cannot be written at all: its call fails
+/// (retry-safe, nothing written) rather than a whole batch of others with it.
+pub(crate) const MESSAGE_BUDGET: usize = (1 << 20) - 1024;
 
 /// What every transaction needs of its session, whatever the server's or the user's
 /// settings: UTC for the clock, READ COMMITTED, and the call's deadline on the server's
@@ -299,6 +337,8 @@ mod tests {
         };
         let row = Columns::of(&record, 1);
         let sql = names.write([("k", &row)].into_iter());
+        assert_eq!(sql.len(), 1, "one small row, one message");
+        let sql = &sql[0];
         assert!(sql.contains(&hex(digest.as_bytes())));
         let raw = token.to_hex();
         assert!(!sql.contains(&raw) && !sql.contains(&hex(raw.as_bytes())[2..66]));
@@ -325,5 +365,55 @@ mod tests {
         assert!(m.contains("CREATE TABLE IF NOT EXISTS `locks`"));
         assert!(!m.contains("{table}"));
         assert!(m.contains("ENGINE = InnoDB"));
+    }
+
+    #[test]
+    fn large_rows_are_written_in_messages_under_the_budget() {
+        let names = Names::new("locks").unwrap();
+        let record = Record {
+            fencing: 3,
+            state: State::Held(Hold {
+                token: "t".to_owned(),
+                // 100 KiB of holder text: 200 KiB hex-encoded.
+                holder: "h".repeat(100 << 10),
+                holds: 1,
+                expires: 5_000_000_000,
+                forget: 6_000_000_000,
+            }),
+            writer: None,
+        };
+        let row = Columns::of(&record, 1);
+        let keys: Vec<String> = (0..20).map(|i| format!("key-{i}")).collect();
+        let messages = names.write(keys.iter().map(|k| (k.as_str(), &row)));
+        assert!(messages.len() > 3, "{} messages", messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            assert!(m.len() <= MESSAGE_BUDGET, "message {i}: {} bytes", m.len());
+            assert!(m.starts_with("INSERT INTO"), "message {i}");
+            assert_eq!(
+                m.ends_with("; COMMIT"),
+                i == messages.len() - 1,
+                "message {i}"
+            );
+        }
+        let rows: usize = messages
+            .iter()
+            .map(|m| m.matches("X'6b65792d").count())
+            .sum();
+        assert_eq!(rows, 20, "every row written once");
+        // A row alone over the budget still goes, alone.
+        let huge = Record {
+            state: State::Held(Hold {
+                holder: "h".repeat(MESSAGE_BUDGET),
+                ..match &record.state {
+                    State::Held(h) => h.clone(),
+                    _ => unreachable!(),
+                }
+            }),
+            ..record.clone()
+        };
+        let huge_row = Columns::of(&huge, 1);
+        let messages = names.write([("a", &huge_row), ("b", &row)].into_iter());
+        assert_eq!(messages.len(), 2);
+        assert!(names.write(std::iter::empty()) == [COMMIT]);
     }
 }

@@ -230,3 +230,57 @@ async fn concurrent_first_calls_migrate_once() {
         assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
     }
 }
+
+/// A watchdog batch of 200 read locks, each with three readers whose holder metadata is
+/// the largest allowed (4 KiB): every row carries all three, so the batch's write is
+/// megabytes. It used to go as one message, past `max_allowed_packet` (error 1153), and
+/// the whole batch failed while each lock renewed fine alone; it is now written in
+/// messages of at most 1 MiB, in one transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_the_largest_rows_stays_under_max_allowed_packet() {
+    use lock_core::backend::{ObtainRequest, ProlongRequest, Token};
+    use lock_core::{HolderInfo, LockBackend, Mode, ObtainOutcome, Ttl};
+
+    let server = PrivateMariaDb::start(Flush::EveryCommit);
+    // 2 MiB: above one message of the backend's, far below the batch's whole write.
+    server.cli("SET GLOBAL max_allowed_packet = 2097152");
+    let backend = MySqlBackend::lazy(&server.url).unwrap();
+    let holder = HolderInfo::current()
+        .with_metadata("m".repeat(4096))
+        .unwrap();
+    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+    let keys: Vec<Key> = (0..200)
+        .map(|i| Key::new(format!("{}-{i}", "k".repeat(1000))).unwrap())
+        .collect();
+    let mut tokens = Vec::new();
+    for key in &keys {
+        for reader in 0..3 {
+            let token = Token::generate().unwrap();
+            let req = ObtainRequest::new(key, &token, ttl, &holder).with_mode(Mode::READ);
+            let got = backend.obtain(req).await.unwrap();
+            assert!(matches!(got, ObtainOutcome::Acquired { .. }), "{got:?}");
+            if reader == 0 {
+                tokens.push(token);
+            }
+        }
+    }
+    let reqs: Vec<ProlongRequest<'_>> = keys
+        .iter()
+        .zip(&tokens)
+        .map(|(key, token)| ProlongRequest { key, token, ttl })
+        .collect();
+    let answers = backend.prolongate_many(&reqs).await;
+    let failed: Vec<String> = answers
+        .iter()
+        .filter_map(|a| a.as_ref().err().map(ToString::to_string))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 200 renewals failed, the first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert!(answers
+        .iter()
+        .all(|a| matches!(a, Ok(ProlongOutcome::Prolonged))));
+}

@@ -216,6 +216,67 @@ pub async fn prolong_many_answers_each_as_prolong_would(suite: &Suite) -> CaseRe
     Ok(())
 }
 
+/// `prolongate_many` at the largest records the contract allows: 250 keys of 1,024 bytes,
+/// held by holders with 4 KiB of metadata (on a backend with shared holds, each key read by
+/// three of them, whose shares share its record), renewed in one call spanning more than
+/// one of the backend's transactions or pipelines: every answer is `Prolonged` (a batch
+/// written in one message once went past MariaDB's `max_allowed_packet` and failed whole).
+pub async fn prolong_many_renews_the_largest_records(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let shared = backend.capabilities().shared;
+    let holder = HolderInfo::current()
+        .with_metadata("m".repeat(4096))
+        .map_err(|e| Failure(format!("4 KiB of metadata: {e}")))?;
+    let mode = if shared {
+        lock_core::Mode::READ
+    } else {
+        lock_core::Mode::Exclusive
+    };
+    let holders_per_key = if shared { 3 } else { 1 };
+    let mut owners = Vec::new();
+    for i in 0..250 {
+        let name = format!("largest-{i:03}-");
+        let key = format!("{name}{}", "k".repeat(1024 - name.len()));
+        for h in 0..holders_per_key {
+            let owner = Owner {
+                holder: holder.clone(),
+                ..Owner::new(&backend, &key, "largest")
+            };
+            acquired(
+                owner.obtain_as(LONG, mode, false).await?,
+                &format!("holder {h} of key {i}"),
+            )?;
+            if h == 0 {
+                owners.push(owner);
+            }
+        }
+    }
+    let ttl = ttl_of(LONG);
+    let reqs: Vec<ProlongRequest<'_>> = owners
+        .iter()
+        .map(|o| ProlongRequest {
+            key: &o.key,
+            token: &o.token,
+            ttl,
+        })
+        .collect();
+    let answers = backend.prolongate_many(&reqs).await;
+    ensure!(
+        answers.len() == reqs.len(),
+        "{} answers to {} requests",
+        answers.len(),
+        reqs.len()
+    );
+    for (i, answer) in answers.into_iter().enumerate() {
+        let answer = answer?;
+        ensure!(
+            answer == ProlongOutcome::Prolonged,
+            "request {i} of the largest records: expected Prolonged, got {answer:?}"
+        );
+    }
+    Ok(())
+}
+
 /// After the grace period the record may vanish: a late call then answers Lost, or Late if
 /// the record is still there, never Prolonged.
 pub async fn calls_past_grace_are_never_on_time(suite: &Suite) -> CaseResult {
