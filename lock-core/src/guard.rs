@@ -96,8 +96,9 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidInput`] when this guard was detached (a reentrant obtain replaced
-    /// its expired hold: reenter from the guard that holds the fresh one); or the backend's
-    /// error.
+    /// its expired hold: reenter from the guard that holds the fresh one), or when a mode
+    /// change of it never got its answer (the backend may hold it in either mode); or the
+    /// backend's error.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future gives back the hold it may have been granted, after
@@ -126,6 +127,17 @@ impl LockGuard {
         // After every earlier call of the token that changes its holds (a release, a mode
         // change, a reentrant obtain whose caller gave up): see `crate::turn`.
         let turn = hold.calls.turn().await;
+        if hold.is_unsettled() {
+            // The obtain would go out in the mode the guard counts, which the backend may
+            // not hold: on an exclusive hold, a shared obtain is a downgrade.
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                hold.backend.name(),
+                Operation::Obtain,
+                "an earlier mode change of this guard never got its answer, so the backend may \
+                 hold it in either mode; release it and obtain it anew",
+            ));
+        }
         // Declared before the ticket, so dropped after it: it re-times the watchdog by the
         // validity the ticket leaves, on every way out of this function.
         let retime = Retime::new(self);

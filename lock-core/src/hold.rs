@@ -337,6 +337,12 @@ impl Hold {
         Err(why)
     }
 
+    /// Whether a mode change was sent and its answer never read: the backend may hold the
+    /// token in either mode.
+    pub(crate) fn is_unsettled(&self) -> bool {
+        lock(&self.state).unsettled
+    }
+
     /// Ends a mode change with the backend's answer: the hold's mode and fencing token now.
     pub(crate) fn settle(&self, mode: Mode, fencing: Fencing) {
         let mut state = lock(&self.state);
