@@ -43,6 +43,8 @@ pub enum Who {
     A,
     /// Another token.
     B,
+    /// A third token (two expired shares of others, to say which one is kept).
+    C,
 }
 
 /// The record stored before the request (fencing token [`FENCING`]).
@@ -404,6 +406,7 @@ const B1: Share = share(Who::B, 1, 1, 950, 20_000, 80_000);
 const B2: Share = share(Who::B, 2, 1, 950, 20_000, 80_000);
 const B1_EXPIRED: Share = share(Who::B, 1, 1, 950, -10_000, 50_000);
 const B2_EXPIRED: Share = share(Who::B, 2, 1, 950, -10_000, 50_000);
+const C1_EXPIRED: Share = share(Who::C, 1, 1, 960, -5_000, 55_000);
 /// A's share renewed by the request (ttl and grace from now) with `holds`.
 const fn renewed(s: Share, holds: u32) -> Share {
     Share {
@@ -546,9 +549,12 @@ pub const CASES: &[Case] = &[
     case("shared obtain, held exclusively", OTHERS_LIVE,                     sem(1),          busy(BusyReason::Held, 1, 10_000),                     Unchanged),
     case("shared obtain, expired fits",     shares(&[B2_EXPIRED]),           sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[B2_EXPIRED, admitted(1)])),
     case("shared obtain, expired no room",  shares(&[B2_EXPIRED]),           sem(2),          Outcome::Acquired,                                     shares_after(ISSUES, &[admitted(2)])),
+    case("shared obtain, oldest expired kept", shares(&[B1_EXPIRED, C1_EXPIRED]), sem(2),     Outcome::Acquired,                                     shares_after(ISSUES, &[B1_EXPIRED, admitted(2)])),
+    case("shared obtain, own expired share",shares(&[A1_EXPIRED, B1]),       sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[B1, admitted(1)])),
     // exclusive obtain on shared holds, and mode changes
     case("write, behind shares",            shares(&[B2]),                   WRITE,           busy(BusyReason::Shared, 1, 20_000),                   Unchanged),
     case("write, behind shares, queued",    shares(&[B2]),                   WRITE_QUEUED,    busy(BusyReason::Shared, 1, 20_000),                   After::Shared { fencing: KEPT, holds: &[B2], writer: Some(Marker { by: Who::A, until_in_ms: TTL }) }),
+    case("write, queued again, renewed",    marked(&[B2], Who::A),           WRITE_QUEUED,    busy(BusyReason::Shared, 1, 20_000),                   After::Shared { fencing: KEPT, holds: &[B2], writer: Some(Marker { by: Who::A, until_in_ms: TTL }) }),
     case("write, expired shares",           shares(&[B2_EXPIRED]),           WRITE,           Outcome::Acquired,                                     ISSUED),
     case("downgrade",                       LIVE,                            sem(2),          Outcome::AcquiredKept,                                 shares_after(KEPT, &[renewed(share(Who::A, 2, 1, FENCING, 0, 0), 1)])),
     case("downgrade, reentrant",            LIVE_TWICE,                      sem(1),          Outcome::Refused,                                      Unchanged),

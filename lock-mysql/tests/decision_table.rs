@@ -34,14 +34,19 @@ async fn the_backend_keeps_the_decision_table() {
         .build()
         .unwrap();
     backend.migrate().await.unwrap();
-    let (a, b) = (Token::generate().unwrap(), Token::generate().unwrap());
-    let (da, db) = (a.digest(), b.digest());
+    let (a, b, c) = (
+        Token::generate().unwrap(),
+        Token::generate().unwrap(),
+        Token::generate().unwrap(),
+    );
+    let (da, db, dc) = (a.digest(), b.digest(), c.digest());
     let digest_of = |who: Who| match who {
         Who::A => da.clone(),
         Who::B => db.clone(),
+        Who::C => dc.clone(),
     };
     let who = |stored: &str| {
-        [(Who::A, &da), (Who::B, &db)]
+        [(Who::A, &da), (Who::B, &db), (Who::C, &dc)]
             .into_iter()
             .find(|(_, d)| **d == stored)
             .map(|(w, _)| w)

@@ -29,7 +29,11 @@ async fn the_sql_function_keeps_the_decision_table() {
         .unwrap();
     backend.migrate().await.unwrap();
     let table = backend.table();
-    let (a, b) = (Token::generate().unwrap(), Token::generate().unwrap());
+    let (a, b, c) = (
+        Token::generate().unwrap(),
+        Token::generate().unwrap(),
+        Token::generate().unwrap(),
+    );
     let digest = |t: &Token| {
         let admin = admin.clone();
         let hex = t.to_hex();
@@ -41,13 +45,14 @@ async fn the_sql_function_keeps_the_decision_table() {
                 .unwrap()
         }
     };
-    let (da, db) = (digest(&a).await, digest(&b).await);
+    let (da, db, dc) = (digest(&a).await, digest(&b).await, digest(&c).await);
     let digest_of = |who: Who| match who {
         Who::A => da.clone(),
         Who::B => db.clone(),
+        Who::C => dc.clone(),
     };
     let who = |stored: &str| {
-        [(Who::A, &da), (Who::B, &db)]
+        [(Who::A, &da), (Who::B, &db), (Who::C, &dc)]
             .into_iter()
             .find(|(_, d)| **d == stored)
             .map(|(w, _)| w)

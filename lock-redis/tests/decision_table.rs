@@ -31,7 +31,11 @@ async fn run_table(variant: Variant) {
         .connect()
         .await
         .unwrap();
-    let (a, b) = (Token::generate().unwrap(), Token::generate().unwrap());
+    let (a, b, c) = (
+        Token::generate().unwrap(),
+        Token::generate().unwrap(),
+        Token::generate().unwrap(),
+    );
     let holder = r#"{"host":"table","pid":1}"#;
     for (i, case) in CASES.iter().enumerate() {
         let key = Key::new(format!("case-{i}")).unwrap();
@@ -40,9 +44,10 @@ async fn run_table(variant: Variant) {
         let digest = |who: Who| match who {
             Who::A => a.digest(),
             Who::B => b.digest(),
+            Who::C => c.digest(),
         };
         let who = |stored: &str| {
-            [(Who::A, &a), (Who::B, &b)]
+            [(Who::A, &a), (Who::B, &b), (Who::C, &c)]
                 .into_iter()
                 .find(|(_, t)| t.digest() == stored)
                 .map(|(w, _)| w)
