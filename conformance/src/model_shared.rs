@@ -1,12 +1,15 @@
 //! The reference model of shared holds, and the property that runs random sequences of
-//! exclusive and shared obtains (capacities, weights, a waiting writer's marker),
-//! prolongs, releases and inspects against it.
+//! exclusive obtains, semaphore obtains (capacities, weights) and read obtains mixed, a
+//! waiting writer's marker, prolongs, releases (some with a cooldown) and inspects against
+//! it.
 //!
 //! Written from the contract's "Shared holds" section alone, not from
 //! `lock_core::backend::rules`: a backend that decides with those rules is checked against
-//! a second reading of the contract. Every ttl is long (nothing expires within a sequence),
-//! so each step has exactly one right answer; expiry, late and lost per hold are the named
-//! cases' (`shared_holds_keep_the_contract`).
+//! a second reading of the contract. Every ttl and cooldown is long (nothing ends within a
+//! sequence), so each step has exactly one right answer; expiry, late and lost per hold are
+//! the named cases' (`expired_shares_are_kept_oldest_first` and the rest). A `Busy` is
+//! compared field by field: its reason, how many live holds it counts, the hold whose end
+//! opens room (by its holder) and the time until then (within a second).
 //!
 //! The invariant, checked through `inspect` after every step: the live shared weights never
 //! exceed the key's capacity, and an exclusive hold is alone.
@@ -15,6 +18,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use lock_core::{
     BusyReason, ErrorKind, Fencing, LockBackend, LockState, Mode, ObtainOutcome, ProlongOutcome,
@@ -27,8 +32,14 @@ use crate::{CaseResult, Failure, Suite};
 
 /// Owners in every sequence (one key).
 const OWNERS: usize = 4;
-/// Every ttl: nothing expires within a sequence.
+/// Every ttl and cooldown: nothing ends within a sequence.
 const TTL: Duration = Duration::from_secs(60);
+/// How far a `Busy`'s remaining time may be from the model's: the call's own time, and a
+/// server's clock read in whole milliseconds.
+const SLACK: Duration = Duration::from_secs(1);
+/// Two ends this close are the same end to the model (a server's clock in milliseconds
+/// cannot order holds made within one).
+const TIE: Duration = Duration::from_millis(5);
 
 /// How an obtain asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,9 +62,18 @@ impl Ask {
 /// One step of a sequence.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Op {
-    Obtain { owner: usize, ask: Ask },
-    Prolong { owner: usize },
-    Release { owner: usize },
+    Obtain {
+        owner: usize,
+        ask: Ask,
+    },
+    Prolong {
+        owner: usize,
+    },
+    /// With `delay`, a cooldown of [`TTL`] when the release leaves no live hold.
+    Release {
+        owner: usize,
+        delay: bool,
+    },
 }
 
 impl fmt::Debug for Op {
@@ -68,25 +88,35 @@ impl fmt::Debug for Op {
                 ask: Ask::Shared { capacity, weight },
             } => write!(f, "obtain(o{owner}, {weight} of {capacity})"),
             Op::Prolong { owner } => write!(f, "prolong(o{owner})"),
-            Op::Release { owner } => write!(f, "release(o{owner})"),
+            Op::Release {
+                owner,
+                delay: false,
+            } => write!(f, "release(o{owner})"),
+            Op::Release { owner, delay: true } => write!(f, "release(o{owner}, delay)"),
         }
     }
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
     let owner = 0..OWNERS;
-    // Capacities 2 and 3 (a mismatch now and then), weights within them.
+    // Capacities 2 and 3 and read holds (a mismatch now and then), weights within them.
     let shared = (2u32..=3)
         .prop_flat_map(|capacity| (Just(capacity), 1..=capacity))
         .prop_map(|(capacity, weight)| Ask::Shared { capacity, weight });
+    let read = Just(Ask::Shared {
+        capacity: Mode::UNBOUNDED,
+        weight: 1,
+    });
     let ask = prop_oneof![
         3 => shared,
+        2 => read,
         2 => any::<bool>().prop_map(|queue| Ask::Exclusive { queue }),
     ];
     prop_oneof![
         5 => (owner.clone(), ask).prop_map(|(owner, ask)| Op::Obtain { owner, ask }),
         1 => owner.clone().prop_map(|owner| Op::Prolong { owner }),
-        3 => owner.prop_map(|owner| Op::Release { owner }),
+        3 => owner.clone().prop_map(|owner| Op::Release { owner, delay: false }),
+        1 => owner.prop_map(|owner| Op::Release { owner, delay: true }),
     ]
 }
 
@@ -96,6 +126,8 @@ struct Held {
     /// `None`: exclusive; else the weight of a shared hold.
     weight: Option<u32>,
     holds: u32,
+    /// When its ttl ends: [`TTL`] after the call that granted or last renewed it was sent.
+    ends: Instant,
 }
 
 /// The key as the contract says it stands.
@@ -104,8 +136,10 @@ struct Model {
     holds: BTreeMap<usize, Held>,
     /// The capacity the first shared hold fixed, while shared holds exist.
     capacity: Option<u32>,
-    /// The owner whose writer's marker keeps new shared holds out.
-    marker: Option<usize>,
+    /// The owner whose writer's marker keeps new shared holds out, and when it ends.
+    marker: Option<(usize, Instant)>,
+    /// A release with a delay left no live hold: every obtain is busy till the end.
+    cooling: Option<Instant>,
     last_fencing: Option<Fencing>,
 }
 
@@ -116,7 +150,15 @@ enum Expect {
     /// A downgrade: acquired with the exclusive hold's fencing token.
     Downgraded,
     Reacquired(u32),
-    Busy(BusyReason),
+    Busy {
+        reason: BusyReason,
+        /// The live holds it counts.
+        holders: u32,
+        /// The hold whose end opens room, and that end; or, with no holder, the end of
+        /// what keeps the request out (the marker, the cooldown).
+        opener: Option<usize>,
+        until: Instant,
+    },
     Refused,
 }
 
@@ -132,38 +174,74 @@ impl Model {
         self.holds.values().filter_map(|h| h.weight).sum()
     }
 
-    /// The expected answer to `owner`'s obtain, and the model moved on as if it came.
-    fn obtain(&mut self, owner: usize, ask: Ask) -> Expect {
+    fn marker_of(&self) -> Option<usize> {
+        self.marker.map(|(o, _)| o)
+    }
+
+    /// Busy behind `holder`'s hold.
+    fn busy_behind(&self, reason: BusyReason, holders: usize, holder: usize) -> Expect {
+        Expect::Busy {
+            reason,
+            holders: holders as u32,
+            opener: Some(holder),
+            until: self.holds[&holder].ends,
+        }
+    }
+
+    /// The expected answer to `owner`'s obtain sent at `now`, and the model moved on as if
+    /// it came.
+    fn obtain(&mut self, owner: usize, ask: Ask, now: Instant) -> Expect {
+        if let Some(until) = self.cooling {
+            return Expect::Busy {
+                reason: BusyReason::Cooling,
+                holders: 0,
+                opener: None,
+                until,
+            };
+        }
+        let ends = now + TTL;
         let own = self.holds.get(&owner).copied();
-        let others = self.holds.len() - usize::from(own.is_some());
+        let others: Vec<usize> = self.holds.keys().copied().filter(|o| *o != owner).collect();
         match ask {
             Ask::Exclusive { queue } => match own {
                 Some(Held {
                     weight: None,
                     holds,
+                    ..
                 }) => {
                     self.holds.insert(
                         owner,
                         Held {
                             weight: None,
                             holds: holds + 1,
+                            ends,
                         },
                     );
                     Expect::Reacquired(holds + 1)
                 }
                 // An upgrade of a share taken more than once.
                 Some(Held { holds, .. }) if holds > 1 => Expect::Refused,
-                None if self.exclusive_holder().is_some() => Expect::Busy(BusyReason::Held),
-                // Busy behind other shared holds, the caller's own share (if any) kept.
-                _ if others > 0 => {
-                    if queue && self.marker.is_none_or(|m| m == owner) {
-                        self.marker = Some(owner);
+                None if self.exclusive_holder().is_some() => {
+                    let holder = self.exclusive_holder().unwrap_or(owner);
+                    self.busy_behind(BusyReason::Held, 1, holder)
+                }
+                // Busy behind other shared holds, the caller's own share (if any) kept: the
+                // other hold that ends last opens room.
+                _ if !others.is_empty() => {
+                    let last = others
+                        .iter()
+                        .copied()
+                        .max_by_key(|o| self.holds[o].ends)
+                        .unwrap_or(owner);
+                    let busy = self.busy_behind(BusyReason::Shared, others.len(), last);
+                    if queue && self.marker_of().is_none_or(|m| m == owner) {
+                        self.marker = Some((owner, ends));
                     }
-                    Expect::Busy(BusyReason::Shared)
+                    busy
                 }
                 // Free, or an upgrade of the only share.
                 _ => {
-                    if self.marker == Some(owner) {
+                    if self.marker_of() == Some(owner) {
                         self.marker = None;
                     }
                     self.capacity = None;
@@ -172,6 +250,7 @@ impl Model {
                         Held {
                             weight: None,
                             holds: 1,
+                            ends,
                         },
                     );
                     Expect::Acquired
@@ -181,6 +260,7 @@ impl Model {
                 if let Some(Held {
                     weight: None,
                     holds,
+                    ..
                 }) = own
                 {
                     if holds > 1 {
@@ -193,12 +273,13 @@ impl Model {
                         Held {
                             weight: Some(weight),
                             holds: 1,
+                            ends,
                         },
                     );
                     return Expect::Downgraded;
                 }
-                if self.exclusive_holder().is_some() {
-                    return Expect::Busy(BusyReason::Held);
+                if let Some(holder) = self.exclusive_holder() {
+                    return self.busy_behind(BusyReason::Held, 1, holder);
                 }
                 if self.capacity.is_some_and(|c| c != capacity) {
                     return Expect::Refused;
@@ -208,16 +289,45 @@ impl Model {
                         return Expect::Refused;
                     }
                     let holds = held.holds + 1;
-                    self.holds.insert(owner, Held { holds, ..held });
+                    self.holds.insert(
+                        owner,
+                        Held {
+                            holds,
+                            ends,
+                            ..held
+                        },
+                    );
                     return Expect::Reacquired(holds);
                 }
-                if self.marker.is_some_and(|m| m != owner) {
-                    return Expect::Busy(BusyReason::WriterWaiting);
+                if let Some((_, until)) = self.marker.filter(|(m, _)| *m != owner) {
+                    return Expect::Busy {
+                        reason: BusyReason::WriterWaiting,
+                        holders: self.holds.len() as u32,
+                        opener: None,
+                        until,
+                    };
                 }
-                if self.used() + weight > capacity {
-                    return Expect::Busy(BusyReason::Full);
+                if u64::from(self.used()) + u64::from(weight) > u64::from(capacity) {
+                    // The hold whose end, with those ending before it, makes room.
+                    let mut ending: Vec<(usize, Held)> =
+                        self.holds.iter().map(|(o, h)| (*o, *h)).collect();
+                    ending.sort_by_key(|(_, h)| h.ends);
+                    let mut left = self.used();
+                    let opener = ending.iter().find(|(_, h)| {
+                        left -= h.weight.unwrap_or(0);
+                        left + weight <= capacity
+                    });
+                    return match opener {
+                        Some((o, _)) => self.busy_behind(BusyReason::Full, self.holds.len(), *o),
+                        None => Expect::Busy {
+                            reason: BusyReason::Full,
+                            holders: self.holds.len() as u32,
+                            opener: None,
+                            until: now,
+                        },
+                    };
                 }
-                if self.marker == Some(owner) {
+                if self.marker_of() == Some(owner) {
                     self.marker = None;
                 }
                 self.capacity = Some(capacity);
@@ -226,6 +336,7 @@ impl Model {
                     Held {
                         weight: Some(weight),
                         holds: 1,
+                        ends,
                     },
                 );
                 Expect::Acquired
@@ -233,17 +344,21 @@ impl Model {
         }
     }
 
-    fn prolong(&self, owner: usize) -> ProlongOutcome {
-        match self.holds.contains_key(&owner) {
-            true => ProlongOutcome::Prolonged,
-            false => ProlongOutcome::Lost,
+    fn prolong(&mut self, owner: usize, now: Instant) -> ProlongOutcome {
+        match self.holds.get_mut(&owner) {
+            Some(held) => {
+                held.ends = now + TTL;
+                ProlongOutcome::Prolonged
+            }
+            None => ProlongOutcome::Lost,
         }
     }
 
-    fn release(&mut self, owner: usize) -> ReleaseOutcome {
+    fn release(&mut self, owner: usize, delay: bool, now: Instant) -> ReleaseOutcome {
         let Some(held) = self.holds.get(&owner).copied() else {
-            // A writer that gives up takes its marker away.
-            if self.marker == Some(owner) {
+            // A writer that gives up takes its marker away (not while cooling: nothing
+            // changes then).
+            if self.marker_of() == Some(owner) && self.cooling.is_none() {
                 self.marker = None;
             }
             return ReleaseOutcome::Lost;
@@ -255,17 +370,27 @@ impl Model {
         }
         self.holds.remove(&owner);
         // A holder that queued for an upgrade gives it up with its hold.
-        if self.marker == Some(owner) {
+        if self.marker_of() == Some(owner) {
             self.marker = None;
         }
         if self.holds.is_empty() {
             self.capacity = None;
+            // Only the release that leaves no live hold starts the cooldown.
+            if delay {
+                self.cooling = Some(now + TTL);
+            }
         }
         ReleaseOutcome::Released
     }
 
     /// Checks an inspect against the model, and the invariant.
     fn check_state(&self, state: &LockState) -> Result<(), String> {
+        if self.cooling.is_some() {
+            return match state {
+                LockState::Cooling { .. } => Ok(()),
+                _ => Err(format!("the model is cooling down: {self:?}")),
+            };
+        }
         match (state, self.exclusive_holder()) {
             (LockState::Free, None) if self.holds.is_empty() => Ok(()),
             (LockState::Held { holds, .. }, Some(o)) if self.holds.len() == 1 => {
@@ -315,6 +440,11 @@ impl Model {
     }
 }
 
+/// How far apart two instants are.
+fn apart(a: Instant, b: Instant) -> Duration {
+    a.max(b) - a.min(b)
+}
+
 /// Whether a backend's answer is the model's.
 fn agree<T: PartialEq + fmt::Debug>(got: lock_core::Result<T>, want: T) -> Result<(), String> {
     match got {
@@ -338,11 +468,12 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
     let mut model = Model::default();
     for (step, &op) in ops.iter().enumerate() {
         let fail = |why: String| format!("step {step} {op:?}: {why}");
+        let now = Instant::now();
         match op {
             Op::Obtain { owner, ask } => {
                 let queue = matches!(ask, Ask::Exclusive { queue: true });
                 let got = owners[owner].obtain_as(TTL, ask.mode(), queue).await;
-                let want = model.obtain(owner, ask);
+                let want = model.obtain(owner, ask, now);
                 match (&want, &got) {
                     (Expect::Refused, Err(e)) if e.kind() == ErrorKind::InvalidInput => {}
                     (Expect::Acquired, Ok(ObtainOutcome::Acquired { fencing, .. })) => {
@@ -358,15 +489,54 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
                         if Some(*fencing) == model.last_fencing => {}
                     (Expect::Reacquired(n), Ok(ObtainOutcome::Reacquired { holds }))
                         if n == holds => {}
-                    (Expect::Busy(reason), Ok(ObtainOutcome::Busy(b))) if b.reason == *reason => {}
+                    (
+                        Expect::Busy {
+                            reason,
+                            holders,
+                            opener,
+                            until,
+                        },
+                        Ok(ObtainOutcome::Busy(b)),
+                    ) if b.reason == *reason && b.holders == *holders => {
+                        let remaining = until.saturating_duration_since(now);
+                        if b.remaining.abs_diff(remaining) > SLACK {
+                            return Err(fail(format!(
+                                "Busy says room opens in {:?}, the model in {remaining:?}: {b:?}",
+                                b.remaining
+                            )));
+                        }
+                        let named = b
+                            .holder
+                            .as_ref()
+                            .and_then(|h| owners.iter().position(|o| o.holder == *h));
+                        let same = match (named, opener) {
+                            (None, None) => true,
+                            (Some(n), Some(o)) => {
+                                n == *o
+                                    || model
+                                        .holds
+                                        .get(&n)
+                                        .is_some_and(|h| apart(h.ends, model.holds[o].ends) <= TIE)
+                            }
+                            _ => false,
+                        };
+                        if !same {
+                            return Err(fail(format!(
+                                "Busy names {named:?} as the hold that opens room, the model \
+                                 o{opener:?}: {b:?}"
+                            )));
+                        }
+                    }
                     _ => return Err(fail(format!("expected {want:?}, got {got:?}"))),
                 }
             }
             Op::Prolong { owner } => {
-                agree(owners[owner].prolong(TTL).await, model.prolong(owner)).map_err(fail)?;
+                let got = owners[owner].prolong(TTL).await;
+                agree(got, model.prolong(owner, now)).map_err(fail)?;
             }
-            Op::Release { owner } => {
-                agree(owners[owner].release(None).await, model.release(owner)).map_err(fail)?;
+            Op::Release { owner, delay } => {
+                let got = owners[owner].release(delay.then_some(TTL)).await;
+                agree(got, model.release(owner, delay, now)).map_err(fail)?;
             }
         }
         // Every step ends with an inspect: the model's state, and the invariant.
@@ -381,9 +551,10 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
     Ok(())
 }
 
-/// Random sequences of exclusive and shared obtains (capacities 2 and 3, weights within
-/// them, waiting writers), prolongs, releases and inspects, by 4 owners on one key, each
-/// step checked against a reference model of the contract's shared holds; after every step
+/// Random sequences of exclusive, semaphore (capacities 2 and 3, weights within them) and
+/// read obtains mixed, waiting writers, prolongs, releases (some with a cooldown) and
+/// inspects, by 4 owners on one key, each step checked against a reference model of the
+/// contract's shared holds (a `Busy` field by field); after every step
 /// `inspect` shows the live weights within the capacity and an exclusive hold alone. A
 /// failure is shrunk to a minimal sequence. Skipped, with a line on stderr, on a backend
 /// without `Capabilities::shared`. `LOCK_CONFORMANCE_CASES` sets the number of sequences.

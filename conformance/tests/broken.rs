@@ -338,3 +338,13 @@ catches!(by_name
     WeightIgnored,
     shared_model_sequences
 );
+catches!(by_name
+    understated_busy_remaining_is_caught_by_the_shared_model,
+    BusyRemainingUnderstated,
+    shared_model_sequences
+);
+catches!(by_name
+    ignored_cooldown_is_caught_by_the_shared_model,
+    CooldownIgnored,
+    shared_model_sequences
+);

@@ -378,3 +378,18 @@ catches!(
     ExpiredShareReacquired,
     an_expired_share_asked_again_is_a_fresh_hold
 );
+catches!(
+    refusing_the_last_permit_is_caught_by_the_shared_model,
+    RefusesTheLastPermit,
+    shared_model_sequences
+);
+catches!(
+    admitting_one_past_the_capacity_is_caught_by_the_shared_model,
+    AdmitsOnePastTheCapacity,
+    shared_model_sequences
+);
+catches!(
+    a_cooldown_beside_live_shares_is_caught_by_the_shared_model,
+    CooldownBesideLiveShares,
+    shared_model_sequences
+);
