@@ -559,6 +559,15 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
 /// failure is shrunk to a minimal sequence. Skipped, with a line on stderr, on a backend
 /// without `Capabilities::shared`. `LOCK_CONFORMANCE_CASES` sets the number of sequences.
 pub async fn shared_model_sequences(suite: &Suite) -> CaseResult {
+    shared_model_sequences_with(suite, crate::model::case_count(), 200).await
+}
+
+/// [`shared_model_sequences`] with an explicit number of sequences and of shrink steps.
+pub async fn shared_model_sequences_with(
+    suite: &Suite,
+    cases: u32,
+    shrink_iters: u32,
+) -> CaseResult {
     let backend = suite.harness.backend().await;
     if !backend.capabilities().shared {
         eprintln!(
@@ -568,9 +577,12 @@ pub async fn shared_model_sequences(suite: &Suite) -> CaseResult {
         return Ok(());
     }
     let strategy = proptest::collection::vec(op_strategy(), 1..32);
-    let cases = crate::model::case_count();
-    crate::model::run_sequences(cases, 200, strategy, backend, |backend, ops| async move {
-        run_sequence(backend, &ops).await
-    })
+    crate::model::run_sequences(
+        cases,
+        shrink_iters,
+        strategy,
+        backend,
+        |backend, ops| async move { run_sequence(backend, &ops).await },
+    )
     .map_err(|e| Failure(format!("shared model sequence failed: {e}")))
 }

@@ -242,7 +242,8 @@ impl LockGuard {
     ///
     /// # Cancel safety
     /// The change runs to its end in the background; the guard counts as shared from the
-    /// moment it was sent, and refuses further mode changes if their answer was not read.
+    /// moment it was sent, and refuses further mode changes and reentrant obtains if its
+    /// answer was not read. Its release waits until the change landed.
     pub async fn downgrade(&mut self) -> Result<Attempt<()>> {
         self.change_mode(Mode::READ).await
     }
@@ -280,8 +281,8 @@ impl LockGuard {
     ///
     /// # Cancel safety
     /// The change runs to its end in the background; the guard keeps counting as shared and
-    /// refuses further mode changes (the backend may have upgraded it: a release frees the
-    /// key either way).
+    /// refuses further mode changes and reentrant obtains (the backend may have upgraded
+    /// it). Its release waits until the change landed, and frees the key either way.
     pub async fn upgrade(&mut self) -> Result<Attempt<()>> {
         self.change_mode(Mode::Exclusive).await
     }
@@ -468,7 +469,10 @@ impl LockGuard {
     ///
     /// # Cancel safety
     /// Cancel safe: the release runs in a task of its own and completes even if this future
-    /// is dropped (for example by a `select!` on a shutdown signal).
+    /// is dropped (for example by a `select!` on a shutdown signal). It goes out after the
+    /// guard's earlier calls that are still running (see "Calls in flight" on
+    /// [`LockGuard`]), so it frees the key whatever they leave. Before the process exits,
+    /// [`settle`](crate::settle) waits for a release left running in the background.
     pub async fn release(self) -> Result<ReleaseOutcome> {
         self.release_with(None).await
     }

@@ -28,7 +28,7 @@ pub use crate::faults::{
     subscribe_in_a_partition_ends_by_its_deadline,
 };
 pub use crate::model::{model_sequences, model_sequences_with};
-pub use crate::model_shared::shared_model_sequences;
+pub use crate::model_shared::{shared_model_sequences, shared_model_sequences_with};
 pub use crate::observed::observer_sees_every_event;
 pub use crate::precise::{
     busy_remaining_is_exact_both_ways, inspect_changes_nothing_before_late_calls,
