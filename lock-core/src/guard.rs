@@ -253,6 +253,13 @@ impl LockGuard {
     /// token (the hold never let go of the key in between). `Busy`: other holds live (the
     /// answer counts them), and this guard keeps its shared hold.
     ///
+    /// An upgrade cannot tell a live share from one that is gone: if an operator
+    /// force-released the key, or the backend lost its data, while this guard's validity
+    /// still ran, the backend grants the write lock afresh, and a writer may have held the
+    /// key in between. Check the fencing token where the write lands (an upgrade's token is
+    /// fresh either way), or release and obtain the write lock when a lost update matters
+    /// more than the read hold.
+    ///
     /// It does not wait, because two readers that both wait to upgrade wait for each other
     /// until one of them gives up. To wait for the write lock, release the read hold and
     /// obtain [`Locker::write`](crate::Locker::write) with a wait (a waiting writer keeps
