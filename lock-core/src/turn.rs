@@ -3,7 +3,7 @@
 //! A guard's calls do not always reach the backend in the order they were sent: Postgres
 //! and MariaDB send each on a pooled connection of its own, Redis WATCH retries a
 //! transaction whose key moved, and a call whose caller stopped waiting runs on in the
-//! background ([`crate::detached`]). Two such calls of one token can then land in either
+//! background (`detached.rs`). Two such calls of one token can then land in either
 //! order, and some orders are wrong: a cancelled reentrant read obtain landing after an
 //! upgrade turns the write hold back into a read hold (and its give-back frees the key); a
 //! release overtaking a cancelled mode change frees the key, and the change then grants it

@@ -431,6 +431,15 @@ impl World {
         }
     }
 
+    /// What the backend's record of `key` says, faults aside.
+    async fn record(&self, key: &str) -> LockState {
+        self.chaos
+            .inner
+            .inspect(&Key::new(key).unwrap())
+            .await
+            .unwrap()
+    }
+
     /// The invariants that hold after every step.
     async fn check(&self, after: &Step) -> std::result::Result<(), String> {
         // Let every timer due by now fire, and every task it woke run.
@@ -463,12 +472,7 @@ impl World {
             ));
         }
         for key in KEYS {
-            let state = self
-                .chaos
-                .inner
-                .inspect(&Key::new(key).unwrap())
-                .await
-                .unwrap();
+            let state = self.record(key).await;
             let holders: Vec<&lock_core::HolderInfo> = match &state {
                 LockState::Held { holder, .. } => vec![holder],
                 LockState::Shared { holds, .. } => holds.iter().map(|h| &h.holder).collect(),
@@ -550,12 +554,7 @@ impl World {
         // expires after its ttl.
         tokio::time::sleep(Duration::from_secs(11) + self.longest_ttl * 2).await;
         for key in KEYS {
-            let state = self
-                .chaos
-                .inner
-                .inspect(&Key::new(key).unwrap())
-                .await
-                .unwrap();
+            let state = self.record(key).await;
             if matches!(state, LockState::Held { .. } | LockState::Shared { .. }) {
                 return Err(format!(
                     "{key} is still held with every guard given back: {state:?}"

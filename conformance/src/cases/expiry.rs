@@ -109,6 +109,30 @@ pub async fn late_calls_after_steal_are_lost(suite: &Suite) -> CaseResult {
     Ok(())
 }
 
+/// `prolongate_many` of every owner's lock to `ttl`: one answer per owner, in order.
+async fn prolong_many<'o>(
+    backend: &Arc<dyn LockBackend>,
+    owners: impl Iterator<Item = &'o Owner>,
+    ttl: Duration,
+) -> Result<Vec<lock_core::Result<ProlongOutcome>>, Failure> {
+    let ttl = ttl_of(ttl);
+    let reqs: Vec<ProlongRequest<'_>> = owners
+        .map(|o| ProlongRequest {
+            key: &o.key,
+            token: &o.token,
+            ttl,
+        })
+        .collect();
+    let answers = backend.prolongate_many(&reqs).await;
+    ensure!(
+        answers.len() == reqs.len(),
+        "{} answers to {} requests",
+        answers.len(),
+        reqs.len()
+    );
+    Ok(answers)
+}
+
 /// `prolongate_many` answers each request as `prolongate` would, in order: on time, late,
 /// stolen, never held, another's, the same key twice, across more than one pipeline or
 /// statement of the backend's (1,010 locks); and an empty batch answers nothing.
@@ -161,22 +185,7 @@ pub async fn prolong_many_answers_each_as_prolong_would(suite: &Suite) -> CaseRe
         owners.push((owner, ProlongOutcome::Prolonged, "held, in bulk"));
     }
     owners.extend(specials);
-    let ttl = ttl_of(LONG);
-    let reqs: Vec<ProlongRequest<'_>> = owners
-        .iter()
-        .map(|(o, _, _)| ProlongRequest {
-            key: &o.key,
-            token: &o.token,
-            ttl,
-        })
-        .collect();
-    let answers = backend.prolongate_many(&reqs).await;
-    ensure!(
-        answers.len() == reqs.len(),
-        "{} answers to {} requests",
-        answers.len(),
-        reqs.len()
-    );
+    let answers = prolong_many(&backend, owners.iter().map(|(o, _, _)| *o), LONG).await?;
     for (i, ((owner, expected, what), answer)) in owners.iter().zip(answers).enumerate() {
         let answer = answer?;
         ensure!(
@@ -251,22 +260,7 @@ pub async fn prolong_many_renews_the_largest_records(suite: &Suite) -> CaseResul
             }
         }
     }
-    let ttl = ttl_of(LONG);
-    let reqs: Vec<ProlongRequest<'_>> = owners
-        .iter()
-        .map(|o| ProlongRequest {
-            key: &o.key,
-            token: &o.token,
-            ttl,
-        })
-        .collect();
-    let answers = backend.prolongate_many(&reqs).await;
-    ensure!(
-        answers.len() == reqs.len(),
-        "{} answers to {} requests",
-        answers.len(),
-        reqs.len()
-    );
+    let answers = prolong_many(&backend, owners.iter(), LONG).await?;
     for (i, answer) in answers.into_iter().enumerate() {
         let answer = answer?;
         ensure!(
