@@ -407,6 +407,15 @@ const B2: Share = share(Who::B, 2, 1, 950, 20_000, 80_000);
 const B1_EXPIRED: Share = share(Who::B, 1, 1, 950, -10_000, 50_000);
 const B2_EXPIRED: Share = share(Who::B, 2, 1, 950, -10_000, 50_000);
 const C1_EXPIRED: Share = share(Who::C, 1, 1, 960, -5_000, 55_000);
+const C1: Share = share(Who::C, 1, 1, 960, 25_000, 85_000);
+// Ends at the very instant of the request: a hold is live strictly before its end, and
+// remembered strictly before the end of its grace (a real server reads these a few
+// milliseconds late, which gives the same answers).
+const A1_ENDING: Share = share(Who::A, 1, 1, 900, 0, 60_000);
+const A1_FORGETTING: Share = share(Who::A, 1, 1, 900, -60_000, 0);
+const B1_ENDING: Share = share(Who::B, 1, 1, 950, 0, 60_000);
+const B2_ENDING: Share = share(Who::B, 2, 1, 950, 0, 60_000);
+const B1_FORGETTING: Share = share(Who::B, 1, 1, 950, -60_000, 0);
 /// A's share renewed by the request (ttl and grace from now) with `holds`.
 const fn renewed(s: Share, holds: u32) -> Share {
     Share {
@@ -550,6 +559,10 @@ pub const CASES: &[Case] = &[
     case("shared obtain, expired fits",     shares(&[B2_EXPIRED]),           sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[B2_EXPIRED, admitted(1)])),
     case("shared obtain, expired no room",  shares(&[B2_EXPIRED]),           sem(2),          Outcome::Acquired,                                     shares_after(ISSUES, &[admitted(2)])),
     case("shared obtain, oldest expired kept", shares(&[B1_EXPIRED, C1_EXPIRED]), sem(2),     Outcome::Acquired,                                     shares_after(ISSUES, &[B1_EXPIRED, admitted(2)])),
+    case("shared obtain, full, weight 3",   shares(&[B1, C1]),               sem(3),          busy(BusyReason::Full, 2, 25_000),                     Unchanged),
+    case("shared obtain, ending share fits",shares(&[B2_ENDING]),            sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[B2_ENDING, admitted(1)])),
+    case("shared obtain, ending share no room", shares(&[B2_ENDING]),        sem(2),          Outcome::Acquired,                                     shares_after(ISSUES, &[admitted(2)])),
+    case("shared obtain, beside one forgetting", shares(&[B1_FORGETTING, C1]), sem(1),       Outcome::Acquired,                                     shares_after(ISSUES, &[C1, admitted(1)])),
     case("shared obtain, own expired share",shares(&[A1_EXPIRED, B1]),       sem(1),          Outcome::Acquired,                                     shares_after(ISSUES, &[B1, admitted(1)])),
     // exclusive obtain on shared holds, and mode changes
     case("write, behind shares",            shares(&[B2]),                   WRITE,           busy(BusyReason::Shared, 1, 20_000),                   Unchanged),
@@ -564,6 +577,9 @@ pub const CASES: &[Case] = &[
     // prolong and release of shared holds
     case("prolong, own share",              shares(&[A1, B2]),               Prolong,         Outcome::Prolonged,                                    shares_after(KEPT, &[renewed(A1, 1), B2])),
     case("prolong, own expired share",      shares(&[A1_EXPIRED, B1]),       Prolong,         Outcome::ProlongedLate,                                shares_after(KEPT, &[renewed(A1_EXPIRED, 1), B1])),
+    case("prolong, own share ending",       shares(&[A1_ENDING, B1]),        Prolong,         Outcome::ProlongedLate,                                shares_after(KEPT, &[renewed(A1_ENDING, 1), B1])),
+    case("prolong, own share forgetting",   shares(&[A1_FORGETTING, B1]),    Prolong,         Outcome::Lost,                                         Unchanged),
+    case("prolong, beside a share forgetting", shares(&[A1, B1_FORGETTING]), Prolong,         Outcome::Prolonged,                                    shares_after(KEPT, &[renewed(A1, 1)])),
     case("prolong, another's share",        shares(&[B2]),                   Prolong,         Outcome::Lost,                                         Unchanged),
     case("release, own share",              shares(&[A1, B2]),               RELEASE,         Outcome::Released,                                     shares_after(KEPT, &[B2])),
     case("release with a delay, a share",   shares(&[A1, B2]),               RELEASE_DELAYED, Outcome::Released,                                     shares_after(KEPT, &[B2])),
@@ -571,6 +587,9 @@ pub const CASES: &[Case] = &[
     case("release with a delay, last share",shares(&[A1]),                   RELEASE_DELAYED, Outcome::Released,                                     After::Cooling { left_ms: 20_000 }),
     case("release, beside an expired share",shares(&[A1, B1_EXPIRED]),       RELEASE,         Outcome::Released,                                     shares_after(KEPT, &[B1_EXPIRED])),
     case("release, own expired share",      shares(&[A1_EXPIRED, B1]),       RELEASE,         Outcome::ReleasedLate,                                 shares_after(KEPT, &[B1])),
+    case("release, own share ending",       shares(&[A1_ENDING, B1]),        RELEASE,         Outcome::ReleasedLate,                                 shares_after(KEPT, &[B1])),
+    case("release, beside a share forgetting", shares(&[A1, B1_FORGETTING]), RELEASE,         Outcome::Released,                                     After::Free),
+    case("release with a delay, beside one ending", shares(&[A1, B1_ENDING]),RELEASE_DELAYED, Outcome::Released,                                     After::Cooling { left_ms: 20_000 }),
     case("release, a writer gives up",      marked(&[B2], Who::A),           RELEASE,         Outcome::Lost,                                         shares_after(KEPT, &[B2])),
     // inspect and force
     case("inspect, shares",                 shares(&[A1, B2_EXPIRED]),       Inspect,         Outcome::Shared { holds: 1 },                          Unchanged),

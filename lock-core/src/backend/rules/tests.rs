@@ -324,3 +324,51 @@ fn an_invalid_mode_is_refused_whatever_the_record() {
         assert!(e.to_string().contains("permit"), "{e}");
     }
 }
+
+#[test]
+fn a_share_is_forgotten_at_the_very_end_of_its_grace() {
+    let share = Share {
+        hold: Hold {
+            token: 2u8,
+            holder: (),
+            holds: 1,
+            expires: 500,
+            forget: 1_000,
+        },
+        fencing: 7,
+        weight: 1,
+    };
+    let record = Record::new(
+        7,
+        State::Shared(Shared {
+            capacity: 2,
+            holds: vec![share],
+        }),
+    );
+    let other_capacity = Mode::Shared {
+        capacity: 3,
+        weight: 1,
+    };
+    // One tick before the end of its grace the share is remembered, and fixes the capacity.
+    let before = obtain(
+        Some(&record),
+        Clock::millis(999),
+        ask(&1, other_capacity, false),
+    );
+    assert!(
+        matches!(before.outcome, Obtained::Refused(Refusal::Capacity { .. })),
+        "{:?}",
+        before.outcome
+    );
+    // At its end it says no more than a missing record would: another capacity is admitted.
+    let at = obtain(
+        Some(&record),
+        Clock::millis(1_000),
+        ask(&1, other_capacity, false),
+    );
+    assert!(
+        matches!(at.outcome, Obtained::Acquired { .. }),
+        "{:?}",
+        at.outcome
+    );
+}
