@@ -349,3 +349,37 @@ async fn a_release_waits_for_a_cut_off_mode_change_still_in_flight() {
         assert!(another_gets(&locker, "k", Mode::Exclusive).await);
     }
 }
+
+/// A guard is lost for a mode change when either its lost signal fired (a prolong answered
+/// `Lost`, its validity still running) or its validity ran out (nobody having asked yet):
+/// each alone refuses the change before any I/O.
+#[tokio::test(start_paused = true)]
+async fn a_change_is_refused_when_the_guard_is_lost_either_way() {
+    let (wire, locker) = wire(Duration::ZERO);
+    // Lost by an answer, with time left.
+    let mut taken = held(locker.write("taken")).await;
+    wire.inner
+        .force_release(&Key::new("taken").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        taken.prolongate(ms(30_000)).await.unwrap(),
+        ProlongOutcome::Lost
+    );
+    assert!(taken.remaining() > Duration::ZERO);
+    // Run out, with nobody having looked.
+    let mut expired = held(locker.write("expired").ttl(ms(100))).await;
+    tokio::time::sleep(ms(200)).await;
+    let sent = wire.obtains.load(Ordering::SeqCst);
+    for guard in [&mut taken, &mut expired] {
+        let e = guard.downgrade().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("lost"), "{e}");
+    }
+    assert_eq!(
+        wire.obtains.load(Ordering::SeqCst),
+        sent,
+        "nothing was sent"
+    );
+    drop((taken, expired));
+}
