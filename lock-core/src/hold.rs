@@ -25,13 +25,17 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod lost;
+mod validity;
+
 use crate::clock;
 use crate::detached::{release_holds, GiveBack, Obtain};
 use crate::observe::{Event, HoldEnd, LostCause, Telemetry};
 use crate::turn::{Calls, Turn};
-use crate::{
-    Fencing, HolderInfo, Key, LockBackend, Mode, ProlongOutcome, ReleaseOutcome, Result, Token, Ttl,
-};
+use crate::{Fencing, HolderInfo, Key, LockBackend, Mode, ReleaseOutcome, Result, Token, Ttl};
+use lost::{expiry_timer, LostSignal, TimerMark};
+use validity::InFlight;
+pub(crate) use validity::Ticket;
 
 /// The state one acquisition's guards share.
 pub(crate) struct Hold {
@@ -82,54 +86,6 @@ struct State {
     ended: bool,
     /// Its last guard was dropped without a release.
     dropped: bool,
-}
-
-/// A prolong (or reentrant obtain) of this hold that is in flight.
-struct InFlight {
-    id: u64,
-    /// Its own bound: sent-at + ttl.
-    bound: Instant,
-    /// The earliest bound among the calls it overlapped, its own included.
-    floor: Instant,
-}
-
-/// The lost signal, made only when someone listens: most guards are released without
-/// anyone asking, and a cancellation token is an allocation.
-#[derive(Debug, Default)]
-struct LostSignal {
-    lost: bool,
-    /// The loss was claimed for reporting: whoever set it counts the loss and tells the
-    /// observer, then fires the signal, so that whoever wakes on it finds the loss counted.
-    claimed: bool,
-    token: Option<CancellationToken>,
-}
-
-impl LostSignal {
-    fn token(&mut self) -> CancellationToken {
-        let lost = self.lost;
-        self.token
-            .get_or_insert_with(|| {
-                let token = CancellationToken::new();
-                if lost {
-                    token.cancel();
-                }
-                token
-            })
-            .clone()
-    }
-
-    /// Claims the loss for reporting; true the first time.
-    fn claim(&mut self) -> bool {
-        !std::mem::replace(&mut self.claimed, true)
-    }
-
-    /// Marks it lost and wakes whoever waits on it.
-    fn fire(&mut self) {
-        self.lost = true;
-        if let Some(token) = &self.token {
-            token.cancel();
-        }
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -425,71 +381,6 @@ impl Hold {
         runtime.spawn(expiry_timer(TimerMark(Arc::clone(self))));
     }
 
-    /// Starts a prolong (or a reentrant obtain, which resets the ttl the same way) of this
-    /// hold to `ttl`, sent now. The ticket must be finished with its answer; dropped
-    /// unfinished, it counts as a failed call.
-    pub(crate) fn begin(self: &Arc<Self>, ttl: Ttl) -> Ticket {
-        let sent_at = clock::now();
-        let bound = sent_at + ttl.as_duration();
-        let mut state = lock(&self.state);
-        let id = state.tickets;
-        state.tickets += 1;
-        let mut floor = bound;
-        for other in &mut state.prolongs {
-            floor = floor.min(other.bound);
-            other.floor = other.floor.min(bound);
-        }
-        state.prolongs.push(InFlight { id, bound, floor });
-        Ticket {
-            hold: Arc::clone(self),
-            id,
-            sent_at,
-            ttl,
-            done: false,
-        }
-    }
-
-    /// Takes in the answer of the prolong `id` (`None`: it failed, or was cancelled, and
-    /// may or may not have been applied).
-    fn finish(&self, id: u64, ttl: Ttl, answer: Option<ProlongOutcome>) {
-        let moved_earlier = {
-            let mut state = lock(&self.state);
-            let Some(at) = state.prolongs.iter().position(|p| p.id == id) else {
-                return;
-            };
-            let call = state.prolongs.swap_remove(at);
-            if state.over {
-                // Given back (or detached) while the prolong was in flight: its answer
-                // (`Lost`, once the release freed the record) is nobody's concern, and a
-                // released lock's lost signal never fires.
-                return;
-            }
-            let before = state.until;
-            match answer {
-                Some(ProlongOutcome::Prolonged | ProlongOutcome::ProlongedLate) => {
-                    state.until = call.floor;
-                    state.ttl = ttl;
-                }
-                // Lost: the signal fires below; the validity no longer matters.
-                Some(ProlongOutcome::Lost) => {}
-                None => state.until = state.until.min(call.bound),
-            }
-            state.until < before
-        };
-        match answer {
-            Some(ProlongOutcome::Lost) => {
-                self.mark_lost(LostCause::Taken, "a prolong answered Lost")
-            }
-            Some(ProlongOutcome::ProlongedLate) => {
-                tracing::warn!(key = %self.key, fencing = %self.fencing(), "prolonged late: the lock had expired, nobody took it meanwhile")
-            }
-            _ => {}
-        }
-        if moved_earlier {
-            self.changed.notify_waiters();
-        }
-    }
-
     /// Gives back one hold of the lock on the backend, in the token's turn: after every
     /// call of the token sent before it (a cancelled reentrant obtain or mode change still
     /// running) ended, so it frees the key whichever mode those left it in. `last`: no other
@@ -559,77 +450,5 @@ impl fmt::Debug for Hold {
             .field("mode", &self.mode())
             .field("lost", &lock(&self.state).lost.claimed)
             .finish()
-    }
-}
-
-/// A prolong of a hold in flight; see [`Hold::begin`].
-pub(crate) struct Ticket {
-    hold: Arc<Hold>,
-    id: u64,
-    /// When it was sent.
-    pub(crate) sent_at: Instant,
-    /// The ttl it asks for.
-    pub(crate) ttl: Ttl,
-    done: bool,
-}
-
-impl Ticket {
-    /// The prolong's answer; `None` for a failure.
-    pub(crate) fn finish(mut self, answer: Option<ProlongOutcome>) {
-        self.done = true;
-        self.hold.finish(self.id, self.ttl, answer);
-    }
-
-    /// The hold it prolongs.
-    pub(crate) fn hold(&self) -> &Arc<Hold> {
-        &self.hold
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if !self.done {
-            self.hold.finish(self.id, self.ttl, None);
-        }
-    }
-}
-
-/// A running expiry timer's mark in its hold, made before the task is spawned and owned by
-/// it: dropped with the task however it ends, even unpolled (its runtime ended first), so
-/// that the next use of the guard starts a new timer.
-struct TimerMark(Arc<Hold>);
-
-impl Drop for TimerMark {
-    fn drop(&mut self) {
-        lock(&self.0.state).timer = false;
-    }
-}
-
-/// Fires the lost signal when the validity runs out; follows every move of the validity;
-/// ends when the hold is over or lost.
-async fn expiry_timer(mark: TimerMark) {
-    let hold = &mark.0;
-    loop {
-        let changed = hold.changed.notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        let until = {
-            let state = lock(&hold.state);
-            if state.over || state.lost.claimed {
-                return;
-            }
-            state.until
-        };
-        if until <= clock::now() {
-            hold.mark_lost(
-                LostCause::Expired,
-                "its validity ran out before it was prolonged",
-            );
-            return;
-        }
-        tokio::select! {
-            () = clock::sleep_until(until) => {}
-            () = changed => {}
-        }
     }
 }
