@@ -1,6 +1,7 @@
 //! The client API over any backend: the locker with its defaults, `with_lock`,
 //! release-all; the obtain builder and its plan are in `obtain`.
 
+mod marker;
 mod obtain;
 
 pub use obtain::LockBuilder;
