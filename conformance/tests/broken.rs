@@ -1,10 +1,13 @@
 //! The suite must catch broken backends: each wrapper below breaks one rule of the contract,
 //! and both a named case and the model-based property must fail on it.
 
+mod broken_support;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use lock_conformance::{async_trait, case_count, cases, CaseResult, Harness, Suite};
+use broken_support::{run, Case};
+use lock_conformance::{async_trait, case_count, cases, Harness, Suite};
 use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
     Fencing, Key, LockBackend, LockState, MemoryBackend, Mode, ObtainOutcome, ProlongOutcome,
@@ -182,21 +185,6 @@ impl Harness for BrokenHarness {
         })
     }
 }
-
-fn run(f: impl std::future::Future<Output = CaseResult>) -> CaseResult {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-/// A case of the suite, as `cases::*` functions coerce to.
-type Case =
-    for<'a> fn(
-        &'a Suite,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>>;
 
 /// Both the named case and the model-based property must fail on `bug`.
 fn caught(bug: Bug, named: &str, case: Case) {

@@ -3,11 +3,13 @@
 //! memory backend is) with that one decision bent, and the case named after the rule must
 //! fail on it. Every bug here passed the whole suite before its case was written.
 
+mod broken_support;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use lock_conformance::{async_trait, cases, CaseResult, Harness, Suite};
+use broken_support::{run, Case};
+use lock_conformance::{async_trait, cases, Harness, Suite};
 use lock_core::backend::rules::{self, Clock, Decision, Record, State, Wake};
 use lock_core::backend::{
     Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription, Token,
@@ -288,24 +290,6 @@ impl Harness for BentHarness {
         })
     }
 }
-
-fn run(f: impl std::future::Future<Output = CaseResult>) -> CaseResult {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            tokio::time::timeout(Duration::from_secs(120), f)
-                .await
-                .unwrap()
-        })
-}
-
-type Case =
-    for<'a> fn(
-        &'a Suite,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>>;
 
 /// `case` passes on the rules as they are, and fails on `bug`.
 fn caught(bug: Bug, named: &str, case: Case) {
