@@ -277,6 +277,13 @@ impl Plan<'_> {
         // Two rounds at most: the second only after an earlier attempt's lost grant was given
         // back (see `Reacquired` below).
         for _ in 0..2 {
+            // A queueing attempt may leave a marker: the release that takes it away when the
+            // wait ends must not overtake it. Taken before the clock is read, so that the
+            // validity counts from when the obtain is sent.
+            let turn = match queue {
+                true => Some(self.calls.turn().await),
+                false => None,
+            };
             let sent_at = clock::now();
             let call = Obtain {
                 backend: Arc::clone(backend),
@@ -286,13 +293,7 @@ impl Plan<'_> {
                 holder: Arc::clone(&self.holder),
                 mode: self.mode,
                 queue,
-                // A queueing attempt may leave a marker: the release that takes it away
-                // when the wait ends must not overtake it.
-                turn: if queue {
-                    Some(self.calls.turn().await)
-                } else {
-                    None
-                },
+                turn,
             };
             let telemetry = &self.locker.telemetry;
             let answer = call.run(GiveBack::AllHolds).await;
