@@ -161,6 +161,20 @@ impl Owner {
         self.backend.obtain(req).await
     }
 
+    /// A mode change to `mode` of this owner's hold with fencing token `of`
+    /// ([`ObtainRequest::change`]).
+    pub(crate) async fn change_to(
+        &self,
+        ttl: Duration,
+        mode: lock_core::Mode,
+        of: lock_core::Fencing,
+    ) -> Result<ObtainOutcome> {
+        let req = ObtainRequest::new(&self.key, &self.token, ttl_of(ttl), &self.holder)
+            .with_mode(mode)
+            .with_change(of);
+        self.backend.obtain(req).await
+    }
+
     pub(crate) async fn prolong(&self, ttl: Duration) -> Result<ProlongOutcome> {
         let req = ProlongRequest {
             key: &self.key,

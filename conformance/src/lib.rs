@@ -55,6 +55,7 @@
 //! | `a_late_release_of_one_share_leaves_the_others_alone`, `a_shares_prolong_renews_that_share_only` | a share's late release and its prolong touch that share only |
 //! | `a_release_leaving_live_shares_starts_no_cooldown` | `delay_after` applies only to the release that leaves no live hold |
 //! | `an_expired_share_asked_again_is_a_fresh_hold` | a token whose share expired gets a fresh hold with a fresh fencing token, never `Reacquired` |
+//! | `a_mode_change_of_a_hold_that_is_gone_is_lost` | a mode change changes the caller's own live hold with the fencing token it names, or nothing: an upgrade of a share that was force-released (a writer in and out in between) is `Lost`, never a fresh write lock; so is a downgrade of an exclusive hold that is gone |
 //! | `mode_changes_keep_the_hold` | a holder's obtain in the other mode changes it: down keeps the fencing token, up waits for the other holds (its share kept) and gets a fresh one; reentrant holds change no mode |
 //! | `observer_sees_every_event` | a counting observer on the locker sees every obtain (obtained, busy, timed out), hold (released, lost), loss with its cause, watchdog batch and (behind the fault proxy) backend error; `Locker::stats` agrees |
 //! | `shared_model_sequences` | random sequences of exclusive and shared obtains (capacities, weights, waiting writers), prolongs, releases and inspects agree step by step with a reference model of the shared holds; after every step the live weights fit the capacity and an exclusive hold is alone |
@@ -230,6 +231,7 @@ macro_rules! for_each_case {
             a_shares_prolong_renews_that_share_only,
             a_release_leaving_live_shares_starts_no_cooldown,
             an_expired_share_asked_again_is_a_fresh_hold,
+            a_mode_change_of_a_hold_that_is_gone_is_lost,
             semaphore_capacity_holds_under_contention,
             multiprocess_semaphore_stays_within_its_permits,
             killed_holder_frees_only_its_own_permits,

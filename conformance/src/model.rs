@@ -287,6 +287,7 @@ impl Model {
                     state => Err(format!("Reacquired, but the model says {state:?}")),
                 },
                 ObtainOutcome::Busy(busy) => self.check_busy(key, owner, busy, at),
+                ObtainOutcome::Lost => Err("Lost, to an obtain that changes no mode".into()),
             },
             (Op::Prolong { owner, key, ttl }, Observed::Prolong(o)) => {
                 let state = self.keys[key].clone();

@@ -119,6 +119,14 @@ pub enum Ask {
         /// Whether the request waits (an exclusive one may leave a marker).
         queue: bool,
     },
+    /// A mode change to `mode` of A's hold with fencing token `of`
+    /// ([`ObtainRequest::change`]), for [`TTL_MS`], grace [`GRACE_MS`].
+    Change {
+        /// The mode asked for.
+        mode: Mode,
+        /// The fencing token of the hold the change names.
+        of: u64,
+    },
     /// prolongate for [`TTL_MS`], grace [`GRACE_MS`].
     Prolong,
     /// release, with [`DELAY_MS`] of cooldown when `true`.
@@ -169,7 +177,7 @@ pub enum Outcome {
     ReleasedLate,
     /// `Decremented` with this hold count.
     Decremented(u32),
-    /// `Lost` (a prolong or a release).
+    /// `Lost` (a prolong, a release, or a mode change whose hold is gone).
     Lost,
     /// `LockState::Free` (inspect or force).
     Free,
@@ -476,6 +484,23 @@ const WRITE_QUEUED: Ask = Ask::ObtainAs {
     mode: Mode::Exclusive,
     queue: true,
 };
+/// A's upgrade of its share with fencing token `of`.
+const fn up(of: u64) -> Ask {
+    Ask::Change {
+        mode: Mode::Exclusive,
+        of,
+    }
+}
+/// A's downgrade, to `weight` of [`CAPACITY`], of its exclusive hold with fencing `of`.
+const fn down(weight: u32, of: u64) -> Ask {
+    Ask::Change {
+        mode: Mode::Shared {
+            capacity: CAPACITY,
+            weight,
+        },
+        of,
+    }
+}
 const OTHER_CAPACITY: Ask = Ask::ObtainAs {
     mode: Mode::Shared {
         capacity: CAPACITY + 1,
@@ -574,6 +599,24 @@ pub const CASES: &[Case] = &[
     case("upgrade, alone",                  shares(&[A1]),                   WRITE,           Outcome::Acquired,                                     ISSUED),
     case("upgrade, beside a share",         shares(&[A1, B2]),               WRITE,           busy(BusyReason::Shared, 1, 20_000),                   Unchanged),
     case("upgrade, reentrant",              shares(&[A1_TWICE]),             WRITE,           Outcome::Refused,                                      Unchanged),
+    // mode changes that name their hold: that hold, live, or nothing (Lost)
+    case("change up, alone",                shares(&[A1]),                   up(900),         Outcome::Acquired,                                     ISSUED),
+    case("change up, beside a share",       shares(&[A1, B2]),               up(900),         busy(BusyReason::Shared, 1, 20_000),                   Unchanged),
+    case("change up, reentrant",            shares(&[A1_TWICE]),             up(900),         Outcome::Refused,                                      Unchanged),
+    case("change up, another fencing",      shares(&[A1, B2]),               up(950),         Outcome::Lost,                                         Unchanged),
+    case("change up, own share expired",    shares(&[A1_EXPIRED, B1]),       up(900),         Outcome::Lost,                                         Unchanged),
+    case("change up, own share ending",     shares(&[A1_ENDING]),            up(900),         Outcome::Lost,                                         Unchanged),
+    case("change up, no record",            Nothing,                         up(900),         Outcome::Lost,                                         Unchanged),
+    case("change up, key free",             FreeRecord,                      up(900),         Outcome::Lost,                                         Unchanged),
+    case("change up, held exclusively",     OTHERS_LIVE,                     up(900),         Outcome::Lost,                                         Unchanged),
+    case("change up, cooling",              COOLING,                         up(900),         Outcome::Lost,                                         Unchanged),
+    case("change down",                     LIVE,                            down(2, FENCING), Outcome::AcquiredKept,                                shares_after(KEPT, &[renewed(share(Who::A, 2, 1, FENCING, 0, 0), 1)])),
+    case("change down, reentrant",          LIVE_TWICE,                      down(1, FENCING), Outcome::Refused,                                     Unchanged),
+    case("change down, another fencing",    LIVE,                            down(1, FENCING + 1), Outcome::Lost,                                    Unchanged),
+    case("change down, own hold expired",   EXPIRED,                         down(1, FENCING), Outcome::Lost,                                        Unchanged),
+    case("change down, another's hold",     OTHERS_LIVE,                     down(1, FENCING), Outcome::Lost,                                        Unchanged),
+    case("change down, no record",          Nothing,                         down(1, FENCING), Outcome::Lost,                                        Unchanged),
+    case("change down, a share",            shares(&[A1]),                   down(1, 900),    Outcome::Lost,                                         Unchanged),
     // prolong and release of shared holds
     case("prolong, own share",              shares(&[A1, B2]),               Prolong,         Outcome::Prolonged,                                    shares_after(KEPT, &[renewed(A1, 1), B2])),
     case("prolong, own expired share",      shares(&[A1_EXPIRED, B1]),       Prolong,         Outcome::ProlongedLate,                                shares_after(KEPT, &[renewed(A1_EXPIRED, 1), B1])),
@@ -887,6 +930,16 @@ impl Case {
                     answer => Answer::Obtain(answer?),
                 }
             }
+            Ask::Change { mode, of } => {
+                let holder = HolderInfo::current();
+                let req = ObtainRequest::new(key, token, ttl, &holder)
+                    .with_mode(mode)
+                    .with_change(lock_core::Fencing(of));
+                match backend.obtain(req).await {
+                    Err(e) if e.kind() == ErrorKind::InvalidInput => Answer::Refused,
+                    answer => Answer::Obtain(answer?),
+                }
+            }
             Ask::Prolong => {
                 let req = ProlongRequest { key, token, ttl };
                 Answer::Prolong(backend.prolongate(req).await?)
@@ -976,6 +1029,7 @@ impl Case {
                 | (Outcome::Released, Answer::Release(ReleaseOutcome::Released))
                 | (Outcome::ReleasedLate, Answer::Release(ReleaseOutcome::ReleasedLate))
                 | (Outcome::Lost, Answer::Release(ReleaseOutcome::Lost))
+                | (Outcome::Lost, Answer::Obtain(ObtainOutcome::Lost))
                 | (Outcome::Free, Answer::State(LockState::Free)) => None,
                 (
                     Outcome::Decremented(n),

@@ -44,6 +44,9 @@ enum Bug {
     CooldownBesideLiveShares,
     /// A token whose share expired (still in the record) is `Reacquired`.
     ExpiredShareReacquired,
+    /// A mode change whose hold is gone is granted afresh, as an obtain without
+    /// `change` would be.
+    ChangeOfAGoneHoldGranted,
 }
 
 type Rec = Record<Token, HolderInfo>;
@@ -265,6 +268,10 @@ impl Bent {
             fencing_floor: *self.fencing.lock().unwrap() + 1,
             mode: req.mode,
             queue: req.queue,
+            change: match self.bug {
+                Bug::ChangeOfAGoneHoldGranted => None,
+                _ => req.change.map(|f| f.0),
+            },
         };
         let d = rules::obtain(record, clock, ask);
         let outcome = d.outcome.into_outcome(req.ttl, "bent")?;
@@ -373,6 +380,11 @@ catches!(
     an_expired_share_reacquired_is_caught,
     ExpiredShareReacquired,
     an_expired_share_asked_again_is_a_fresh_hold
+);
+catches!(
+    a_change_of_a_gone_hold_granted_is_caught,
+    ChangeOfAGoneHoldGranted,
+    a_mode_change_of_a_hold_that_is_gone_is_lost
 );
 catches!(shared_model refusing_the_last_permit_is_caught_by_the_shared_model, RefusesTheLastPermit);
 catches!(shared_model admitting_one_past_the_capacity_is_caught_by_the_shared_model, AdmitsOnePastTheCapacity);

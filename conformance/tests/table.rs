@@ -84,10 +84,11 @@ fn run_table(clock: Clock) {
         let before = before.as_ref();
         let holder = |_: &&str| Ok::<_, lock_core::Error>(HolderInfo::current());
         let (answer, write) = match case.ask {
-            Ask::Obtain | Ask::ObtainAs { .. } => {
-                let (mode, queue) = match case.ask {
-                    Ask::ObtainAs { mode, queue } => (mode, queue),
-                    _ => (lock_core::Mode::Exclusive, false),
+            Ask::Obtain | Ask::ObtainAs { .. } | Ask::Change { .. } => {
+                let (mode, queue, change) = match case.ask {
+                    Ask::ObtainAs { mode, queue } => (mode, queue, None),
+                    Ask::Change { mode, of } => (mode, false, Some(of)),
+                    _ => (lock_core::Mode::Exclusive, false, None),
                 };
                 let ask = Obtain {
                     token: &Who::A,
@@ -97,6 +98,7 @@ fn run_table(clock: Clock) {
                     fencing_floor: 0,
                     mode,
                     queue,
+                    change,
                 };
                 let d = obtain(before, clock, ask);
                 match d.outcome {

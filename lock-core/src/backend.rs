@@ -22,7 +22,8 @@ pub mod rules;
 pub mod schemes;
 
 use crate::{
-    HolderInfo, Key, LockState, Mode, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Ttl,
+    Fencing, HolderInfo, Key, LockState, Mode, ObtainOutcome, ProlongOutcome, ReleaseOutcome,
+    Result, Ttl,
 };
 
 /// Arguments of [`LockBackend::obtain`].
@@ -48,6 +49,14 @@ pub struct ObtainRequest<'a> {
     /// writer's marker that keeps new shared holds out (see
     /// [`rules::Obtain::queue`]). Only for backends with [`Capabilities::shared`].
     pub queue: bool,
+    /// A mode change: the fencing token of the caller's own live hold in the other mode,
+    /// the one this request turns into `mode` (a read hold into the write lock, or back).
+    /// The backend changes that hold or nothing: when the token has no live hold in the
+    /// other mode with this fencing token (it expired, an operator force-released it, the
+    /// backend lost its data), the answer is [`ObtainOutcome::Lost`] and nothing is written,
+    /// rather than a fresh grant that would hide a writer who held the key in between (see
+    /// [`rules::Obtain::change`]). `None` for every other obtain.
+    pub change: Option<Fencing>,
 }
 
 impl<'a> ObtainRequest<'a> {
@@ -60,6 +69,7 @@ impl<'a> ObtainRequest<'a> {
             holder,
             mode: Mode::Exclusive,
             queue: false,
+            change: None,
         }
     }
 
@@ -72,6 +82,13 @@ impl<'a> ObtainRequest<'a> {
     /// The same request, queueing or not.
     pub fn with_queue(mut self, queue: bool) -> Self {
         self.queue = queue;
+        self
+    }
+
+    /// The same request as a mode change of the caller's hold with fencing token `of`
+    /// (see [`ObtainRequest::change`]).
+    pub fn with_change(mut self, of: Fencing) -> Self {
+        self.change = Some(of);
         self
     }
 

@@ -22,8 +22,8 @@ use tracing::Instrument;
 
 use crate::turn::Turn;
 use crate::{
-    Error, ErrorKind, HolderInfo, Key, LockBackend, Mode, ObtainOutcome, ObtainRequest, Operation,
-    ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
+    Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, Mode, ObtainOutcome, ObtainRequest,
+    Operation, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
 };
 
 /// What a grant nobody waits for any more is undone with.
@@ -48,6 +48,8 @@ pub(crate) struct Obtain {
     pub(crate) mode: Mode,
     /// Leave a writer's marker when busy (see [`ObtainRequest::queue`]).
     pub(crate) queue: bool,
+    /// A mode change of the hold with this fencing token (see [`ObtainRequest::change`]).
+    pub(crate) change: Option<Fencing>,
     /// The token's turn, when the obtain changes what an existing hold is (a reentrant
     /// obtain, a mode change): kept until the call and its give-back ended.
     pub(crate) turn: Option<Turn>,
@@ -75,9 +77,10 @@ impl Obtain {
     ) -> (Result<ObtainOutcome>, K, Option<Turn>) {
         let turn = self.turn.take();
         let call = async move {
-            let req = ObtainRequest::new(&self.key, &self.token, self.ttl, &self.holder)
+            let mut req = ObtainRequest::new(&self.key, &self.token, self.ttl, &self.holder)
                 .with_mode(self.mode)
                 .with_queue(self.queue);
+            req.change = self.change;
             let outcome = self.backend.obtain(req).await;
             // If the caller is gone, the unread grant is dropped where the call finishes: it gives
             // back its grant, after the grant, on the same path.

@@ -29,6 +29,12 @@ pub enum ErrorKind {
     ExpiredOnArrival,
     /// The configuration (a URL, a config file) is wrong or names a backend not compiled in.
     Config,
+    /// The guard's lock turned out to be lost during the call: a mode change found that the
+    /// backend no longer has the hold it was to change (it expired, was force-released, or
+    /// the backend lost its data). Nothing was changed; the guard's lost signal has fired.
+    /// Release the guard and obtain the lock anew, and treat what was read under it as
+    /// possibly stale.
+    Lost,
 }
 
 impl ErrorKind {
@@ -42,6 +48,7 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::ExpiredOnArrival => "lock expired before the grant arrived",
             ErrorKind::Config => "configuration error",
+            ErrorKind::Lost => "lock lost",
         }
     }
 }
@@ -151,6 +158,18 @@ impl Error {
             "lock-core",
             Operation::Validate,
             message,
+        )
+    }
+
+    /// The [`ErrorKind::Protocol`] error for an obtain answered
+    /// [`ObtainOutcome::Lost`](crate::ObtainOutcome::Lost) although it changed no mode.
+    pub(crate) fn lost_unasked(backend: &'static str) -> Self {
+        Error::new(
+            ErrorKind::Protocol,
+            backend,
+            Operation::Obtain,
+            "the backend answered Lost to an obtain that changes no mode (only a mode change \
+             may be answered Lost); the backend breaks the contract",
         )
     }
 

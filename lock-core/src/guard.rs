@@ -193,6 +193,7 @@ impl LockGuard {
                 drop((ticket, reserved, retime));
                 Ok(Attempt::Busy(busy))
             }
+            ObtainOutcome::Lost => Err(Error::lost_unasked(hold.backend.name())),
         }
     }
 

@@ -250,6 +250,7 @@ impl Hold {
             holder: Arc::clone(&self.holder),
             mode,
             queue: false,
+            change: None,
             turn: Some(turn),
         }
     }

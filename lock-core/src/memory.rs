@@ -228,6 +228,7 @@ impl LockBackend for MemoryBackend {
             fencing_floor: store.fencing + 1,
             mode: req.mode,
             queue: req.queue,
+            change: req.change.map(|f| f.0),
         };
         let decision = rules::obtain(store.records.get(&key), clock, ask);
         let outcome = decision.outcome.into_outcome(req.ttl, Self::NAME)?;

@@ -128,6 +128,11 @@ pub enum ObtainOutcome {
     },
     /// Someone else holds it, or it cools down after a release.
     Busy(Busy),
+    /// Only for a mode change ([`ObtainRequest::change`](crate::backend::ObtainRequest::change)):
+    /// the caller's token has no live hold with the fencing token the change names (it
+    /// expired, was force-released, or the backend lost it), so there is nothing to change.
+    /// Nothing was written: the caller's lock is lost, whoever holds the key now.
+    Lost,
 }
 
 /// The answer to [`LockBackend::prolongate`](crate::LockBackend::prolongate).

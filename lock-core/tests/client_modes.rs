@@ -45,12 +45,13 @@ impl LockBackend for Wire {
         };
         let inner = Arc::clone(&self.inner);
         let (key, token, ttl, holder) = (req.key.clone(), *req.token, req.ttl, req.holder.clone());
-        let (mode, queue) = (req.mode, req.queue);
+        let (mode, queue, change) = (req.mode, req.queue, req.change);
         let applied = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let req = ObtainRequest::new(&key, &token, ttl, &holder)
+            let mut req = ObtainRequest::new(&key, &token, ttl, &holder)
                 .with_mode(mode)
                 .with_queue(queue);
+            req.change = change;
             inner.obtain(req).await
         });
         let outcome = applied.await.expect("the server task ran")?;
@@ -382,4 +383,35 @@ async fn a_change_is_refused_when_the_guard_is_lost_either_way() {
         "nothing was sent"
     );
     drop((taken, expired));
+}
+
+/// Issue #35, item 3: an upgrade of a read hold whose share is gone (force-released, and a
+/// writer held the key in between) answered `Obtained` with a fresh fencing token and the
+/// guard not lost: a lost update. Now the backend changes the guard's own share or nothing,
+/// and the guard learns it is lost. The same for a downgrade of a write lock that is gone.
+#[tokio::test]
+async fn a_change_of_a_hold_that_is_gone_loses_the_guard() {
+    let (wire, locker) = wire(Duration::ZERO);
+    let key = Key::new("gone").unwrap();
+    let mut reader = held(locker.read("gone")).await;
+    wire.inner.force_release(&key).await.unwrap();
+    let writer = held(locker.write("gone")).await;
+    let _ = writer.release().await.unwrap();
+    let e = reader.upgrade().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
+    assert!(e.to_string().contains("obtain the lock anew"), "{e}");
+    assert!(reader.is_lost());
+    assert!(
+        tokio::time::timeout(ms(1_000), reader.lost()).await.is_ok(),
+        "the lost signal fired"
+    );
+    assert_eq!(wire.inner.inspect(&key).await.unwrap(), LockState::Free);
+    drop(reader);
+
+    let mut writer = held(locker.write("gone")).await;
+    wire.inner.force_release(&key).await.unwrap();
+    let e = writer.downgrade().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
+    assert!(writer.is_lost());
+    assert_eq!(wire.inner.inspect(&key).await.unwrap(), LockState::Free);
 }

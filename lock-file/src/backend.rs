@@ -444,6 +444,7 @@ impl LockBackend for FileBackend {
                 fencing_floor: clock.micros,
                 mode: req.mode,
                 queue: req.queue,
+                change: req.change.map(|f| f.0),
             };
             let decision = rules::obtain(record, clock.rules(), ask);
             let outcome = decision.outcome.into_outcome(req.ttl, Self::NAME);

@@ -169,6 +169,7 @@ impl LockBackend for MySqlBackend {
             grace: Grace::or_ttl(self.db.grace, req.ttl),
             mode: req.mode,
             queue: req.queue,
+            change: req.change.map(|f| f.0),
         };
         match self.decide(op, req.key, ask).await? {
             Answer::Obtain(outcome) => {

@@ -28,6 +28,8 @@ pub(crate) enum Ask {
         grace: Grace,
         mode: Mode,
         queue: bool,
+        /// A mode change of the hold with this fencing token.
+        change: Option<u64>,
     },
     Prolong {
         token: String,
@@ -132,6 +134,7 @@ pub(crate) fn decide(
             grace,
             mode,
             queue,
+            change,
         } => {
             let d = rules::obtain(
                 record,
@@ -144,6 +147,7 @@ pub(crate) fn decide(
                     fencing_floor: read.now_us,
                     mode: *mode,
                     queue: *queue,
+                    change: *change,
                 },
             );
             let answer = Answer::Obtain(d.outcome.try_into_outcome(*ttl, NAME, holder)?);

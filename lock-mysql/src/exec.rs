@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::decide::{decide, Answer, Ask, Read, Stored};
 use crate::error::{is_broken_connection, is_missing_table, map_error, protocol};
-use crate::sql::{Names, Session, COMMIT};
+use crate::sql::{Names, Session, COMMIT, ROLLBACK};
 use crate::NAME;
 
 /// What every transaction of a backend needs, shared by its clones.
@@ -60,7 +60,7 @@ impl Db {
             let (answer, write) = decide(op, read.of(name), read, &ask)?;
             let sql = match write {
                 Some(record) => self.names.write([(name, &row(&record, read))].into_iter()),
-                None => vec![COMMIT.to_owned()],
+                None => vec![ROLLBACK.to_owned()],
             };
             Ok((answer, sql))
         };

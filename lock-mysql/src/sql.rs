@@ -11,7 +11,8 @@
 //!    inserted or found it); then the row, read with `FOR UPDATE`, and, in a statement of
 //!    its own after the lock was granted, the server's clock ([`CLOCK`]).
 //! 2. lock-core's rules decide in the client on that row at that instant; the message is
-//!    the row they write, if any, and `COMMIT` ([`Names::write`]).
+//!    the row they write and `COMMIT` ([`Names::write`]), or, when they write nothing,
+//!    `ROLLBACK` ([`ROLLBACK`]: a new key's inserted free row goes too).
 //!
 //! A batch of prolongs reads all its rows in one `SELECT … WHERE key IN (…) ORDER BY key
 //! FOR UPDATE` (primary-key order: two batches never wait for each other in a cycle) and
@@ -228,8 +229,13 @@ impl Names {
     }
 }
 
-/// Message 2 when the rules write nothing.
+/// Message 2 of a batch when the rules write nothing.
 pub(crate) const COMMIT: &str = "COMMIT";
+
+/// Message 2 of one key's call when the rules write nothing: the free row an obtain of a
+/// new key inserted to lock it goes too, so that nothing written leaves nothing behind (a
+/// mode change answered `Lost` on a key with no row).
+pub(crate) const ROLLBACK: &str = "ROLLBACK";
 
 /// The most bytes of rows one message of a write carries: 1 MiB less 1 KiB for the
 /// packet's own bytes, under every server's

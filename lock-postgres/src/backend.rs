@@ -240,8 +240,11 @@ impl LockBackend for PostgresBackend {
             grace,
             mode: req.mode,
             queue: req.queue,
+            change: req.change.map(|f| f.0),
         };
-        if req.mode.is_shared() {
+        // Shared requests and mode changes (rare: an upgrade) are decided here, by the
+        // rules, not by the function, which knows exclusive holds only.
+        if req.mode.is_shared() || req.change.is_some() {
             return self.decide(op, req.key, &shared).await;
         }
         let args = Args {

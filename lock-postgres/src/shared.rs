@@ -55,6 +55,8 @@ pub(crate) enum Ask<'a> {
         grace: Grace,
         mode: Mode,
         queue: bool,
+        /// A mode change of the hold with this fencing token.
+        change: Option<u64>,
     },
     Prolong {
         token: &'a str,
@@ -186,6 +188,7 @@ fn decide(op: Operation, row: &PgRow, ask: &Ask<'_>) -> Result<(Answer, Option<C
             grace,
             mode,
             queue,
+            change,
         } => {
             let (token, info) = (token.to_owned(), info.to_owned());
             let d = rules::obtain(
@@ -199,6 +202,7 @@ fn decide(op: Operation, row: &PgRow, ask: &Ask<'_>) -> Result<(Answer, Option<C
                     fencing_floor: now_us,
                     mode,
                     queue,
+                    change,
                 },
             );
             let answer = Answer::Obtain(d.outcome.try_into_outcome(ttl, NAME, holder)?);

@@ -272,6 +272,7 @@ impl LockBackend for RedisBackend {
             holder_json: &holder_json,
             mode: req.mode,
             queue: req.queue,
+            change: req.change.map(|f| f.0),
         };
         match self.run(req.key, request).await? {
             Reply::Obtain(o) => Ok(o),

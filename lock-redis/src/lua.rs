@@ -78,16 +78,21 @@ impl Lua {
                 holder_json,
                 mode,
                 queue,
+                change,
             } => {
                 cmd.arg("obtain")
                     .arg(token.digest())
                     .arg(ttl.as_millis())
                     .arg(grace.as_millis())
                     .arg(*holder_json);
-                match mode {
-                    Mode::Shared { capacity, weight } => {
+                match (mode, change) {
+                    (Mode::Shared { capacity, weight }, None) => {
                         cmd.arg("shared").arg(*capacity).arg(*weight)
                     }
+                    (Mode::Shared { capacity, weight }, Some(of)) => {
+                        cmd.arg("shared").arg(*capacity).arg(*weight).arg(*of)
+                    }
+                    (_, Some(of)) => cmd.arg("upgrade").arg(*of),
                     _ if *queue => cmd.arg("queue"),
                     _ => cmd.arg("exclusive"),
                 }
@@ -188,6 +193,7 @@ fn decode(req: &Request<'_>, reply: &[String]) -> Result<Reply> {
             },
             "reacquired" => ObtainOutcome::Reacquired { holds: r.holds(1)? },
             "busy" => ObtainOutcome::Busy(r.busy()?),
+            "lost" => ObtainOutcome::Lost,
             "refused" => return Err(r.refusal()?.into_error(NAME)),
             _ => return Err(r.unexpected()),
         }),

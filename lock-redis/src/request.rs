@@ -14,6 +14,8 @@ pub(crate) enum Request<'a> {
         mode: Mode,
         /// Leave a writer's marker when busy.
         queue: bool,
+        /// A mode change of the hold with this fencing token.
+        change: Option<u64>,
     },
     Prolong {
         token: &'a Token,

@@ -244,6 +244,7 @@ fn decide(
             holder_json,
             mode,
             queue,
+            change,
         } => {
             let ask = rules::Obtain {
                 token: &token.digest(),
@@ -255,6 +256,7 @@ fn decide(
                 fencing_floor: s.now_us,
                 mode: *mode,
                 queue: *queue,
+                change: *change,
             };
             let d = rules::obtain(rec, clock, ask);
             let reply = Reply::Obtain(d.outcome.try_into_outcome(*ttl, NAME, holder)?);

@@ -320,3 +320,83 @@ pub async fn an_expired_share_asked_again_is_a_fresh_hold(suite: &Suite) -> Case
     let _ = owner.release(None).await?;
     Ok(())
 }
+
+/// A mode change ([`ObtainRequest::change`](lock_core::backend::ObtainRequest::change))
+/// changes the caller's own live hold, the one with the fencing token it names, or nothing:
+/// a share that is gone (force-released, and a writer held the key in between) is `Lost`
+/// to its upgrade, never granted the write lock afresh, and nothing is written; so is a
+/// change naming another fencing token, and a downgrade of an exclusive hold that is gone.
+pub async fn a_mode_change_of_a_hold_that_is_gone_is_lost(suite: &Suite) -> CaseResult {
+    let Some(backend) = keeps_shared(suite, "a_mode_change_of_a_hold_that_is_gone_is_lost").await
+    else {
+        return Ok(());
+    };
+    let [reader, writer] = ["reader", "writer"].map(|w| Owner::new(&backend, "gone-change", w));
+    let lost = |o: &ObtainOutcome, what: &str| -> CaseResult {
+        ensure!(
+            *o == ObtainOutcome::Lost,
+            "{what}: expected Lost, got {o:?}"
+        );
+        Ok(())
+    };
+    // A live share, and a change that names another fencing token: Lost, the share kept.
+    let share = acquired(
+        reader.obtain_as(LONG, Mode::READ, false).await?,
+        "a read hold",
+    )?;
+    let wrong = Fencing(share.0.wrapping_add(1));
+    lost(
+        &reader.change_to(LONG, Mode::Exclusive, wrong).await?,
+        "an upgrade naming another fencing token",
+    )?;
+    ensure!(
+        live_fencings(&reader).await? == vec![share],
+        "a change answered Lost writes nothing: the read hold stays"
+    );
+    // The share force-released, and a writer in and out in between: the upgrade is Lost.
+    let _ = backend.force_release(&reader.key).await?;
+    acquired(
+        writer.obtain(LONG).await?,
+        "a writer, once the share was force-released",
+    )?;
+    ensure!(
+        writer.release(None).await? == ReleaseOutcome::Released,
+        "the writer releases"
+    );
+    lost(
+        &reader.change_to(LONG, Mode::Exclusive, share).await?,
+        "an upgrade of a share that was force-released",
+    )?;
+    let state = reader.inspect().await?;
+    ensure!(
+        state == LockState::Free,
+        "an upgrade answered Lost writes nothing: the key stays free, got {state:?}"
+    );
+    // A downgrade of an exclusive hold that was force-released: Lost, nothing written.
+    let held = acquired(writer.obtain(LONG).await?, "the writer again")?;
+    let _ = backend.force_release(&writer.key).await?;
+    lost(
+        &writer.change_to(LONG, Mode::READ, held).await?,
+        "a downgrade of a hold that was force-released",
+    )?;
+    let state = writer.inspect().await?;
+    ensure!(
+        state == LockState::Free,
+        "a downgrade answered Lost writes nothing: the key stays free, got {state:?}"
+    );
+    // Its own live share: upgraded, with a fresh fencing token.
+    let share = acquired(
+        reader.obtain_as(LONG, Mode::READ, false).await?,
+        "a read hold",
+    )?;
+    let up = acquired(
+        reader.change_to(LONG, Mode::Exclusive, share).await?,
+        "an upgrade of the caller's live share, alone on the key",
+    )?;
+    ensure!(
+        up > share,
+        "the upgrade's fencing token {up} is above {share}"
+    );
+    let _ = reader.release(None).await?;
+    Ok(())
+}

@@ -22,7 +22,7 @@
 //! // Nothing stored for the key: token 7 gets it, and the backend writes `decision.write`.
 //! let ask = Obtain {
 //!     token: &7u32, holder: &"me", ttl, grace: Grace::or_ttl(None, ttl), fencing_floor: 1,
-//!     mode: Mode::Exclusive, queue: false,
+//!     mode: Mode::Exclusive, queue: false, change: None,
 //! };
 //! let decision = rules::obtain(None, now, ask);
 //! assert!(matches!(decision.outcome, rules::Obtained::Acquired { .. }));
@@ -175,6 +175,9 @@ fn writer_after<T: Clone + PartialEq, H>(
 ///   fencing token `max(last + 1, fencing_floor)`.
 ///
 /// Shared: see [`Shared`].
+///
+/// A mode change ([`Obtain::change`]) whose hold is not the token's live hold in the
+/// other mode with that fencing token: `Lost`, nothing written.
 pub fn obtain<'r, T: Clone + PartialEq, H: Clone>(
     record: Option<&'r Record<T, H>>,
     clock: Clock,
@@ -183,9 +186,35 @@ pub fn obtain<'r, T: Clone + PartialEq, H: Clone>(
     if ask.mode.problem().is_some() {
         return nothing(Obtained::Refused(Refusal::Invalid(ask.mode)));
     }
+    if let Some(fencing) = ask.change {
+        if !changes_a_live_hold(record, clock, ask.token, fencing, ask.mode) {
+            return nothing(Obtained::Lost);
+        }
+    }
     match ask.mode {
         Mode::Exclusive => obtain_exclusive(record, clock, ask),
         Mode::Shared { capacity, weight } => shared::obtain(record, clock, ask, capacity, weight),
+    }
+}
+
+/// Whether `token` holds the key live, in the mode other than `to`, by the hold with
+/// fencing token `fencing`: what a mode change to `to` needs to find.
+fn changes_a_live_hold<T: PartialEq, H>(
+    record: Option<&Record<T, H>>,
+    clock: Clock,
+    token: &T,
+    fencing: u64,
+    to: Mode,
+) -> bool {
+    match (phase(record, clock), to) {
+        (Phase::Live(h), Mode::Shared { .. }) => {
+            h.token == *token && last_fencing(record) == fencing
+        }
+        (Phase::Shared(s), Mode::Exclusive) => s
+            .live(clock)
+            .iter()
+            .any(|sh| sh.hold.token == *token && sh.fencing == fencing),
+        _ => false,
     }
 }
 

@@ -16,8 +16,10 @@ impl LockGuard {
     /// the key: no writer can come in between, and readers may join at once (every waiter
     /// is woken). The fencing token stays; the ttl is reset as by a prolong.
     ///
-    /// `Busy` means the hold had expired and another token holds the key: this guard's
-    /// lock is lost, and its lost signal fires.
+    /// The backend changes this guard's own hold (the one with its fencing token) or
+    /// nothing: if that hold had expired or is gone (force-released, the backend lost its
+    /// data), the call fails with [`ErrorKind::Lost`] and the guard's lost signal fires,
+    /// whoever holds the key now.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -38,8 +40,9 @@ impl LockGuard {
     /// # Errors
     /// [`ErrorKind::InvalidInput`], before any I/O, when the guard holds its key shared
     /// already, has reentrant guards (release them first), is lost, or an earlier mode
-    /// change of it failed or was cancelled; or the backend's error (the guard then counts
-    /// as shared: the backend may have applied the change).
+    /// change of it failed or was cancelled; [`ErrorKind::Lost`] when the backend no longer
+    /// has the hold; or the backend's error (the guard then counts as shared: the backend
+    /// may have applied the change).
     ///
     /// # Cancel safety
     /// The change runs to its end in the background; the guard counts as shared from the
@@ -54,12 +57,11 @@ impl LockGuard {
     /// token (the hold never let go of the key in between). `Busy`: other holds live (the
     /// answer counts them), and this guard keeps its shared hold.
     ///
-    /// An upgrade cannot tell a live share from one that is gone: if an operator
-    /// force-released the key, or the backend lost its data, while this guard's validity
-    /// still ran, the backend grants the write lock afresh, and a writer may have held the
-    /// key in between. Check the fencing token where the write lands (an upgrade's token is
-    /// fresh either way), or release and obtain the write lock when a lost update matters
-    /// more than the read hold.
+    /// The backend upgrades this guard's own share (the one with its fencing token) or
+    /// nothing: if the share had expired or is gone (an operator force-released the key,
+    /// the backend lost its data) while this guard's validity still ran, a writer may have
+    /// held the key in between, so the call fails with [`ErrorKind::Lost`] and the guard's
+    /// lost signal fires; it never grants the write lock afresh over a lost update.
     ///
     /// It does not wait, because two readers that both wait to upgrade wait for each other
     /// until one of them gives up. To wait for the write lock, release the read hold and
@@ -84,8 +86,9 @@ impl LockGuard {
     /// # Errors
     /// [`ErrorKind::InvalidInput`], before any I/O, when the guard holds its key
     /// exclusively already, has reentrant guards, is lost, or an earlier mode change of it
-    /// failed or was cancelled; or the backend's error (the guard then keeps counting as
-    /// shared and refuses further mode changes: release it).
+    /// failed or was cancelled; [`ErrorKind::Lost`] when the backend no longer has the
+    /// share; or the backend's error (the guard then keeps counting as shared and refuses
+    /// further mode changes: release it).
     ///
     /// # Cancel safety
     /// The change runs to its end in the background; the guard keeps counting as shared and
@@ -109,7 +112,10 @@ impl LockGuard {
         let span = tracing::debug_span!("lock.change_mode", backend, key = %hold.key, to = %to);
         let _retime = Retime::new(self);
         let ticket = hold.begin(hold.ttl());
-        let call = hold.obtain_again(ticket.ttl, to, turn);
+        let mut call = hold.obtain_again(ticket.ttl, to, turn);
+        // The backend changes this hold or nothing: a hold that is gone is `Lost`, never
+        // granted afresh (a writer may have held the key in between).
+        call.change = Some(hold.fencing());
         // The ticket travels with the obtain, as in `reenter`: the change resets the ttl.
         let (outcome, ticket, _turn) = call
             .run_keeping(GiveBack::Keep, ticket)
@@ -140,6 +146,24 @@ impl LockGuard {
                     );
                 }
                 Ok(Attempt::Busy(busy))
+            }
+            Ok(ObtainOutcome::Lost) => {
+                ticket.finish(None);
+                hold.settle(hold.mode(), hold.fencing());
+                hold.mark_lost(
+                    LostCause::Taken,
+                    "a mode change found its hold gone at the backend",
+                );
+                Err(Error::new(
+                    ErrorKind::Lost,
+                    backend,
+                    Operation::Obtain,
+                    format!(
+                        "the change to {to} found this guard's hold gone at the backend (it \
+                         expired, was force-released, or the backend lost it): the lock is \
+                         lost; release the guard and obtain the lock anew"
+                    ),
+                ))
             }
             Ok(ObtainOutcome::Reacquired { .. }) => {
                 ticket.finish(None);

@@ -293,6 +293,7 @@ impl Plan<'_> {
                 holder: Arc::clone(&self.holder),
                 mode: self.mode,
                 queue,
+                change: None,
                 turn,
             };
             let telemetry = &self.locker.telemetry;
@@ -300,6 +301,7 @@ impl Plan<'_> {
             let fencing = match answer.inspect_err(|e| telemetry.call_failed(&self.key, e))? {
                 ObtainOutcome::Acquired { fencing, .. } => fencing,
                 ObtainOutcome::Busy(busy) => return Ok(Attempt::Busy(busy)),
+                ObtainOutcome::Lost => return Err(Error::lost_unasked(backend.name())),
                 ObtainOutcome::Reacquired { holds } => {
                     // This plan's token is fresh, so only an earlier attempt of this very
                     // plan can hold it: one whose reply was lost after the backend applied it

@@ -361,6 +361,7 @@ fn kind_label(kind: ErrorKind) -> &'static str {
         ErrorKind::PermissionDenied => "permission_denied",
         ErrorKind::ExpiredOnArrival => "expired_on_arrival",
         ErrorKind::Config => "config",
+        ErrorKind::Lost => "lost",
     }
 }
 

@@ -15,7 +15,7 @@
 -- KEYS[2]  the release channel (PUBLISHed on every release that frees the lock)
 -- ARGV[1]  the operation: obtain | prolong | release | inspect | force
 --          obtain:  token digest, ttl ms, grace ms, holder JSON, then 'exclusive' | 'queue' |
---                   'shared' capacity weight (see shared.lua)
+--                   'shared' capacity weight [fencing] | 'upgrade' fencing (see shared.lua)
 --          prolong: token digest, ttl ms, grace ms;  release: token digest, delay ms (0: none)
 --
 -- Both keys share a {hash tag}, so the script runs on Redis Cluster too.
@@ -67,7 +67,7 @@ if raw then
   end
 end
 
-if v2 or (op == 'obtain' and ARGV[6] == 'shared') then
+if v2 or (op == 'obtain' and (ARGV[6] == 'shared' or ARGV[6] == 'upgrade')) then
 --{shared.lua}
 end
 

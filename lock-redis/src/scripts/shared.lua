@@ -19,7 +19,11 @@
 -- neither shared holds nor a marker is written `v1`, for lock.lua's fast path.
 --
 -- ARGV of an obtain after lock.lua's five: 'exclusive' | 'queue' (exclusive, and the caller
--- waits: it may leave a writer's marker) | 'shared' followed by the capacity and the weight.
+-- waits: it may leave a writer's marker) | 'shared' followed by the capacity and the weight
+-- | 'upgrade' followed by the fencing token of the caller's share it turns exclusive. A
+-- 'shared' obtain may carry a fourth: the fencing token of the caller's exclusive hold it
+-- turns shared (a downgrade). Either mode change answers {'lost'}, and writes nothing,
+-- unless the caller's token holds that live hold.
 --
 -- Replies beyond lock.lua's:
 --   {'busy', remaining, holder or '', reason, holders}
@@ -229,6 +233,20 @@ if op == 'obtain' then
   local me, ttl, grace, info = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
   local kind = ARGV[6]
   local next_fencing = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  -- A mode change changes the caller's own live hold in the other mode, the one with the
+  -- fencing token it names, or nothing (rules.rs, changes_a_live_hold).
+  local change = (kind == 'upgrade' and ARGV[7]) or (kind == 'shared' and ARGV[9]) or ''
+  if change ~= '' then
+    local f, found = tonumber(change), false
+    if kind == 'upgrade' and P == 'shared' then
+      for _, s in ipairs(live_holds()) do
+        if s.token == me and s.fencing == f then found = true end
+      end
+    elseif kind == 'shared' and P == 'live' then
+      found = R.hold.token == me and last == f
+    end
+    if not found then return { 'lost' } end
+  end
   if P == 'cooling' then return busy(R['until'], nil, 'cooling', 0) end
 
   if kind ~= 'shared' then

@@ -72,6 +72,13 @@ pub struct Obtain<'a, T, H> {
     /// shared holds leaves a writer's marker for `ttl`, which keeps new shared holds out until
     /// the caller obtains, gives up (a release by its token) or stops asking.
     pub queue: bool,
+    /// A mode change of the caller's own hold with this fencing token (a live share, for
+    /// an exclusive request; the live exclusive hold, for a shared one). Without that hold
+    /// the answer is [`Obtained::Lost`] and nothing is written: a share that is gone must
+    /// not become the write lock as if nobody had held the key in between. `None`: an
+    /// ordinary obtain, which still changes the token's live hold in the other mode (the
+    /// contract's "Mode changes") but grants afresh when there is none.
+    pub change: Option<u64>,
 }
 
 /// Why an obtain was refused as invalid, whatever the key's holders: it can never succeed
@@ -153,6 +160,8 @@ pub enum Obtained<'r, H> {
         /// The key's live holds.
         holders: u32,
     },
+    /// See [`ObtainOutcome::Lost`]: a mode change ([`Obtain::change`]) whose hold is gone.
+    Lost,
     /// The request can never succeed as asked: an error, not contention.
     Refused(Refusal),
 }
@@ -184,6 +193,7 @@ impl<H> Obtained<'_, H> {
                 reason,
                 holders,
             }),
+            Obtained::Lost => ObtainOutcome::Lost,
             Obtained::Refused(refusal) => return Err(refusal.into_error(backend).into()),
         })
     }

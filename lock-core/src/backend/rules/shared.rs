@@ -23,7 +23,8 @@ use crate::{BusyReason, Fencing, Grace, Mode, ProlongOutcome, ReleaseOutcome, Tt
 ///   once (else [`Refusal::Mode`]). Down (exclusive to shared): always `Acquired`, the
 ///   fencing token kept. Up (shared to exclusive): `Acquired` with a fresh fencing token
 ///   when the caller's is the only live hold, else `Busy` (with a writer's marker when it
-///   queues), the caller's share kept.
+///   queues), the caller's share kept. A change that names its hold
+///   ([`Obtain::change`]) finds that live hold or is `Lost`, nothing written.
 /// - An expired hold stays in the record, so that its late prolong or release is told
 ///   apart from a lost one, as long as its room is not taken: each admission keeps the
 ///   expired holds (oldest first) that still fit beside the live ones and drops the others.

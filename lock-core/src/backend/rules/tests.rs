@@ -16,6 +16,7 @@ fn fencing_never_goes_below_the_floor_nor_the_last_token() {
             fencing_floor: floor,
             mode: Mode::Exclusive,
             queue: false,
+            change: None,
         };
         let got = obtain(record, Clock::millis(0), ask).outcome;
         assert_eq!(
@@ -37,7 +38,58 @@ fn ask(token: &u8, mode: Mode, queue: bool) -> Obtain<'_, u8, ()> {
         fencing_floor: 1,
         mode,
         queue,
+        change: None,
     }
+}
+
+#[test]
+fn a_mode_change_changes_its_own_live_hold_or_nothing() {
+    let read = Mode::Shared {
+        capacity: Mode::UNBOUNDED,
+        weight: 1,
+    };
+    // The outcome of a mode change by `token` of its hold `of` at `at`, and whether it
+    // wrote; the write is applied.
+    let change = |r: &mut Option<Record<u8, ()>>, at, token: u8, mode, of| {
+        let ask = Obtain {
+            change: Some(of),
+            ..ask(&token, mode, false)
+        };
+        let d = obtain(r.as_ref(), Clock::millis(at), ask);
+        let outcome = format!("{:?}", d.outcome);
+        let wrote = d.write.is_some();
+        if let Some(w) = d.write {
+            *r = Some(w);
+        }
+        (outcome, wrote)
+    };
+    let lost = ("Lost".to_owned(), false);
+    // Token 1 reads under fencing 1.
+    let mut r = None;
+    assert!(obtain_into(&mut r, 0, 1, read, false).starts_with("Acquired"));
+    // An upgrade naming another fencing token, or by another token: Lost, nothing written.
+    assert_eq!(change(&mut r, 10, 1, Mode::Exclusive, 7), lost);
+    assert_eq!(change(&mut r, 10, 2, Mode::Exclusive, 1), lost);
+    // Its own live share: upgraded.
+    let (up, _) = change(&mut r, 10, 1, Mode::Exclusive, 1);
+    assert_eq!(up, "Acquired { fencing: Fencing(2) }");
+    // A downgrade of the exclusive hold once it expired (nobody took it): Lost, where an
+    // obtain without `change` grants a fresh share.
+    let expired = r.clone();
+    assert_eq!(change(&mut r, 2_000, 1, read, 2), lost);
+    assert_eq!(
+        obtain_into(&mut r, 2_000, 1, read, false),
+        "Acquired { fencing: Fencing(3) }"
+    );
+    // The share gone (the key forgotten, as after a force release): an upgrade is Lost,
+    // where an obtain without `change` grants the write lock afresh.
+    let mut gone = None;
+    assert_eq!(change(&mut gone, 20, 1, Mode::Exclusive, 1), lost);
+    assert!(obtain_into(&mut gone, 20, 1, Mode::Exclusive, false).starts_with("Acquired"));
+    // A live exclusive hold asked to become exclusive, or a share asked to become shared:
+    // not a change of the other mode, Lost.
+    let mut held = expired;
+    assert_eq!(change(&mut held, 10, 1, Mode::Exclusive, 2), lost);
 }
 
 /// Applies `d`'s write to `record`; returns the outcome.
