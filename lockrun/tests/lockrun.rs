@@ -480,6 +480,69 @@ fn killing_lockrun_kills_the_command_and_its_children() {
     );
 }
 
+/// Issue #35, item 9: the guardian learned whom to kill only after COMMAND was spawned, so
+/// a lockrun killed in between left COMMAND running without the lock. Now COMMAND is
+/// started into the guardian's own group, which the guardian knows before the spawn. (A
+/// debug build of lockrun pauses right after the spawn when asked, so that the kill lands
+/// exactly there.)
+#[test]
+fn killing_lockrun_right_after_the_spawn_kills_the_command() {
+    let env = Env::new("file");
+    let file = std::env::temp_dir().join(format!("lockrun-pids-{}", unique()));
+    let mut run = env
+        .cmd(&["--", "sh", "-c", &forking_command(&file)])
+        .env("LOCKRUN_TEST_PAUSE_AFTER_SPAWN_MS", "60000")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lockrun runs");
+    // COMMAND wrote its pids: it runs, and lockrun sits right after the spawn.
+    let pids = pids(&file, 2);
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = run.wait();
+    let gone = gone_within(&pids, Duration::from_secs(10));
+    for &p in &pids {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        gone,
+        "COMMAND and its child ran on after lockrun was killed right after the spawn: {pids:?}"
+    );
+}
+
+/// The guardian shares COMMAND's group, so it hears the signals lockrun passes on to the
+/// group: it must outlive them, or a forwarded SIGTERM that COMMAND handles would leave
+/// COMMAND unguarded.
+#[test]
+fn the_guardian_outlives_a_forwarded_signal() {
+    let env = Env::new("file");
+    let file = std::env::temp_dir().join(format!("lockrun-pids-{}", unique()));
+    // COMMAND ignores SIGTERM and SIGHUP, and so does its child.
+    let script = format!(
+        "trap '' TERM HUP; sleep 60 & echo $! >> {f}; echo $$ >> {f}; wait; wait",
+        f = file.display()
+    );
+    let mut run = env.spawn(&["--", "sh", "-c", &script]);
+    let pids = pids(&file, 2);
+    for sig in [Signal::SIGTERM, Signal::SIGHUP] {
+        kill(Pid::from_raw(run.id() as i32), sig).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = run.wait();
+    let gone = gone_within(&pids, Duration::from_secs(10));
+    for &p in &pids {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        gone,
+        "COMMAND ran on after lockrun was killed: the guardian did not outlive the signals \
+         lockrun passed on: {pids:?}"
+    );
+}
+
 #[test]
 fn a_lost_lock_stops_the_commands_children_before_lockrun_exits() {
     let env = Env::new("file");
