@@ -25,19 +25,26 @@ at_least() {
 have=$(rust_version)
 if [ -z "$have" ] || ! at_least "$have" "$rust_min"; then
   echo "this workspace needs Rust $rust_min or newer; found: ${have:-no cargo}" >&2
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo"
+    else echo "not root and no sudo: Debian's packages cannot be installed from here" >&2; fi
+  fi
   if command -v apt-get >/dev/null 2>&1 \
     && $sudo apt-get update -qq >&2 \
     && apt-cache show cargo-web >/dev/null 2>&1; then
     echo "installing Debian's cargo-web and rustc-web" >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq cargo-web rustc-web >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends cargo-web rustc-web >&2
     hash -r
     have=$(rust_version)
   fi
   if [ -z "$have" ] || ! at_least "$have" "$rust_min"; then
+    web=$(apt-cache policy rustc-web 2>/dev/null | sed -n 's/^ *Candidate: //p')
     cat >&2 <<MSG
-could not install Rust $rust_min or newer (found: ${have:-no cargo}).
-Install it with rustup (https://rustup.rs):
+could not install Rust $rust_min or newer (found: ${have:-no cargo}; Debian's rustc-web: ${web:-none}).
+On Debian 12, rustc-web 1.96 comes from bookworm-security: add
+  deb http://deb.debian.org/debian-security bookworm-security main
+to /etc/apt/sources.list and run this script again. Or install Rust with rustup (https://rustup.rs):
   curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --component rustfmt clippy
 then open a new shell (or run: . "\$HOME/.cargo/env") and run this script again.
 MSG

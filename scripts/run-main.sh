@@ -18,5 +18,11 @@ first=$!
 sleep 1
 status=0
 "$lockrun" --backend "file://$dir" --key nightly-report -- echo "  run 2: writing the report" || status=$?
-echo "  run 2 exited with $status (75: the lock was busy)"
+case $status in
+  75) meaning="the lock was busy: run 1 held it" ;;
+  0) meaning="it ran: run 1 no longer held the lock" ;;
+  *) meaning="see lockrun's message above" ;;
+esac
+echo "  run 2 exited with $status ($meaning)"
 wait "$first"
+[ "$status" -eq 75 ] || { echo "expected run 2 to find the lock busy (75)" >&2; exit 1; }

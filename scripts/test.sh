@@ -13,6 +13,15 @@ step "servers"
 # start private servers (to restart, pause or kill them). So the binaries must be here:
 # redis-server, Postgres (initdb, postgres), pgbouncer, MariaDB (mariadbd,
 # mariadb-install-db, the mariadb client), and openssl for a test certificate.
+# Runs a command as root: directly, or through sudo; says what to do when neither works.
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else
+    echo "this needs root to run: $*; run the script as root, or install sudo, or install that yourself" >&2
+    return 1
+  fi
+}
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
@@ -23,9 +32,8 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   && command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-server)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian's ${missing[*]}" >&2
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+  as_root apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 export PATH="$PATH:/usr/sbin"
 
@@ -44,6 +52,16 @@ stop_started() {
 }
 trap stop_started EXIT
 
+# Ten candidate ports from $1 on, below Linux's ephemeral range (32768 and up by default),
+# so that no client socket holds one as its local port; a port something listens on is
+# skipped, and a server that still cannot bind tries the next.
+free_ports() {
+  local port=$1 n=0
+  while [ $n -lt 10 ]; do
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; n=$((n + 1)); fi
+    port=$((port + 1))
+  done
+}
 if [ -z "${REDIS_URL:-}" ] && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
   echo "no Redis on 127.0.0.1:6379: starting one" >&2
   redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes >&2
@@ -54,36 +72,66 @@ if [ -z "${DATABASE_URL:-}" ] && ! psql -w -q -tA -c 'SELECT 1' postgres://postg
   # No Postgres that lets `postgres` in without a password: our own on port 55432.
   pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
   pg_dir=/tmp/distlock-ci-postgres
-  run_pg() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --clear-groups -- "$@"; else "$@"; fi; }
-  if ! (exec 3<>/dev/tcp/127.0.0.1/55432) 2>/dev/null; then
-    echo "no Postgres to log in to on 127.0.0.1:5432: starting one on port 55432" >&2
-    rm -rf "$pg_dir" && mkdir -p "$pg_dir"
-    [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$pg_dir"
-    run_pg "$pg_bin/initdb" -U postgres --auth=trust -D "$pg_dir/data" >/dev/null
-    run_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w \
-      -o "-p 55432 -c listen_addresses=127.0.0.1 -k $pg_dir -c max_connections=300 -c fsync=off" start >&2
-    started+=(postgres)
+  # As the postgres user when root (Postgres refuses to run as root), from / so that it
+  # can change into its working directory.
+  run_pg() { if [ "$(id -u)" -eq 0 ]; then (cd / && setpriv --reuid=postgres --regid=postgres --clear-groups -- "$@"); else "$@"; fi; }
+  echo "no Postgres to log in to on 127.0.0.1:5432: starting one (log: $pg_dir/log)" >&2
+  # A private Postgres an interrupted run left behind.
+  [ -f "$pg_dir/data/postmaster.pid" ] && run_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -m fast stop >/dev/null 2>&1 || true
+  rm -rf "$pg_dir" && mkdir -p "$pg_dir"
+  [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$pg_dir"
+  run_pg "$pg_bin/initdb" -U postgres --auth=trust -D "$pg_dir/data" >/dev/null
+  pg_port=""
+  for port in $(free_ports 25432); do
+    if run_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w \
+      -o "-p $port -c listen_addresses=127.0.0.1 -k $pg_dir -c max_connections=300 -c fsync=off" start >/dev/null 2>&1; then
+      pg_port=$port; break
+    fi
+  done
+  if [ -z "$pg_port" ]; then
+    echo "Postgres did not start; its log, $pg_dir/log, ends with:" >&2
+    tail -n 20 "$pg_dir/log" >&2 || true
+    exit 1
   fi
-  export DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres
+  echo "started Postgres on 127.0.0.1:$pg_port" >&2
+  started+=(postgres)
+  export DATABASE_URL=postgres://postgres@127.0.0.1:$pg_port/postgres
 fi
 if [ -z "${MYSQL_URL:-}" ] && ! mariadb -h127.0.0.1 -P3306 -uroot -e 'SELECT 1' test >/dev/null 2>&1; then
   # No MariaDB that lets root in without a password to database `test`: our own on 53306.
   my_dir=/tmp/distlock-ci-mariadb
-  if ! (exec 3<>/dev/tcp/127.0.0.1/53306) 2>/dev/null; then
-    echo "no MariaDB to log in to on 127.0.0.1:3306: starting one on port 53306" >&2
-    rm -rf "$my_dir" && mkdir -p "$my_dir/tmp"
-    as_root=(); [ "$(id -u)" -eq 0 ] && as_root=(--user=root)
-    mariadb-install-db --no-defaults --datadir="$my_dir/data" --tmpdir="$my_dir/tmp" --auth-root-authentication-method=normal \
-      --skip-test-db "${as_root[@]}" >/dev/null
+  echo "no MariaDB to log in to on 127.0.0.1:3306: starting one (log: $my_dir/log)" >&2
+  # A private MariaDB an interrupted run left behind.
+  [ -f "$my_dir/pid" ] && kill "$(cat "$my_dir/pid")" >/dev/null 2>&1 || true
+  rm -rf "$my_dir" && mkdir -p "$my_dir/tmp"
+  as_root_user=(); [ "$(id -u)" -eq 0 ] && as_root_user=(--user=root)
+  mariadb-install-db --no-defaults --datadir="$my_dir/data" --tmpdir="$my_dir/tmp" --auth-root-authentication-method=normal \
+    --skip-test-db "${as_root_user[@]}" >/dev/null
+  my_port=""
+  for port in $(free_ports 23306); do
     mariadbd --no-defaults --datadir="$my_dir/data" --tmpdir="$my_dir/tmp" --socket="$my_dir/sock" --pid-file="$my_dir/pid" \
-      --port=53306 --bind-address=127.0.0.1 --skip-log-bin --max-connections=300 "${as_root[@]}" \
+      --port="$port" --bind-address=127.0.0.1 --skip-log-bin --max-connections=300 "${as_root_user[@]}" \
       >"$my_dir/log" 2>&1 &
-    started+=(mariadb)
-    for _ in $(seq 300); do mariadb --socket="$my_dir/sock" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
-    mariadb --socket="$my_dir/sock" -uroot -e "CREATE DATABASE IF NOT EXISTS test;
-      CREATE USER IF NOT EXISTS root@'127.0.0.1'; GRANT ALL ON *.* TO root@'127.0.0.1' WITH GRANT OPTION;"
+    my_pid=$!
+    for _ in $(seq 300); do
+      kill -0 "$my_pid" 2>/dev/null || break
+      mariadb --socket="$my_dir/sock" -uroot -e 'SELECT 1' >/dev/null 2>&1 && { my_port=$port; break; }
+      sleep 0.1
+    done
+    [ -n "$my_port" ] && break
+    kill "$my_pid" >/dev/null 2>&1 || true
+    wait "$my_pid" 2>/dev/null || true
+  done
+  if [ -z "$my_port" ]; then
+    echo "MariaDB did not start; its log, $my_dir/log, ends with:" >&2
+    tail -n 20 "$my_dir/log" >&2 || true
+    exit 1
   fi
-  export MYSQL_URL=mysql://root@127.0.0.1:53306/test
+  echo "started MariaDB on 127.0.0.1:$my_port" >&2
+  started+=(mariadb)
+  mariadb --socket="$my_dir/sock" -uroot -e "CREATE DATABASE IF NOT EXISTS test;
+    CREATE USER IF NOT EXISTS root@'127.0.0.1'; GRANT ALL ON *.* TO root@'127.0.0.1' WITH GRANT OPTION;"
+  export MYSQL_URL=mysql://root@127.0.0.1:$my_port/test
 fi
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
@@ -94,6 +142,14 @@ export REDIS_URL DATABASE_URL MYSQL_URL
 # have them; elsewhere their steps are skipped, saying how to get them.
 tool_or_skip() {
   if cargo "$1" --version >/dev/null 2>&1; then return 0; fi
+  # Debian's cargo-web has them as packages of their own, at the same version.
+  if [ "$(command -v cargo)" = /usr/bin/cargo ] && command -v apt-get >/dev/null 2>&1 \
+    && apt-cache show "$3" >/dev/null 2>&1; then
+    echo "installing Debian's $3 for cargo $1" >&2
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$3" >&2 || true
+    hash -r
+    if cargo "$1" --version >/dev/null 2>&1; then return 0; fi
+  fi
   if [ "${CI:-}" = "true" ]; then
     echo "cargo $1 is missing, and CI must run it: rustup component add $2" >&2
     exit 1
@@ -102,9 +158,9 @@ tool_or_skip() {
   return 1
 }
 step "format"
-if tool_or_skip fmt rustfmt; then cargo fmt --all -- --check; fi
+if tool_or_skip fmt rustfmt rustfmt-web; then cargo fmt --all -- --check; fi
 step "lints"
-if tool_or_skip clippy clippy; then cargo clippy --locked --workspace --all-targets -- -D warnings; fi
+if tool_or_skip clippy clippy rust-web-clippy; then cargo clippy --locked --workspace --all-targets -- -D warnings; fi
 step "docs"
 RUSTDOCFLAGS=-Dwarnings cargo doc --locked --workspace --no-deps -q
 step "examples"
@@ -124,6 +180,12 @@ cargo run --locked -q -p test-servers --example run_on -- cluster target/debug/e
 cargo run --locked -q -p test-servers --example run_on -- sentinel target/debug/examples/dev_prod_swap
 step "tests"
 cargo test --locked --workspace
+step "the README's snippets"
+# Each Rust block of the README, compiled and run as a doctest of `distlock` with every
+# feature the blocks use.
+cargo test --locked -q -p distlock --all-features --doc
+step "MSRV"
+bash scripts/msrv.sh
 step "lock-config without its backends"
 # A URL whose backend the build left out must say which cargo feature to enable.
 cargo test --locked -q -p lock-config --no-default-features

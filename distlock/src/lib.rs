@@ -40,6 +40,8 @@
 //! What each backend guarantees under faults is in the repository's `GUARANTEES.md`; the
 //! rules themselves are in [`contract`].
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 // The user's items, by name. What only a backend author needs is under [`backend`].
 pub use lock_config::{connect, parse_retry, LockConfig};
 pub use lock_core::{
@@ -53,21 +55,38 @@ pub use lock_core::settle;
 
 /// Lock files in a directory, for one machine.
 #[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub use lock_file::{self as file, FileBackend};
 
 /// Redis: one server, a Cluster or a Sentinel-managed primary; the Lua or the WATCH/MULTI
 /// variant.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use lock_redis::{self as redis, RedisBackend, Variant as RedisVariant};
 
 /// Postgres, directly or through PgBouncer in transaction mode.
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use lock_postgres::{self as postgres, PostgresBackend};
 
 /// MariaDB or MySQL: one InnoDB row per key.
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use lock_mysql::{self as mysql, MySqlBackend};
 
 /// The conformance suite: `distlock::conformance::suite!("mine", MyHarness)`.
 #[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub use lock_conformance as conformance;
+
+/// The README's Rust snippets, compiled and run as doctests (`cargo test -p distlock
+/// --all-features --doc`; the test command runs it), so that what a newcomer copies from
+/// the README compiles as given.
+#[cfg(all(
+    doctest,
+    feature = "file",
+    feature = "metrics",
+    feature = "conformance"
+))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeSnippets;

@@ -49,6 +49,7 @@
 //! gets it with a higher fencing token. A backend that loses its data answers `Lost` to the
 //! old holder's prolong (never `Prolonged`), its watchdog fires [`LockGuard::lost`], and
 //! fencing tokens keep growing.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[doc = include_str!("contract.md")]
 pub mod contract {}

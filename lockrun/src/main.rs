@@ -54,6 +54,15 @@ pub(crate) const EXIT_CONFIG: u8 = 78;
                   not obtained in time; 76 lock lost while COMMAND ran (COMMAND got SIGTERM, \
                   then SIGKILL after --kill-after); 78 configuration error; 69 backend \
                   failure; 127/126 COMMAND not found / not executable; 2 usage error.",
+    override_usage = "lockrun --key KEY [OPTIONS] -- COMMAND [ARGS]...\n       \
+                      lockrun inspect --key KEY [--backend URL]\n       \
+                      lockrun release --key KEY --force [--backend URL]",
+    after_help = "Examples:\n  \
+                  lockrun --key nightly-report --ttl 30s --wait 10s -- ./report.sh --full\n  \
+                  LOCK_URL=redis://cache:6379/0 lockrun --key nightly-report --delay-after 1h -- ./report.sh\n  \
+                  lockrun --key exports --permits 4 -- ./export.sh\n  \
+                  lockrun inspect --key nightly-report\n  \
+                  lockrun release --key nightly-report --force",
     subcommand_negates_reqs = true
 )]
 struct Cli {
@@ -72,8 +81,9 @@ struct Cli {
 #[derive(Args, Clone)]
 struct Common {
     /// The lock backend: file:///DIR, redis://HOST:PORT/DB, redis+watch://…, rediss://…,
-    /// postgres://USER@HOST/DB, mysql://USER@HOST/DB (MariaDB too). Default: a file lock under $XDG_RUNTIME_DIR/lockrun, or the
-    /// temporary directory.
+    /// postgres://USER@HOST/DB, mysql://USER@HOST/DB (MariaDB too). Default: lock files in
+    /// /run/lock/lockrun-UID (/tmp/lockrun-UID where /run/lock is not open to every user),
+    /// the same from cron, a service or a login shell.
     // hide_env_values: the URL may hold a password, and --help would print it.
     #[arg(
         long,
@@ -83,7 +93,7 @@ struct Common {
         value_name = "URL"
     )]
     backend: Option<String>,
-    /// The name of the lock.
+    /// The name of the lock (required).
     #[arg(long, global = true, value_name = "KEY")]
     key: Option<String>,
 }
@@ -91,8 +101,8 @@ struct Common {
 #[derive(Args, Clone)]
 struct RunArgs {
     /// How long the lock stays valid without being prolonged; the watchdog prolongs it every
-    /// third of that while COMMAND runs (e.g. 30s, 5m, 1h).
-    #[arg(long, default_value = "30s", value_parser = duration, value_name = "DURATION")]
+    /// third of that while COMMAND runs (e.g. 30s, 5m, 1h; at least 1s).
+    #[arg(long, default_value = "30s", value_parser = ttl, value_name = "DURATION")]
     ttl: Duration,
     /// How long to wait for a busy lock before giving up with status 75 (0s: do not wait).
     #[arg(long, default_value = "0s", value_parser = duration, value_name = "DURATION")]
@@ -152,21 +162,54 @@ fn duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is not a duration: write e.g. 500ms, 30s, 5m, 1h"))
 }
 
-/// Prints `e` the way an operator reads it, and picks the exit status.
+/// The shortest `--ttl`: the watchdog renews every third of it, and a round trip to a
+/// backend on another machine, or a file system under load, can take a good part of a
+/// shorter one, so the lock would be lost while COMMAND runs.
+const MIN_TTL: Duration = Duration::from_secs(1);
+
+fn ttl(text: &str) -> Result<Duration, String> {
+    let ttl = duration(text)?;
+    if ttl < MIN_TTL {
+        return Err(format!(
+            "{text:?} is shorter than {MIN_TTL:?}: the watchdog could not renew the lock in \
+             time; give at least 1s"
+        ));
+    }
+    Ok(ttl)
+}
+
+/// Prints `e` the way an operator reads it, and picks the exit status. An error lockrun
+/// raised itself is its message alone; a backend's says which backend and call failed.
 pub(crate) fn fail(e: &Error) -> ExitCode {
-    eprintln!("lockrun: {e}");
+    match e.backend() {
+        "lockrun" | "lock-core" => eprintln!("lockrun: {}", e.message()),
+        _ => eprintln!("lockrun: {e}"),
+    }
     ExitCode::from(match e.kind() {
         ErrorKind::Config | ErrorKind::InvalidInput => EXIT_CONFIG,
         _ => EXIT_UNAVAILABLE,
     })
 }
 
+/// The lock directory without `--backend` or `LOCK_URL`: one place whatever the
+/// environment, so that the same job started from cron, a systemd service and a login
+/// shell excludes itself. No environment variable moves it (`XDG_RUNTIME_DIR` is set in a
+/// login session only, `TMPDIR` by some shells only, and a service with `PrivateTmp=` sees
+/// a /tmp of its own): /run/lock, the system's directory for lock files, where it is open
+/// to every user (sticky and world-writable, as on Debian and Ubuntu), else /tmp. One
+/// directory per user: the file backend keeps its directory private to its owner.
 fn default_backend() -> String {
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if !d.is_empty() => std::path::PathBuf::from(d).join("lockrun"),
-        _ => std::env::temp_dir().join(format!("lockrun-{}", nix::unistd::getuid())),
+    use std::os::unix::fs::PermissionsExt;
+    let uid = nix::unistd::getuid();
+    let open_to_all = |dir: &str| {
+        std::fs::metadata(dir)
+            .is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o1777 == 0o1777)
     };
-    format!("file://{}", dir.display())
+    let base = match open_to_all("/run/lock") {
+        true => "/run/lock",
+        false => "/tmp",
+    };
+    format!("file://{base}/lockrun-{uid}")
 }
 
 struct Target {
@@ -192,6 +235,8 @@ fn target(common: &Common) -> Result<Target, Error> {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // No escape codes in a cron mail or a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LOCKRUN_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

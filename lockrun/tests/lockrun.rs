@@ -362,6 +362,108 @@ fn usage_and_configuration_errors_say_what_to_do() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
+    // Issue #36, item 12: a missing --key said "lockrun: lockrun: validate failed: ...".
+    let out = Command::new(LOCKRUN)
+        .args(["--backend", "memory:", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(err.starts_with("lockrun: --key KEY is required"), "{err}");
+    assert!(!err.contains("validate failed"), "{err}");
+    // A ttl the watchdog cannot keep is refused before COMMAND runs.
+    let marker = std::env::temp_dir().join(format!("lockrun-ran-{}", unique()));
+    let out = Command::new(LOCKRUN)
+        .args([
+            "--backend",
+            "memory:",
+            "--key",
+            "k",
+            "--ttl",
+            "1ms",
+            "--",
+            "touch",
+        ])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 1s"));
+    assert!(!marker.exists(), "COMMAND ran");
+}
+
+#[test]
+fn help_shows_every_form_and_examples() {
+    let out = Command::new(LOCKRUN).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for form in [
+        "lockrun --key KEY [OPTIONS] -- COMMAND [ARGS]...",
+        "lockrun inspect --key KEY",
+        "lockrun release --key KEY --force",
+        "Examples:",
+        "/run/lock/lockrun-UID",
+    ] {
+        assert!(help.contains(form), "--help lacks {form:?}:\n{help}");
+    }
+    let longest = help.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(
+        longest <= 100,
+        "a line of {longest} characters in --help:\n{help}"
+    );
+    assert!(!help.contains('\u{1b}'), "escape codes in --help");
+}
+
+/// Issue #36, item 10: the default lock directory followed XDG_RUNTIME_DIR, set in a login
+/// session and not under cron, so the same job from both did not exclude itself.
+#[test]
+fn the_default_lock_is_one_place_from_cron_and_from_a_login_shell() {
+    let key = format!("default-dir-{}", unique());
+    let session = std::env::temp_dir().join(format!("lockrun-xdg-{}", unique()));
+    std::fs::create_dir_all(&session).unwrap();
+    // A login shell: XDG_RUNTIME_DIR and TMPDIR set.
+    let mut first = Command::new(LOCKRUN)
+        .env_remove("LOCK_URL")
+        .env("XDG_RUNTIME_DIR", &session)
+        .env("TMPDIR", &session)
+        .args(["--key", &key, "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let look = Command::new(LOCKRUN)
+            .env_remove("LOCK_URL")
+            .env("XDG_RUNTIME_DIR", &session)
+            .args(["inspect", "--key", &key])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&look.stdout).contains("held") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first run never held the lock"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Cron: neither.
+    let second = Command::new(LOCKRUN)
+        .env_remove("LOCK_URL")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("TMPDIR")
+        .args(["--key", &key, "--", "true"])
+        .output()
+        .unwrap();
+    let _ = first.kill();
+    let _ = first.wait();
+    let _ = std::fs::remove_dir_all(&session);
+    assert_eq!(
+        second.status.code(),
+        Some(75),
+        "the run without XDG_RUNTIME_DIR did not find the lock busy: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
 }
 
 #[test]

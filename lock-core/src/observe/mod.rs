@@ -47,6 +47,7 @@ mod stats;
 mod telemetry;
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 
 pub use stats::LockerStats;
