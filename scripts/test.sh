@@ -189,3 +189,7 @@ bash scripts/msrv.sh
 step "lock-config without its backends"
 # A URL whose backend the build left out must say which cargo feature to enable.
 cargo test --locked -q -p lock-config --no-default-features
+step "packages"
+# Every published crate packaged and built from its package against the others, as
+# `cargo publish` would (nothing is uploaded; see RELEASING.md).
+cargo publish --workspace --dry-run --locked --allow-dirty -q

@@ -68,6 +68,7 @@ mod memory;
 mod mode;
 pub mod observe;
 mod outcome;
+mod reach;
 mod redact;
 mod registry;
 mod renew;

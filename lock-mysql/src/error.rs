@@ -48,6 +48,7 @@ pub(crate) fn is_broken_connection(e: &sqlx::Error) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hint {
     Password,
+    SocketOnly,
     Privilege,
     ReadOnly,
     Deadline,
@@ -62,6 +63,12 @@ impl Hint {
     fn says(self) -> &'static str {
         match self {
             Hint::Password => "check the user and password in the MySQL URL",
+            Hint::SocketOnly => {
+                "the server lets this user in through its local socket only (unix_socket \
+                 authentication, as Debian's MariaDB does for root), never over TCP with a \
+                 password: use a user created for the locks (CREATE USER locks@'%' \
+                 IDENTIFIED BY '...'; GRANT ALL ON db.* TO locks@'%') in the MySQL URL"
+            }
             Hint::Privilege => {
                 "the user lacks a privilege on the lock table; grant SELECT, INSERT, UPDATE, \
                  DELETE on it, or run migrate() as a user that may create it"
@@ -99,6 +106,8 @@ pub(crate) fn kind_of(number: u16) -> (ErrorKind, Hint) {
     match number {
         // ER_ACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR (wrong password, no access).
         1045 | 1044 => (ErrorKind::PermissionDenied, Hint::Password),
+        // ER_ACCESS_DENIED_NO_PASSWORD_ERROR: a user that may log in by the socket only.
+        1698 => (ErrorKind::PermissionDenied, Hint::SocketOnly),
         // Table, column, procedure privileges; ER_SPECIFIC_ACCESS_DENIED_ERROR.
         1142 | 1143 | 1370 | 1227 => (ErrorKind::PermissionDenied, Hint::Privilege),
         number::READ_ONLY | number::READ_ONLY_TRANSACTION | number::READ_ONLY_ENGINE => {
@@ -196,6 +205,9 @@ mod tests {
         }
         assert!(kind_of(1290).1.says().contains("primary"));
         assert_eq!(kind_of(1045).0, ErrorKind::PermissionDenied);
+        // Issue #36, item 14: Debian's root over TCP was a protocol error.
+        assert_eq!(kind_of(1698).0, ErrorKind::PermissionDenied);
+        assert!(kind_of(1698).1.says().contains("socket"));
         assert_eq!(kind_of(1142).0, ErrorKind::PermissionDenied);
         assert_eq!(kind_of(1049).0, ErrorKind::Config);
         assert_eq!(kind_of(1064).0, ErrorKind::Protocol);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_core::future::BoxFuture;
 use lock_core::backend::rules;
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::{Grace, ProlongRequest};
+use lock_core::backend::{connect_or_say_why, Grace, ProlongRequest};
 use lock_core::{Error, ErrorKind, Key, Operation, ProlongOutcome, Result};
 use sqlx::mysql::MySqlRow;
 use sqlx::pool::PoolConnection;
@@ -150,12 +150,12 @@ impl Db {
         plan: Plan<'_, T>,
     ) -> Result<T> {
         let deadline = Instant::now() + self.timeout;
-        self.within(op, deadline, self.ensure_schema()).await??;
+        self.within(op, deadline, self.ensure_schema(op)).await??;
         let outcome = match self.within(op, deadline, self.run(op, read, plan)).await? {
             Err(e) if is_missing_table(&e) && self.auto_migrate => {
                 tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
                 self.migrated.store(false, Ordering::Release);
-                self.within(op, deadline, self.ensure_schema()).await??;
+                self.within(op, deadline, self.ensure_schema(op)).await??;
                 self.within(op, deadline, self.run(op, read, plan)).await?
             }
             other => other,
@@ -182,7 +182,7 @@ impl Db {
     ) -> BoxFuture<'a, std::result::Result<Result<T>, sqlx::Error>> {
         Box::pin(async move {
             let mut tx = Open {
-                conn: self.pool.acquire().await?,
+                conn: self.connection(Instant::now() + self.timeout).await?,
                 open: true,
             };
             let rows = fetch_rows(&mut tx.conn, read).await?;
@@ -198,6 +198,31 @@ impl Db {
             tx.open = false;
             Ok(decided.map(|(answer, _)| answer))
         })
+    }
+
+    /// A pooled connection by `deadline`. While the pool holds none and none comes, one
+    /// TCP connection attempt of its own says why (refused, no route): the pool would
+    /// retry a refused connection until the deadline and say only that time ran out.
+    pub(crate) async fn connection(
+        &self,
+        deadline: Instant,
+    ) -> std::result::Result<PoolConnection<MySql>, sqlx::Error> {
+        let options = self.pool.connect_options();
+        let cold = self.pool.size() == 0;
+        let acquire = self.pool.acquire();
+        match connect_or_say_why(
+            acquire,
+            deadline,
+            cold,
+            options.get_host(),
+            options.get_port(),
+        )
+        .await
+        {
+            Ok(Some(conn)) => conn,
+            Ok(None) => Err(sqlx::Error::PoolTimedOut),
+            Err(e) => Err(sqlx::Error::Io(e)),
+        }
     }
 
     /// Runs `fut` by `deadline`.

@@ -8,7 +8,7 @@ use sqlx::Row;
 use tokio::time::Instant;
 
 use crate::error::{map_error, protocol};
-use crate::exec::Db;
+use crate::exec::{fetch_rows, Db};
 use crate::NAME;
 
 /// The columns of a lock table and the base types each may have (MySQL 8 shows `bigint`,
@@ -35,26 +35,32 @@ impl Db {
         let deadline = Instant::now() + self.timeout;
         let migrate = async {
             let _turn = self.migrating.lock().await;
-            self.migrate_now().await
+            self.migrate_now(Operation::Connect).await
         };
         self.within(Operation::Connect, deadline, migrate).await?
     }
 
     /// The migration; the caller holds the turn (`migrating`).
-    async fn migrate_now(&self) -> Result<()> {
+    async fn migrate_now(&self, op: Operation) -> Result<()> {
         // One idempotent statement, committed by the server on its own (DDL).
-        sqlx::raw_sql(&self.names.migration())
-            .execute(&self.pool)
+        let mut conn = self
+            .connection(Instant::now() + self.timeout)
             .await
-            .map_err(|e| map_error(Operation::Connect, e))?;
-        self.check_shape().await?;
+            .map_err(|e| map_error(op, e))?;
+        let migration = self.names.migration();
+        fetch_rows(&mut conn, &migration)
+            .await
+            .map_err(|e| map_error(op, e))?;
+        drop(conn);
+        self.check_shape(op).await?;
         self.migrated.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// Makes (or, with `migrate=false`, checks) the table once: calls that come meanwhile
+    /// Makes (or, with `migrate=false`, checks) the table once, its errors reported as part
+    /// of `op`, the call that needed it; calls that come meanwhile
     /// wait for that one and go on.
-    pub(crate) async fn ensure_schema(&self) -> Result<()> {
+    pub(crate) async fn ensure_schema(&self, op: Operation) -> Result<()> {
         if self.migrated.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -64,19 +70,22 @@ impl Db {
             return Ok(());
         }
         if self.auto_migrate {
-            return self.migrate_now().await;
+            return self.migrate_now(op).await;
         }
-        self.check_shape().await?;
+        self.check_shape(op).await?;
         self.migrated.store(true, Ordering::Release);
         Ok(())
     }
 
     /// Checks, without changing anything, that the table has the columns of a lock table
     /// and is InnoDB (another engine has no row locks or transactions).
-    async fn check_shape(&self) -> Result<()> {
-        let op = Operation::Connect;
-        let rows = sqlx::raw_sql(&self.names.shape_query())
-            .fetch_all(&self.pool)
+    async fn check_shape(&self, op: Operation) -> Result<()> {
+        let mut conn = self
+            .connection(Instant::now() + self.timeout)
+            .await
+            .map_err(|e| map_error(op, e))?;
+        let query = self.names.shape_query();
+        let rows = fetch_rows(&mut conn, &query)
             .await
             .map_err(|e| map_error(op, e))?;
         let found: Vec<(String, String, String)> = rows

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_core::future::BoxFuture;
-use lock_core::backend::{Grace, ProlongRequest};
+use lock_core::backend::{connect_or_say_why, Grace, ProlongRequest};
 use lock_core::{Error, ErrorKind, Key, Operation, ProlongOutcome, Result, Ttl};
 use sqlx::postgres::PgRow;
 use sqlx::PgPool;
@@ -160,12 +160,12 @@ impl Db {
         deadline: Instant,
         form: Statements,
     ) -> Result<Vec<Reply>> {
-        self.within(op, deadline, self.ensure_schema()).await??;
+        self.within(op, deadline, self.ensure_schema(op)).await??;
         let rows = match self.statement(op, sql, deadline, form).await {
             Err(e) if is_missing_schema(&e) && self.auto_migrate => {
                 tracing::warn!(table = %self.table(), "lock table missing, creating it again");
                 self.migrated.store(false, Ordering::Release);
-                self.within(op, deadline, self.ensure_schema()).await??;
+                self.within(op, deadline, self.ensure_schema(op)).await??;
                 self.statement(op, sql, deadline, form).await
             }
             Err(e) if is_missing_schema(&e) => {
@@ -193,10 +193,7 @@ impl Db {
         form: Statements,
     ) -> BoxFuture<'a, std::result::Result<Vec<PgRow>, sqlx::Error>> {
         Box::pin(async move {
-            let Ok(conn) = tokio::time::timeout_at(deadline, self.pool.acquire()).await else {
-                return Err(sqlx::Error::PoolTimedOut);
-            };
-            let mut conn = conn?;
+            let mut conn = self.connection(deadline).await?;
             let text;
             let query = match (form, sql) {
                 (Statements::Simple, Sql::One(call)) => {
@@ -255,6 +252,31 @@ impl Db {
                 }
             }
         })
+    }
+
+    /// A pooled connection by `deadline`. While the pool holds none and none comes, one
+    /// TCP connection attempt of its own says why (refused, no route): the pool would
+    /// retry a refused connection until the deadline and say only that time ran out.
+    pub(crate) async fn connection(
+        &self,
+        deadline: Instant,
+    ) -> std::result::Result<sqlx::pool::PoolConnection<sqlx::Postgres>, sqlx::Error> {
+        let options = self.pool.connect_options();
+        let cold = self.pool.size() == 0;
+        let acquire = self.pool.acquire();
+        match connect_or_say_why(
+            acquire,
+            deadline,
+            cold,
+            options.get_host(),
+            options.get_port(),
+        )
+        .await
+        {
+            Ok(Some(conn)) => conn,
+            Ok(None) => Err(sqlx::Error::PoolTimedOut),
+            Err(e) => Err(sqlx::Error::Io(e)),
+        }
     }
 
     /// Runs `fut` (schema checks) by `deadline`.

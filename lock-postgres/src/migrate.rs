@@ -8,7 +8,7 @@ use sqlx::Row;
 use tokio::time::Instant;
 
 use crate::error::{map_error, protocol};
-use crate::exec::Db;
+use crate::exec::{fetch_rows, Db};
 use crate::NAME;
 
 impl Db {
@@ -22,17 +22,19 @@ impl Db {
         let deadline = Instant::now() + self.timeout;
         let migrate = async {
             let _turn = self.migrating.lock().await;
-            self.migrate_now().await
+            self.migrate_now(Operation::Connect).await
         };
         self.within(Operation::Connect, deadline, migrate).await?
     }
 
     /// The migration; the caller holds the turn (`migrating`).
-    async fn migrate_now(&self) -> Result<()> {
-        let op = Operation::Connect;
+    async fn migrate_now(&self, op: Operation) -> Result<()> {
         tracing::debug!(table = %self.table(), "migrating the lock table and its functions");
         let migration = self.names.migration();
-        let mut conn = self.pool.acquire().await.map_err(|e| map_error(op, e))?;
+        let mut conn = self
+            .connection(Instant::now() + self.timeout)
+            .await
+            .map_err(|e| map_error(op, e))?;
         // The migration is BEGIN ... COMMIT: a connection left in the middle of it by a
         // cancelled future must not go back to the pool. Closing it after a migration that
         // finished costs one reconnect, once per backend.
@@ -41,12 +43,12 @@ impl Db {
             .await
             .map_err(|e| map_error(op, e))?;
         drop(conn);
-        self.check_shape().await?;
+        self.check_shape(op).await?;
         self.migrated.store(true, Ordering::Release);
         Ok(())
     }
 
-    async fn check_shape(&self) -> Result<()> {
+    async fn check_shape(&self, op: Operation) -> Result<()> {
         const EXPECTED: [(&str, &str); 12] = [
             ("key", "text"),
             ("state", "text"),
@@ -62,15 +64,18 @@ impl Db {
             ("writer", "jsonb"),
         ];
         let query = self.names.shape_query();
-        let rows = sqlx::raw_sql(&query)
-            .fetch_all(&self.pool)
+        let mut conn = self
+            .connection(Instant::now() + self.timeout)
             .await
-            .map_err(|e| map_error(Operation::Connect, e))?;
+            .map_err(|e| map_error(op, e))?;
+        let rows = fetch_rows(&mut conn, &query)
+            .await
+            .map_err(|e| map_error(op, e))?;
         let found: Vec<(String, String)> = rows
             .iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(|e| map_error(Operation::Connect, e))?;
+            .map_err(|e| map_error(op, e))?;
         if found.is_empty() {
             return Err(self.missing_schema());
         }
@@ -85,7 +90,7 @@ impl Db {
                     return Err(Error::new(
                         ErrorKind::Config,
                         NAME,
-                        Operation::Connect,
+                        op,
                         format!(
                             "table {} exists but is not a lock table: {what}; choose another \
                              table name (table=schema.name, PostgresBuilder::table), or drop that table",
@@ -98,9 +103,10 @@ impl Db {
         Ok(())
     }
 
-    /// Makes (or, with `migrate=false`, checks) the table and functions once: calls that
-    /// come meanwhile wait for that one and go on, rather than each migrate again in turn.
-    pub(crate) async fn ensure_schema(&self) -> Result<()> {
+    /// Makes (or, with `migrate=false`, checks) the table and functions once, its errors
+    /// reported as part of `op`, the call that needed it: calls that come meanwhile wait
+    /// for that one and go on, rather than each migrate again in turn.
+    pub(crate) async fn ensure_schema(&self, op: Operation) -> Result<()> {
         if self.migrated.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -110,26 +116,30 @@ impl Db {
             return Ok(());
         }
         if self.auto_migrate {
-            return self.migrate_now().await;
+            return self.migrate_now(op).await;
         }
-        self.verify().await
+        self.verify(op).await
     }
 
     /// Checks, without changing anything, that the table has the right shape and the
     /// function of this version exists.
-    async fn verify(&self) -> Result<()> {
-        self.check_shape().await?;
+    async fn verify(&self, op: Operation) -> Result<()> {
+        self.check_shape(op).await?;
         let query = format!(
             "SELECT pg_catalog.to_regprocedure({}) IS NOT NULL",
             crate::sql::text(&self.names.function_signature())
         );
-        let row = sqlx::raw_sql(&query)
-            .fetch_one(&self.pool)
+        let mut conn = self
+            .connection(Instant::now() + self.timeout)
             .await
-            .map_err(|e| map_error(Operation::Connect, e))?;
-        let found: bool = row
-            .try_get(0)
-            .map_err(|e| protocol(Operation::Connect, e))?;
+            .map_err(|e| map_error(op, e))?;
+        let rows = fetch_rows(&mut conn, &query)
+            .await
+            .map_err(|e| map_error(op, e))?;
+        let row = rows
+            .last()
+            .ok_or_else(|| protocol(op, "the function check answered no row"))?;
+        let found: bool = row.try_get(0).map_err(|e| protocol(op, e))?;
         if !found {
             return Err(self.missing_schema());
         }

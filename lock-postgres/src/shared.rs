@@ -91,7 +91,7 @@ impl Db {
         );
         let deadline = Instant::now() + self.timeout;
         async {
-            self.within(op, deadline, self.ensure_schema()).await??;
+            self.within(op, deadline, self.ensure_schema(op)).await??;
             let first = self
                 .within(op, deadline, self.transaction(op, key, ask))
                 .await?;
@@ -100,7 +100,7 @@ impl Db {
                     tracing::warn!(table = %self.table(), "lock table missing, creating it again");
                     self.migrated
                         .store(false, std::sync::atomic::Ordering::Release);
-                    self.within(op, deadline, self.ensure_schema()).await??;
+                    self.within(op, deadline, self.ensure_schema(op)).await??;
                     self.within(op, deadline, self.transaction(op, key, ask))
                         .await?
                         .map_err(|e| map_error(op, e))?
@@ -139,7 +139,7 @@ impl Db {
         ask: &Ask<'_>,
     ) -> std::result::Result<Result<Answer>, sqlx::Error> {
         let mut tx = Open {
-            conn: self.pool.acquire().await?,
+            conn: self.connection(Instant::now() + self.timeout).await?,
             open: true,
         };
         let read = self.names.shared_read(&self.session, key.as_str());
