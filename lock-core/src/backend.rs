@@ -11,7 +11,7 @@
 //! - [`Waiters`] and [`ReleaseSubscription`], to wake waiters on release;
 //! - [`UrlOptions`], [`schemes`], [`check_call_timeout`]: reading a backend's URL;
 //! - [`prolongate_each`], the default batch prolong;
-//! - [`connect_or_say_why`] and [`unreachable`]: an unreachable server said as such
+//! - [`connect_or_say_why`] and [`why_unreachable`]: an unreachable server said as such
 //!   (refused, no route) rather than as a deadline that passed;
 //! - [`async_trait`](macro@async_trait), to implement the trait.
 
@@ -412,7 +412,7 @@ impl fmt::Debug for ReleaseSubscription {
 }
 
 pub use crate::duration::{check_call_timeout, MAX_CALL_TIMEOUT};
-pub use crate::reach::{connect_or_say_why, unreachable, PROBE_AFTER};
+pub use crate::reach::{connect_or_say_why, why_unreachable, PROBE_AFTER};
 pub use crate::token::Token;
 pub use crate::ttl::Grace;
 pub use crate::url::UrlOptions;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The longest a backend waits for a connection before it asks [`unreachable`] why none
+/// The longest a backend waits for a connection before it asks [`why_unreachable`] why none
 /// came.
 pub const PROBE_AFTER: Duration = Duration::from_millis(500);
 
@@ -16,7 +16,7 @@ pub const PROBE_AFTER: Duration = Duration::from_millis(500);
 /// as an error whose message names the address. `None` when the attempt connects (the
 /// server is there and slow: keep waiting for it) or takes longer than `within`, and for a
 /// Unix socket path (a `host` that starts with `/`).
-pub async fn unreachable(host: &str, port: u16, within: Duration) -> Option<std::io::Error> {
+pub async fn why_unreachable(host: &str, port: u16, within: Duration) -> Option<std::io::Error> {
     if host.starts_with('/') {
         return None;
     }
@@ -34,7 +34,7 @@ pub async fn unreachable(host: &str, port: u16, within: Duration) -> Option<std:
 
 /// Waits for `connect` (a pooled connection, say) until `deadline`. While it has not come
 /// after [`PROBE_AFTER`] (or a quarter of the time left, if less), and `cold` said the
-/// pool holds no connection at all, asks [`unreachable`] why: a refused or unroutable
+/// pool holds no connection at all, asks [`why_unreachable`] why: a refused or unroutable
 /// address ends the wait at once with that error, instead of at the deadline with none.
 ///
 /// `Ok(None)`: the deadline passed.
@@ -63,7 +63,7 @@ pub async fn connect_or_say_why<T>(
         done = &mut connect => return Ok(done.ok()),
         () = tokio::time::sleep(after) => {}
     }
-    let probe = unreachable(host, port, left.saturating_sub(after));
+    let probe = why_unreachable(host, port, left.saturating_sub(after));
     tokio::select! {
         biased;
         done = &mut connect => Ok(done.ok()),
@@ -86,7 +86,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let e = unreachable("127.0.0.1", port, Duration::from_secs(5))
+        let e = why_unreachable("127.0.0.1", port, Duration::from_secs(5))
             .await
             .expect("refused");
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
@@ -106,12 +106,14 @@ mod tests {
     async fn a_listening_address_or_a_warm_pool_waits_for_the_connection() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        assert!(unreachable("127.0.0.1", port, Duration::from_secs(5))
+        assert!(why_unreachable("127.0.0.1", port, Duration::from_secs(5))
             .await
             .is_none());
-        assert!(unreachable("/run/postgresql", 5432, Duration::from_secs(5))
-            .await
-            .is_none());
+        assert!(
+            why_unreachable("/run/postgresql", 5432, Duration::from_secs(5))
+                .await
+                .is_none()
+        );
         // Past the probe (500 ms), long before the deadline.
         let deadline = Instant::now() + Duration::from_secs(4);
         let slow = async {
