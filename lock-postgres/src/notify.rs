@@ -153,6 +153,9 @@ const WAIT_LEASE: Duration = Duration::from_secs(30);
 /// within this; meanwhile its waiters fall back to polling.
 const WAIT_RENEWAL: Duration = Duration::from_secs(10);
 
+/// How soon a renewal that failed is tried again.
+const RENEWAL_RETRY: Duration = Duration::from_secs(1);
+
 /// A backend's entries in the rows' `waiting`: which keys this process waits for, listed
 /// from the first waiter of a key to the last (and [`LINGER`] after).
 pub(crate) struct Listing {
@@ -238,15 +241,24 @@ impl Listing {
     /// must not hold back the subscriptions of other keys, one deadline per key listed. A
     /// renewal that lands just after the entry was taken out lists the process again
     /// until its lease ends: releases of that key notify for nothing meanwhile.
+    ///
+    /// A renewal that failed (a call past its deadline on a loaded server, a cut
+    /// connection) is tried again after [`RENEWAL_RETRY`], not a whole [`WAIT_RENEWAL`]
+    /// later: until it lands, a row made again lists no waiter and releases wake nobody.
     async fn renew(&self, key: Key, alive: Weak<()>) {
+        let mut pause = WAIT_RENEWAL;
         loop {
-            tokio::time::sleep(WAIT_RENEWAL).await;
+            tokio::time::sleep(pause).await;
             if alive.strong_count() == 0 {
                 return;
             }
-            if let Err(e) = self.list(&key).await {
-                tracing::debug!(key = key.as_str(), "could not renew a waiter's entry: {e}");
-            }
+            pause = match self.list(&key).await {
+                Ok(()) => WAIT_RENEWAL,
+                Err(e) => {
+                    tracing::debug!(key = key.as_str(), "could not renew a waiter's entry: {e}");
+                    RENEWAL_RETRY
+                }
+            };
         }
     }
 

@@ -445,11 +445,13 @@ async fn a_waiter_is_heard_again_after_its_row_is_made_again() {
     exec(&server.url, "TRUNCATE public.distlock").await;
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Lost);
     let again = take(&other, "remade").await;
-    // The waiter's renewal (every 10 s) lists it again, well before the ttl of 30 s that
-    // bounds the waiter's sleep.
+    // The waiter's renewal (every 10 s, a failed one again after 1 s) lists it again; the
+    // waiter sleeps 60 s between attempts, so a release after that can only reach it by
+    // its notification. (On a bare Debian, under the whole suite's load, 20 s was once too
+    // short: the renewal failed and waited 10 s more.)
     eventually(
         "the waiter listed again",
-        Duration::from_secs(20),
+        Duration::from_secs(35),
         || async { listed(&pool, "remade").await == 1 },
     )
     .await;
