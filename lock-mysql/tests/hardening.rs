@@ -454,34 +454,10 @@ async fn a_wrong_password_is_permission_denied_and_never_shown() {
 /// to the timeout setting. Now the refusal is said, with the address, long before it.
 #[tokio::test]
 async fn a_refused_connection_is_said_as_such_and_early() {
-    // A port nothing listens on: bind one, note it, let it go.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = test_servers::locks::closed_port();
     let backend = MySqlBackend::builder(format!("mysql://root@127.0.0.1:{port}/test"))
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
-    let (key, token, holder) = (
-        Key::new("refused").unwrap(),
-        Token::generate().unwrap(),
-        HolderInfo::current(),
-    );
-    let started = Instant::now();
-    let err = backend
-        .obtain(ObtainRequest::new(&key, &token, ttl(1000), &holder))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    let said = err.to_string();
-    assert!(said.contains("refused"), "{said}");
-    assert!(said.contains(&format!("127.0.0.1:{port}")), "{said}");
-    assert!(!said.contains("deadline"), "{said}");
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "said after {:?}, the deadline being 30 s",
-        started.elapsed()
-    );
+    test_servers::locks::refused_early(&backend, port).await;
 }

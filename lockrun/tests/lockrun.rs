@@ -569,16 +569,23 @@ fn killing_lockrun_kills_the_command_and_its_children() {
     let file = std::env::temp_dir().join(format!("lockrun-pids-{}", unique()));
     let mut run = env.spawn(&["--", "sh", "-c", &forking_command(&file)]);
     let pids = pids(&file, 2);
+    kill_lockrun_and_expect_gone(&mut run, &pids, &file, "");
+}
+
+/// Kills lockrun with SIGKILL and checks that its guardian took COMMAND's processes `pids`
+/// with it within 10 s; then cleans up (the processes and `file`, where they wrote their
+/// pids). `when` says at what point lockrun was killed, for the failure message.
+fn kill_lockrun_and_expect_gone(run: &mut Child, pids: &[i32], file: &std::path::Path, when: &str) {
     kill(Pid::from_raw(run.id() as i32), Signal::SIGKILL).unwrap();
     let _ = run.wait();
-    let gone = gone_within(&pids, Duration::from_secs(10));
-    for &p in &pids {
+    let gone = gone_within(pids, Duration::from_secs(10));
+    for &p in pids {
         let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
     }
-    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(file);
     assert!(
         gone,
-        "COMMAND and its child ran on after lockrun was killed: {pids:?}"
+        "COMMAND and its child ran on after lockrun was killed{when}: {pids:?}"
     );
 }
 
@@ -600,17 +607,7 @@ fn killing_lockrun_right_after_the_spawn_kills_the_command() {
         .expect("lockrun runs");
     // COMMAND wrote its pids: it runs, and lockrun sits right after the spawn.
     let pids = pids(&file, 2);
-    kill(Pid::from_raw(run.id() as i32), Signal::SIGKILL).unwrap();
-    let _ = run.wait();
-    let gone = gone_within(&pids, Duration::from_secs(10));
-    for &p in &pids {
-        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-    }
-    let _ = std::fs::remove_file(&file);
-    assert!(
-        gone,
-        "COMMAND and its child ran on after lockrun was killed right after the spawn: {pids:?}"
-    );
+    kill_lockrun_and_expect_gone(&mut run, &pids, &file, " right after the spawn");
 }
 
 /// The guardian shares COMMAND's group, so it hears the signals lockrun passes on to the
@@ -631,18 +628,7 @@ fn the_guardian_outlives_a_forwarded_signal() {
         kill(Pid::from_raw(run.id() as i32), sig).unwrap();
     }
     std::thread::sleep(Duration::from_millis(300));
-    kill(Pid::from_raw(run.id() as i32), Signal::SIGKILL).unwrap();
-    let _ = run.wait();
-    let gone = gone_within(&pids, Duration::from_secs(10));
-    for &p in &pids {
-        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-    }
-    let _ = std::fs::remove_file(&file);
-    assert!(
-        gone,
-        "COMMAND ran on after lockrun was killed: the guardian did not outlive the signals \
-         lockrun passed on: {pids:?}"
-    );
+    kill_lockrun_and_expect_gone(&mut run, &pids, &file, " after SIGTERM and SIGHUP");
 }
 
 #[test]

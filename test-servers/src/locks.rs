@@ -208,3 +208,38 @@ impl LockBackend for Counting {
         self.inner.subscribe(key).await
     }
 }
+
+/// A loopback port nothing listens on: one the system just gave a listener, let go.
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a loopback port")
+        .port()
+}
+
+/// `backend`, pointed at `port` where nothing listens and given a deadline of 30 s, says
+/// that the connection was refused, naming the address, long before that deadline (a pool
+/// that retries a refused connection would say only that time ran out, at the deadline).
+pub async fn refused_early(backend: &dyn LockBackend, port: u16) {
+    let (key, token, holder) = (
+        Key::new("refused").expect("a valid key"),
+        lock_core::backend::Token::generate().expect("OS random generator"),
+        lock_core::HolderInfo::current(),
+    );
+    let ttl = lock_core::Ttl::from_millis(1_000).expect("a valid ttl");
+    let started = Instant::now();
+    let err = backend
+        .obtain(ObtainRequest::new(&key, &token, ttl, &holder))
+        .await
+        .expect_err("nothing listens there");
+    assert_eq!(err.kind(), lock_core::ErrorKind::Unavailable, "{err}");
+    let said = err.to_string();
+    assert!(said.contains("refused"), "{said}");
+    assert!(said.contains(&format!("127.0.0.1:{port}")), "{said}");
+    assert!(!said.contains("deadline"), "{said}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "said after {:?}, the deadline being 30 s",
+        started.elapsed()
+    );
+}
