@@ -191,5 +191,15 @@ step "lock-config without its backends"
 cargo test --locked -q -p lock-config --no-default-features
 step "packages"
 # Every published crate packaged and built from its package against the others, as
-# `cargo publish` would (nothing is uploaded; see RELEASING.md).
-cargo publish --workspace --dry-run --locked --allow-dirty -q
+# `cargo publish` would (nothing is uploaded; see RELEASING.md). Cargo treats the packages
+# of its temporary registry as it treats crates.io's, as never changing: it reuses their
+# sources unpacked under $CARGO_HOME/registry/src/-HASH/NAME-VERSION and what it compiled
+# of them, so with the version unchanged an earlier run's code of our crates would be
+# built instead of today's. Both go first: those directories (only our crates', at our
+# version), and the check's own target directory (about 3 minutes to build again).
+version=$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -1)
+for crate in lock-core lock-conformance lock-file lock-redis lock-postgres lock-mysql lock-config lockrun distlock; do
+  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$crate-$version"
+done
+rm -rf target/publish-check
+CARGO_TARGET_DIR=target/publish-check cargo publish --workspace --dry-run --locked --allow-dirty -q
