@@ -93,6 +93,27 @@ impl RedisCluster {
     /// each; returns once every node reports `cluster_state:ok` and all 16384 slots are
     /// served. A node is declared failed after 1 s without answers (`cluster-node-timeout`).
     pub fn start() -> Self {
+        // A port picked free can be taken by another test's server before this node binds
+        // it: the node dies, `redis-cli --cluster create` then waits for ever for it to
+        // join. So the join has a deadline, and a failed start is tried again on new ports.
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(cluster) => {
+                    cluster.wait_until_ok();
+                    return cluster;
+                }
+                Err(why) => failures.push(why),
+            }
+        }
+        panic!(
+            "a Redis Cluster did not start in 3 tries: {}",
+            failures.join("; ")
+        )
+    }
+
+    /// Six nodes joined by `redis-cli --cluster create` within 60 s, or why not.
+    fn try_start() -> Result<Self, String> {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut nodes = Vec::new();
         for i in 0..6 {
@@ -126,27 +147,39 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new("redis-cli")
+        let mut create = Command::new("redis-cli")
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
+            .stderr(Stdio::null())
+            .spawn()
             .expect("redis-cli: apt-get install redis-tools");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let cluster = RedisCluster {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = create.try_wait().expect("redis-cli runs") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = create.kill();
+                let _ = create.wait();
+                return Err("redis-cli --cluster create did not end within 60 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut said = String::new();
+        if let Some(mut out) = create.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut out, &mut said);
+        }
+        if !status.success() {
+            return Err(format!("redis-cli --cluster create failed: {said}"));
+        }
+        Ok(RedisCluster {
             url: format!("redis+cluster://{}/", addrs[..3].join(",")),
             nodes,
             dir,
-        };
-        cluster.wait_until_ok();
-        cluster
+        })
     }
 
     /// Waits (up to 60 s) until every running node says `cluster_state:ok` and knows a
