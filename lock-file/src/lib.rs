@@ -4,6 +4,7 @@ mod backend;
 mod clock;
 mod names;
 mod record;
+mod slots;
 
 pub use backend::FileBackend;
 pub use lock_core;
