@@ -32,9 +32,10 @@ pub async fn why_unreachable(host: &str, port: u16, within: Duration) -> Option<
     }
 }
 
-/// Waits for `connect` (a pooled connection, say) until `deadline`. While it has not come
-/// after [`PROBE_AFTER`] (or a quarter of the time left, if less), and `cold` said the
-/// pool holds no connection at all, asks [`why_unreachable`] why: a refused or unroutable
+/// Waits for `connect` (a pooled connection, say) until `deadline`. With `cold`, the
+/// server's address (give it only when the pool holds no connection at all: a warm pool
+/// pays for nothing here), asks [`why_unreachable`] why when the connection has not come
+/// after [`PROBE_AFTER`] (or a quarter of the time left, if less): a refused or unroutable
 /// address ends the wait at once with that error, instead of at the deadline with none.
 ///
 /// `Ok(None)`: the deadline passed.
@@ -47,15 +48,13 @@ pub async fn why_unreachable(host: &str, port: u16, within: Duration) -> Option<
 pub async fn connect_or_say_why<T>(
     connect: impl Future<Output = T>,
     deadline: Instant,
-    cold: bool,
-    host: &str,
-    port: u16,
+    cold: Option<(&str, u16)>,
 ) -> std::io::Result<Option<T>> {
     let connect = tokio::time::timeout_at(deadline, connect);
     tokio::pin!(connect);
-    if !cold {
+    let Some((host, port)) = cold else {
         return Ok(connect.await.ok());
-    }
+    };
     let left = deadline.saturating_duration_since(Instant::now());
     let after = PROBE_AFTER.min(left / 4);
     tokio::select! {
@@ -94,7 +93,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(30);
         let never = std::future::pending::<()>();
         let started = std::time::Instant::now();
-        let got = connect_or_say_why(never, deadline, true, "127.0.0.1", port).await;
+        let got = connect_or_say_why(never, deadline, Some(("127.0.0.1", port))).await;
         assert!(got.is_err(), "a refused address ends the wait");
         assert!(
             started.elapsed() < Duration::from_secs(20),
@@ -120,11 +119,11 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1_000)).await;
             7
         };
-        let got = connect_or_say_why(slow, deadline, true, "127.0.0.1", port).await;
+        let got = connect_or_say_why(slow, deadline, Some(("127.0.0.1", port))).await;
         assert_eq!(got.unwrap(), Some(7));
         let never = std::future::pending::<()>();
         let deadline = Instant::now() + Duration::from_millis(100);
-        let got = connect_or_say_why(never, deadline, false, "127.0.0.1", 1).await;
+        let got = connect_or_say_why(never, deadline, None).await;
         assert_eq!(
             got.unwrap(),
             None,

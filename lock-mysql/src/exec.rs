@@ -207,18 +207,14 @@ impl Db {
         &self,
         deadline: Instant,
     ) -> std::result::Result<PoolConnection<MySql>, sqlx::Error> {
-        let options = self.pool.connect_options();
-        let cold = self.pool.size() == 0;
-        let acquire = self.pool.acquire();
-        match connect_or_say_why(
-            acquire,
-            deadline,
-            cold,
-            options.get_host(),
-            options.get_port(),
-        )
-        .await
-        {
+        // The server's TCP address only when no connection exists (a warm pool reads
+        // nothing), and never for a Unix socket (a probe of host:port would say nothing of it).
+        let options = (self.pool.size() == 0).then(|| self.pool.connect_options());
+        let cold = options
+            .as_ref()
+            .filter(|o| o.get_socket().is_none())
+            .map(|o| (o.get_host(), o.get_port()));
+        match connect_or_say_why(self.pool.acquire(), deadline, cold).await {
             Ok(Some(conn)) => conn,
             Ok(None) => Err(sqlx::Error::PoolTimedOut),
             Err(e) => Err(sqlx::Error::Io(e)),

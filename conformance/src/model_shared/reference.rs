@@ -66,6 +66,19 @@ impl Model {
         self.marker.map(|(o, _)| o)
     }
 
+    /// `owner` holds `weight` of `capacity` permits once, until `ends`.
+    fn share(&mut self, owner: usize, capacity: u32, weight: u32, ends: Instant) {
+        self.capacity = Some(capacity);
+        self.holds.insert(
+            owner,
+            Held {
+                weight: Some(weight),
+                holds: 1,
+                ends,
+            },
+        );
+    }
+
     /// Busy behind `holder`'s hold.
     fn busy_behind(&self, reason: BusyReason, holders: usize, holder: usize) -> Expect {
         Expect::Busy {
@@ -155,15 +168,7 @@ impl Model {
                         return Expect::Refused;
                     }
                     // A downgrade: alone, so it fixes the capacity; a marker stays.
-                    self.capacity = Some(capacity);
-                    self.holds.insert(
-                        owner,
-                        Held {
-                            weight: Some(weight),
-                            holds: 1,
-                            ends,
-                        },
-                    );
+                    self.share(owner, capacity, weight, ends);
                     return Expect::Downgraded;
                 }
                 if let Some(holder) = self.exclusive_holder() {
@@ -218,15 +223,7 @@ impl Model {
                 if self.marker_of() == Some(owner) {
                     self.marker = None;
                 }
-                self.capacity = Some(capacity);
-                self.holds.insert(
-                    owner,
-                    Held {
-                        weight: Some(weight),
-                        holds: 1,
-                        ends,
-                    },
-                );
+                self.share(owner, capacity, weight, ends);
                 Expect::Acquired
             }
         }
