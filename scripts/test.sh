@@ -166,6 +166,7 @@ RUSTDOCFLAGS=-Dwarnings cargo doc --locked --workspace --no-deps -q
 step "examples"
 cargo run --locked -q -p examples --example cron_report
 cargo run --locked -q -p examples --example custom_backend
+cargo run --locked -q -p examples --example storage_backend
 cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$DATABASE_URL cargo run --locked -q -p examples --example dev_prod_swap

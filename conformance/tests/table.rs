@@ -1,6 +1,7 @@
-//! The decision table (`lock_conformance::table`) through `lock_core::backend::rules`, on an exact
-//! clock of milliseconds and one of nanoseconds: the Rust rules the memory backend, the
-//! file backend and the Redis WATCH variant decide with.
+//! The decision table (`lock_conformance::table`) through `lock_core::backend::rules::step`,
+//! on an exact clock of milliseconds and one of nanoseconds: the one entry of the Rust rules
+//! that every backend on the storage adapter, the Redis WATCH variant and MariaDB decide
+//! with.
 
 use std::time::Duration;
 
@@ -8,8 +9,7 @@ use lock_conformance::table::{
     Answer, Ask, Before, Seen, SeenShare, Who, CASES, DELAY_MS, FENCING, GRACE_MS, TTL_MS,
 };
 use lock_core::backend::rules::{
-    force, obtain, prolong, release, view, Clock, Hold, Obtain, Obtained, Record, Share, Shared,
-    State, Writer,
+    self, step, Clock, Hold, Obtain, Obtained, Record, Reply, Share, Shared, State, Writer,
 };
 use lock_core::backend::Grace;
 use lock_core::{HolderInfo, ObtainOutcome, Ttl};
@@ -83,51 +83,45 @@ fn run_table(clock: Clock) {
         };
         let before = before.as_ref();
         let holder = |_: &&str| Ok::<_, lock_core::Error>(HolderInfo::current());
-        let (answer, write) = match case.ask {
-            Ask::Obtain | Ask::ObtainAs { .. } | Ask::Change { .. } => {
-                let (mode, queue, change) = match case.ask {
-                    Ask::ObtainAs { mode, queue } => (mode, queue, None),
-                    Ask::Change { mode, of } => (mode, false, Some(of)),
-                    _ => (lock_core::Mode::Exclusive, false, None),
-                };
-                let ask = Obtain {
-                    token: &Who::A,
-                    holder: &"caller",
-                    ttl,
-                    grace,
-                    fencing_floor: 0,
-                    mode,
-                    queue,
-                    change,
-                };
-                let d = obtain(before, clock, ask);
-                match d.outcome {
-                    Obtained::Refused(_) => (Answer::Refused, d.write),
-                    outcome => (
-                        Answer::Obtain(outcome.try_into_outcome(ttl, "rules", holder).unwrap()),
-                        d.write,
-                    ),
-                }
-            }
-            Ask::Prolong => {
-                let d = prolong(before, clock, &Who::A, ttl, grace);
-                (Answer::Prolong(d.outcome), d.write)
-            }
-            Ask::Release { delay: d } => {
-                let d = release(before, clock, &Who::A, d.then_some(delay));
-                (Answer::Release(d.outcome), d.write)
-            }
-            Ask::Inspect => {
-                let state = view(before, clock).try_into_state(holder).unwrap();
-                (Answer::State(state), None)
-            }
-            Ask::Force => {
-                let d = force(before, clock);
-                (
-                    Answer::State(d.outcome.try_into_state(holder).unwrap()),
-                    d.write,
-                )
-            }
+        let (mode, queue, change) = match case.ask {
+            Ask::ObtainAs { mode, queue } => (mode, queue, None),
+            Ask::Change { mode, of } => (mode, false, Some(of)),
+            _ => (lock_core::Mode::Exclusive, false, None),
+        };
+        let ask = match case.ask {
+            Ask::Obtain | Ask::ObtainAs { .. } | Ask::Change { .. } => rules::Ask::Obtain(Obtain {
+                token: &Who::A,
+                holder: &"caller",
+                ttl,
+                grace,
+                fencing_floor: 0,
+                mode,
+                queue,
+                change,
+            }),
+            Ask::Prolong => rules::Ask::Prolong {
+                token: &Who::A,
+                ttl,
+                grace,
+            },
+            Ask::Release { delay: d } => rules::Ask::Release {
+                token: &Who::A,
+                delay: d.then_some(delay),
+            },
+            Ask::Inspect => rules::Ask::Inspect,
+            Ask::Force => rules::Ask::Force,
+        };
+        // Every case through the one entry, `rules::step`.
+        let d = step(before, clock, ask);
+        let write = d.write;
+        let answer = match d.outcome {
+            rules::Answer::Obtain(Obtained::Refused(_), _) => Answer::Refused,
+            outcome => match outcome.try_into_reply("rules", holder).unwrap() {
+                Reply::Obtain(o) => Answer::Obtain(o),
+                Reply::Prolong(o) => Answer::Prolong(o),
+                Reply::Release(o) => Answer::Release(o),
+                Reply::State(s) => Answer::State(s),
+            },
         };
         let stored = write.as_ref().or(before);
         let seen = match stored {

@@ -1,7 +1,8 @@
 //! Nothing forgotten: every backend (and variant) declared in the workspace runs the suite.
 //!
 //! A backend declares each name it reports as `const ..NAME: &'static str = "...";` in a
-//! source file that implements `LockBackend`; a test file wires it with `suite!("...", ..)`.
+//! source file (or an example) that implements `LockBackend` or `Storage`; a test file (or
+//! the example's tests) wires it with `suite!("...", ..)`.
 //! The suite's own `backend_reports_its_name` case checks that the wired name is the one the
 //! backend reports, so the two cannot drift apart.
 
@@ -41,10 +42,19 @@ fn every_backend_in_the_workspace_runs_the_suite() {
         }
         let (mut sources, mut tests) = (Vec::new(), Vec::new());
         rust_files(&crate_dir.join("src"), &mut sources);
+        rust_files(&crate_dir.join("examples"), &mut sources);
         rust_files(&crate_dir.join("tests"), &mut tests);
+        rust_files(&crate_dir.join("examples"), &mut tests);
         for file in sources {
             let text = std::fs::read_to_string(&file).expect("source");
-            if text.contains("impl LockBackend for") {
+            // Code only: a backend in a doc comment is an illustration (its doctest runs it).
+            let text: String = text
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .map(|line| format!("{line}\n"))
+                .collect();
+            // A backend of its own, or a storage that the adapter makes one.
+            if text.contains("LockBackend for") || text.contains("impl Storage for") {
                 declared.extend(
                     quoted_after(&text, "NAME: &'static str = \"")
                         .into_iter()
@@ -62,7 +72,9 @@ fn every_backend_in_the_workspace_runs_the_suite() {
         }
     }
     assert!(
-        declared.contains("memory") && declared.contains("file"),
+        ["memory", "file", "versioned", "audited"]
+            .iter()
+            .all(|name| declared.contains(*name)),
         "the scan found {declared:?}"
     );
     let missing: Vec<_> = declared.difference(&wired).collect();

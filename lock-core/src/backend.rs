@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 pub mod rules;
 pub mod schemes;
+pub mod storage;
 
 use crate::{
     Fencing, HolderInfo, Key, LockState, Mode, ObtainOutcome, ProlongOutcome, ReleaseOutcome,

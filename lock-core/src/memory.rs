@@ -1,5 +1,6 @@
 //! The in-memory backend: the reference implementation and the unit-test double.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -7,12 +8,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::rules::{self, Clock, Decision, Wake};
+use crate::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
+use crate::rules::{self, Clock, Wake};
 use crate::UrlOptions;
 use crate::{
-    Capabilities, Grace, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, ObtainRequest,
-    ProlongOutcome, ProlongRequest, ReleaseOutcome, ReleaseRequest, ReleaseSubscription, Result,
-    Token, Ttl, Waiters,
+    Capabilities, Grace, HolderInfo, Key, Operation, ReleaseSubscription, Result, Token, Ttl,
+    Waiters,
 };
 
 /// Locks in this process's memory: every rule of the contract, no I/O.
@@ -152,10 +153,6 @@ impl MemoryBackend {
         full.push_str(key.as_str());
         full
     }
-
-    fn grace_for(&self, ttl: Ttl) -> Grace {
-        Grace::or_ttl(self.grace, ttl)
-    }
 }
 
 impl Default for MemoryBackend {
@@ -174,7 +171,7 @@ impl Store {
 
     /// Stores what a decision wrote (a free record is dropped: the counter keeps fencing
     /// growing) and wakes the key's waiters the decision names.
-    fn apply<O>(&mut self, key: &str, decision: Decision<O, Token, HolderInfo>) -> O {
+    fn apply(&mut self, key: &str, decision: Change<Token, HolderInfo>) {
         match decision.write {
             Some(record) if record.state == rules::State::Free && record.writer.is_none() => {
                 self.records.remove(key);
@@ -190,7 +187,6 @@ impl Store {
             Wake::One => self.waiters.wake_one(key),
             Wake::All => self.waiters.wake_key(key),
         }
-        decision.outcome
     }
 
     /// Drops records past their grace period or cooldown, amortized over inserts so the map
@@ -206,72 +202,55 @@ impl Store {
 }
 
 #[async_trait]
-impl LockBackend for MemoryBackend {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
+impl Storage for MemoryBackend {
+    type Token = Token;
+    type Holder = HolderInfo;
+    const NAME: &'static str = MemoryBackend::NAME;
 
-    fn capabilities(&self) -> Capabilities {
+    fn storage_capabilities(&self) -> Capabilities {
         Capabilities::none().release_notification(true).shared(true)
     }
 
-    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        let key = self.full_key(req.key);
+    fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
+        Cow::Borrowed(token)
+    }
+
+    fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
+        Ok(Cow::Borrowed(holder))
+    }
+
+    fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
+        Ok(stored.clone())
+    }
+
+    fn grace(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
+    }
+
+    /// The step under the store's mutex, on tokio's clock, above the store's fencing
+    /// counter.
+    async fn transact(
+        &self,
+        key: &Key,
+        op: Operation,
+        decide: &mut Decide<'_, Token, HolderInfo>,
+    ) -> Result<Commit> {
+        let key = self.full_key(key);
         let mut store = self.lock_store();
         let clock = store.clock();
-        store.sweep(clock);
-        let ask = rules::Obtain {
-            token: req.token,
-            holder: req.holder,
-            ttl: req.ttl,
-            grace: self.grace_for(req.ttl),
+        if op == Operation::Obtain {
+            store.sweep(clock);
+        }
+        let change = decide(Snapshot {
+            record: store.records.get(&key),
+            clock,
             fencing_floor: store.fencing + 1,
-            mode: req.mode,
-            queue: req.queue,
-            change: req.change.map(|f| f.0),
-        };
-        let decision = rules::obtain(store.records.get(&key), clock, ask);
-        let outcome = decision.outcome.into_outcome(req.ttl, Self::NAME)?;
-        let decision = Decision {
-            outcome,
-            write: decision.write,
-            wake: decision.wake,
-        };
-        Ok(store.apply(&key, decision))
+        })?;
+        store.apply(&key, change);
+        Ok(Commit::Done)
     }
 
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let key = self.full_key(req.key);
-        let mut store = self.lock_store();
-        let clock = store.clock();
-        let grace = self.grace_for(req.ttl);
-        let decision = rules::prolong(store.records.get(&key), clock, req.token, req.ttl, grace);
-        Ok(store.apply(&key, decision))
-    }
-
-    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        let key = self.full_key(req.key);
-        let mut store = self.lock_store();
-        let clock = store.clock();
-        let decision = rules::release(store.records.get(&key), clock, req.token, req.delay_after);
-        Ok(store.apply(&key, decision))
-    }
-
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        let key = self.full_key(key);
-        let store = self.lock_store();
-        Ok(rules::view(store.records.get(&key), store.clock()).into_state())
-    }
-
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        let key = self.full_key(key);
-        let mut store = self.lock_store();
-        let clock = store.clock();
-        let decision = rules::force(store.records.get(&key), clock).map(rules::View::into_state);
-        Ok(store.apply(&key, decision))
-    }
-
-    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+    async fn subscribe_releases(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         let key = self.full_key(key);
         let waiters = self.lock_store().waiters.clone();
         Ok(Some(waiters.subscribe(&key)))
@@ -281,7 +260,10 @@ impl LockBackend for MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Busy, Fencing};
+    use crate::{
+        Busy, Fencing, LockBackend, LockState, ObtainOutcome, ObtainRequest, ProlongOutcome,
+        ProlongRequest, ReleaseOutcome, ReleaseRequest,
+    };
 
     struct Fixture {
         backend: MemoryBackend,

@@ -53,12 +53,14 @@ mod answer;
 pub mod columns;
 mod record;
 mod shared;
+mod step;
 #[cfg(test)]
 mod tests;
 
 pub use answer::{Decision, Obtain, Obtained, Refusal, View, Wake};
 pub use record::{Clock, Hold, Record, State, Writer};
 pub use shared::{Share, Shared};
+pub use step::{step, Answer, Ask, Reply};
 
 use crate::{BusyReason, Fencing, Grace, Mode, ProlongOutcome, ReleaseOutcome, Ttl};
 

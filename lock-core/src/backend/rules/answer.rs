@@ -51,8 +51,8 @@ impl<O, T, H> Decision<O, T, H> {
     }
 }
 
-/// An obtain request.
-#[derive(Debug, Clone, Copy)]
+/// An obtain request. Copied freely whatever `T` and `H` are: it only borrows them.
+#[derive(Debug)]
 pub struct Obtain<'a, T, H> {
     /// The caller's owner token, as the backend stores it.
     pub token: &'a T,
@@ -80,6 +80,14 @@ pub struct Obtain<'a, T, H> {
     /// contract's "Mode changes") but grants afresh when there is none.
     pub change: Option<u64>,
 }
+
+impl<T, H> Clone for Obtain<'_, T, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T, H> Copy for Obtain<'_, T, H> {}
 
 /// Why an obtain was refused as invalid, whatever the key's holders: it can never succeed
 /// as asked. The backend answers it as [`ErrorKind::InvalidInput`] and writes nothing.

@@ -1,0 +1,372 @@
+//! A backend from a storage: implement [`Storage`] (read one key's record and a clock
+//! under whatever makes a decision atomic, then store what was decided) and the whole
+//! [`LockBackend`] contract comes with it, decided by [`rules::step`].
+//!
+//! The storage never decides anything: it hands the record it read to the step it is
+//! given, and writes back the record the step returns. Fencing, reentrancy, late vs lost,
+//! cooldowns, shared holds, mode changes and the writer's marker are the rules' business,
+//! written once. What stays the storage's:
+//!
+//! - **atomicity**: between reading the record and storing the decision nobody else
+//!   decides on the same key: a mutex, a `flock`, a row lock (`SELECT … FOR UPDATE`), or an
+//!   optimistic write that fails when the record changed since the read (`WATCH`/`EXEC`, a
+//!   compare-and-swap on a version): then [`Commit::Conflict`], and the step runs again on a
+//!   fresh read, after a jittered pause, until [`Storage::conflicts_within`] has passed;
+//! - **the clock**: one clock for every decision on a key (the server's, when there is a
+//!   server), read after every wait of the call, and a fencing floor that keeps fencing
+//!   tokens growing should the record be lost;
+//! - **the encoding** of tokens and holder info ([`Storage::token`], [`Storage::holder`]);
+//! - **deadlines**: each of its calls that crosses a network ends in bounded time;
+//! - **wake-ups**: [`Change::wake`] says whom a write frees room for.
+//!
+//! Every type that implements [`Storage`] is a [`LockBackend`]: hold it as
+//! `Arc<dyn LockBackend>`. The memory backend and the file backend are storages.
+//!
+//! # A complete backend
+//! A map behind a mutex, with release notifications: the whole contract (mutexes,
+//! semaphores, read-write locks) in the lines below, and what
+//! `lock_conformance::run_all` checks.
+//!
+//! ```
+//! use std::borrow::Cow;
+//! use std::collections::HashMap;
+//! use std::sync::{Arc, Mutex};
+//! use std::time::Instant;
+//!
+//! use lock_core::backend::rules::{Clock, Record, Wake};
+//! use lock_core::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
+//! use lock_core::backend::{async_trait, Capabilities, ReleaseSubscription, Token, Waiters};
+//! use lock_core::{HolderInfo, Key, LockBackend, Locker, Operation, Result};
+//!
+//! #[derive(Debug)]
+//! struct MapStorage {
+//!     records: Mutex<HashMap<String, Record<Token, HolderInfo>>>,
+//!     waiters: Waiters,
+//!     started: Instant,
+//! }
+//!
+//! #[async_trait]
+//! impl Storage for MapStorage {
+//!     type Token = Token;
+//!     type Holder = HolderInfo;
+//!     const NAME: &'static str = "map";
+//!
+//!     fn storage_capabilities(&self) -> Capabilities {
+//!         Capabilities::none().shared(true).release_notification(true)
+//!     }
+//!     fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
+//!         Cow::Borrowed(token)
+//!     }
+//!     fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
+//!         Ok(Cow::Borrowed(holder))
+//!     }
+//!     fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
+//!         Ok(stored.clone())
+//!     }
+//!
+//!     async fn transact(
+//!         &self,
+//!         key: &Key,
+//!         _: Operation,
+//!         decide: &mut Decide<'_, Token, HolderInfo>,
+//!     ) -> Result<Commit> {
+//!         let mut records = self.records.lock().unwrap();
+//!         let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap();
+//!         // The clock is monotonic and never reset, so it is the fencing floor too.
+//!         let snapshot = Snapshot {
+//!             record: records.get(key.as_str()),
+//!             clock: Clock::nanos(now),
+//!             fencing_floor: now / 1000,
+//!         };
+//!         let Change { write, wake } = decide(snapshot)?;
+//!         if let Some(record) = write {
+//!             records.insert(key.as_str().to_owned(), record);
+//!         }
+//!         match wake {
+//!             Wake::Nobody => {}
+//!             Wake::One => self.waiters.wake_one(key.as_str()),
+//!             Wake::All => self.waiters.wake_key(key.as_str()),
+//!         }
+//!         Ok(Commit::Done)
+//!     }
+//!
+//!     async fn subscribe_releases(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+//!         Ok(Some(self.waiters.subscribe(key.as_str())))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+//! let backend: Arc<dyn LockBackend> = Arc::new(MapStorage {
+//!     records: Mutex::default(),
+//!     waiters: Waiters::default(),
+//!     started: Instant::now(),
+//! });
+//! let locker = Locker::new(backend);
+//! let guard = locker.lock("job").try_obtain().await?.obtained().expect("free");
+//! assert!(locker.lock("job").try_obtain().await?.is_busy());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A storage that keeps free records forever grows with every key ever locked; the memory
+//! backend drops what [`rules::forgotten`] says it may (and keeps fencing growing with a
+//! counter that outlives records).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use super::rules::{step, Ask, Clock, Obtain, Record, Reply, Wake};
+use super::{
+    async_trait, Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest,
+    ReleaseSubscription, Token,
+};
+use crate::{
+    Error, ErrorKind, Grace, HolderInfo, Key, LockState, ObtainOutcome, Operation, ProlongOutcome,
+    ReleaseOutcome, Result, Ttl,
+};
+
+/// What a storage read for one decision, under whatever makes the decision atomic.
+#[derive(Debug)]
+pub struct Snapshot<'r, T, H> {
+    /// The key's record, `None` when there is none.
+    pub record: Option<&'r Record<T, H>>,
+    /// The instant of the decision, read after every wait of the call (the lock that makes
+    /// it atomic, the read), on the one clock every decision on the key uses.
+    pub clock: Clock,
+    /// The lowest fencing token a fresh acquisition may issue: a clock in microseconds that
+    /// never goes back, or one above a counter that outlives records. It keeps fencing
+    /// growing should the record be lost.
+    pub fencing_floor: u64,
+}
+
+/// What the step decided: the record to store and whom to wake.
+#[derive(Debug)]
+pub struct Change<T, H> {
+    /// The record to store for the key; `None`: leave it as it is (write nothing).
+    pub write: Option<Record<T, H>>,
+    /// Whom the write frees room for among the key's waiters, once it is stored.
+    pub wake: Wake,
+}
+
+/// How a transaction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// The change is stored (or there was nothing to store).
+    Done,
+    /// Nothing was stored because the record changed since it was read (an optimistic
+    /// write that lost): the step runs again on a fresh read.
+    Conflict,
+}
+
+/// The step a storage runs on what it read: it returns what to store, or an error (a holder
+/// that cannot be decoded) on which the storage stores nothing and returns the error.
+pub type Decide<'s, T, H> =
+    dyn for<'r> FnMut(Snapshot<'r, T, H>) -> Result<Change<T, H>> + Send + 's;
+
+/// A place that keeps one record per key, atomically read and written: all a backend on
+/// this adapter implements (see the [module](self) docs for a complete one).
+#[async_trait]
+pub trait Storage: fmt::Debug + Send + Sync + 'static {
+    /// The owner token as stored: the [`Token`] itself, its hex, its digest.
+    type Token: Clone + PartialEq + Send + Sync;
+    /// The holder info as stored: the [`HolderInfo`] itself, its JSON.
+    type Holder: Clone + Send + Sync;
+    /// The backend's name, as [`LockBackend::name`].
+    const NAME: &'static str;
+
+    /// What the backend can do beyond the contract, as [`LockBackend::capabilities`].
+    /// [`Capabilities::prolong_batch`] above 1 is not used: the adapter prolongs one lock
+    /// per transaction.
+    fn storage_capabilities(&self) -> Capabilities;
+
+    /// The owner token as stored.
+    fn token<'t>(&self, token: &'t Token) -> Cow<'t, Self::Token>;
+
+    /// The holder info as stored.
+    ///
+    /// # Errors
+    /// When it cannot be encoded (it is too long for the storage, say).
+    fn holder<'h>(&self, holder: &'h HolderInfo, op: Operation) -> Result<Cow<'h, Self::Holder>>;
+
+    /// The stored holder info, decoded.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Corrupt`] when it cannot be read.
+    fn decode_holder(&self, stored: &Self::Holder, op: Operation) -> Result<HolderInfo>;
+
+    /// How long an expired hold of `ttl` is remembered, to tell a late call from a lost
+    /// one: the ttl itself by default.
+    fn grace(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(None, ttl)
+    }
+
+    /// How long a call keeps running the step again after conflicts before it fails
+    /// ([`ErrorKind::Unavailable`], nothing written, safe to retry): 5 s by default.
+    fn conflicts_within(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+
+    /// Reads the record of `key` and the clock, runs `decide` on them once, stores the
+    /// record it returns and wakes whom it says, all as one atomic step; or stores nothing
+    /// and answers [`Commit::Conflict`] when the record changed since the read.
+    ///
+    /// `op` is the operation: an [`Operation::Inspect`] never writes (its step always
+    /// returns no record), so a storage may read it without the lock a write needs.
+    ///
+    /// # Errors
+    /// What `decide` returns (nothing may be stored then), and the storage's own failures:
+    /// [`ErrorKind::Unavailable`] when it cannot be reached within its deadline,
+    /// [`ErrorKind::Corrupt`] when the record cannot be read.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have stored the change, never half of it.
+    async fn transact(
+        &self,
+        key: &Key,
+        op: Operation,
+        decide: &mut Decide<'_, Self::Token, Self::Holder>,
+    ) -> Result<Commit>;
+
+    /// Subscribes to releases of `key`, as [`LockBackend::subscribe`]; `Ok(None)`, the
+    /// default, leaves waiters to poll.
+    ///
+    /// # Errors
+    /// As [`LockBackend::subscribe`].
+    async fn subscribe_releases(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        let _ = key;
+        Ok(None)
+    }
+}
+
+/// The pause before the transaction that follows `conflicts` lost ones: full jitter under
+/// 100 µs doubled per conflict, at most 20 ms.
+pub(crate) fn conflict_pause(conflicts: u32) -> Duration {
+    let ceiling = (100u64 << conflicts.min(16)).min(20_000);
+    Duration::from_micros(fastrand::u64(0..=ceiling))
+}
+
+/// Runs `ask` on `key` through `storage`: the step on every read, again after each
+/// conflict, for at most [`Storage::conflicts_within`].
+async fn run<S: Storage>(
+    storage: &S,
+    key: &Key,
+    ask: Ask<'_, S::Token, S::Holder>,
+) -> Result<Reply> {
+    let op = ask.operation();
+    let started = tokio::time::Instant::now();
+    let mut conflicts = 0u32;
+    loop {
+        let mut reply = None;
+        let mut decide = |snap: Snapshot<'_, S::Token, S::Holder>| {
+            let mut ask = ask;
+            if let Ask::Obtain(obtain) = &mut ask {
+                obtain.fencing_floor = snap.fencing_floor;
+            }
+            let d = step(snap.record, snap.clock, ask);
+            reply = Some(
+                d.outcome
+                    .try_into_reply(S::NAME, |h| storage.decode_holder(h, op))?,
+            );
+            Ok(Change {
+                write: d.write,
+                wake: d.wake,
+            })
+        };
+        let commit = storage.transact(key, op, &mut decide).await?;
+        match (commit, reply) {
+            (Commit::Done, Some(reply)) => return Ok(reply),
+            (Commit::Done, None) => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    S::NAME,
+                    op,
+                    "the storage committed without running the step (a bug in its transact)",
+                ))
+            }
+            (Commit::Conflict, _) => {}
+        }
+        conflicts += 1;
+        let within = storage.conflicts_within();
+        if started.elapsed() >= within {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                S::NAME,
+                op,
+                format!(
+                    "{conflicts} transactions in a row lost to concurrent writers of the same \
+                     key within {within:?}; nothing was written by this call, which is safe \
+                     to retry"
+                ),
+            ));
+        }
+        tracing::debug!(conflicts, key = %key, "transaction lost to a concurrent writer");
+        tokio::time::sleep(conflict_pause(conflicts)).await;
+    }
+}
+
+#[async_trait]
+impl<S: Storage> LockBackend for S {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.storage_capabilities().prolong_batch(1)
+    }
+
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        if !self.storage_capabilities().shared {
+            req.exclusive_only(S::NAME)?;
+        }
+        let token = self.token(req.token);
+        let holder = self.holder(req.holder, Operation::Obtain)?;
+        let ask = Ask::Obtain(Obtain {
+            token: &*token,
+            holder: &*holder,
+            ttl: req.ttl,
+            grace: self.grace(req.ttl),
+            // Set from each snapshot.
+            fencing_floor: 0,
+            mode: req.mode,
+            queue: req.queue,
+            change: req.change.map(|f| f.0),
+        });
+        run(self, req.key, ask).await?.into_obtain(S::NAME)
+    }
+
+    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        let token = self.token(req.token);
+        let ask = Ask::Prolong {
+            token: &*token,
+            ttl: req.ttl,
+            grace: self.grace(req.ttl),
+        };
+        run(self, req.key, ask).await?.into_prolong(S::NAME)
+    }
+
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        let token = self.token(req.token);
+        let ask = Ask::Release {
+            token: &*token,
+            delay: req.delay_after,
+        };
+        run(self, req.key, ask).await?.into_release(S::NAME)
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<LockState> {
+        run(self, key, Ask::Inspect)
+            .await?
+            .into_state(S::NAME, Operation::Inspect)
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<LockState> {
+        run(self, key, Ask::Force)
+            .await?
+            .into_state(S::NAME, Operation::ForceRelease)
+    }
+
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        self.subscribe_releases(key).await
+    }
+}
