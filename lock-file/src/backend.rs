@@ -1,6 +1,7 @@
 //! The `LockBackend` implementation: one record file per key, every read-modify-write under
 //! an exclusive `flock` of that file.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -8,18 +9,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::rules::{self, Decision};
-use lock_core::backend::{
-    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, UrlOptions,
-};
-use lock_core::{
-    Error, ErrorKind, HolderInfo, Key, LockBackend, LockState, ObtainOutcome, Operation,
-    ProlongOutcome, ReleaseOutcome, Result, Ttl,
-};
+use lock_core::backend::rules;
+use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
+use lock_core::backend::{Capabilities, Grace, Token, UrlOptions};
+use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 
 use crate::clock::Clock;
 use crate::names::file_name;
-use crate::record::{Record, Stored};
+use crate::record::Record;
 use crate::slots::{open, Slots};
 
 /// Locks as files in one directory, for one machine.
@@ -141,37 +138,6 @@ impl FileBackend {
     /// The record file of `key`, for operators.
     pub fn record_path(&self, key: &Key) -> PathBuf {
         self.dir.join(file_name(key.as_str()))
-    }
-
-    fn grace_for(&self, ttl: Ttl) -> Grace {
-        Grace::or_ttl(self.grace, ttl)
-    }
-
-    /// Opens and exclusively locks the record of `key`, lets the contract's rules decide on
-    /// it (with the clock read after the file lock was taken, on the record's clock: see the
-    /// `clock` module), writes what they decided.
-    async fn modify<O>(
-        &self,
-        key: &Key,
-        op: Operation,
-        decide: impl FnOnce(Option<&Stored>, Clock) -> Decision<O, String, HolderInfo>,
-    ) -> Result<O> {
-        let path = self.record_path(key);
-        let file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
-        file_lock(&file, Mode::Exclusive, &path, op).await?;
-        let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
-        let before = current(&slots, &path, key, op)?;
-        let clock = Clock::read(before.as_ref().and_then(|r| r.clock.as_ref()));
-        let decision = decide(before.map(Record::into_stored).as_ref(), clock);
-        if let Some(record) = decision.write {
-            slots
-                .write_next(
-                    &file,
-                    Record::from_stored(key.as_str(), record, clock.anchor()),
-                )
-                .map_err(|e| io_error(op, &path, e))?;
-        }
-        Ok(decision.outcome)
     }
 }
 
@@ -314,108 +280,109 @@ fn io_error(op: Operation, path: &Path, e: io::Error) -> Error {
 }
 
 #[async_trait]
-impl LockBackend for FileBackend {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
+impl Storage for FileBackend {
+    /// The owner token's hex.
+    type Token = String;
+    type Holder = HolderInfo;
+    const NAME: &'static str = FileBackend::NAME;
 
-    fn capabilities(&self) -> Capabilities {
+    fn storage_capabilities(&self) -> Capabilities {
         Capabilities::none().cross_process(true).shared(true)
     }
 
-    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        let token = req.token.to_hex();
-        self.modify(req.key, Operation::Obtain, |record, clock| {
-            let ask = rules::Obtain {
-                token: &token,
-                holder: req.holder,
-                ttl: req.ttl,
-                grace: self.grace_for(req.ttl),
-                // Never below the wall clock in microseconds: fencing keeps growing even if
-                // the file is deleted (this assumes the wall clock does not go backwards).
-                fencing_floor: clock.micros,
-                mode: req.mode,
-                queue: req.queue,
-                change: req.change.map(|f| f.0),
-            };
-            let decision = rules::obtain(record, clock.rules(), ask);
-            let outcome = decision.outcome.into_outcome(req.ttl, Self::NAME);
-            Decision {
-                outcome,
-                write: decision.write,
-                wake: decision.wake,
-            }
-        })
-        .await?
+    fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
+        Cow::Owned(token.to_hex())
     }
 
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let token = req.token.to_hex();
-        let grace = self.grace_for(req.ttl);
-        self.modify(req.key, Operation::Prolongate, |record, clock| {
-            rules::prolong(record, clock.rules(), &token, req.ttl, grace)
-        })
-        .await
+    fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
+        Ok(Cow::Borrowed(holder))
     }
 
-    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        let token = req.token.to_hex();
-        self.modify(req.key, Operation::Release, |record, clock| {
-            rules::release(record, clock.rules(), &token, req.delay_after)
-        })
-        .await
+    fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
+        Ok(stored.clone())
     }
 
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
+    fn grace(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
+    }
+
+    /// Opens the record of `key` and locks it (exclusively; shared for an inspection, which
+    /// creates no file), lets the step decide on it with the clock read after the file lock
+    /// was taken (the record's clock: see the `clock` module), writes what it decided.
+    ///
+    /// A forced release breaks a record that cannot be read rather than refusing it, and
+    /// always leaves a readable free record, whose fencing token is at least the clock's
+    /// floor.
+    async fn transact(
+        &self,
+        key: &Key,
+        op: Operation,
+        decide: &mut Decide<'_, String, HolderInfo>,
+    ) -> Result<Commit> {
         let path = self.record_path(key);
-        let op = Operation::Inspect;
-        let file = match open(&path, false) {
+        let writes = op != Operation::Inspect;
+        let file = match open(&path, writes) {
             Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LockState::Free),
+            Err(e) if !writes && e.kind() == io::ErrorKind::NotFound => {
+                decide(Snapshot {
+                    record: None,
+                    clock: Clock::read(None).rules(),
+                    fencing_floor: 0,
+                })?;
+                return Ok(Commit::Done);
+            }
             Err(e) => return Err(io_error(op, &path, e)),
         };
-        file_lock(&file, Mode::Shared, &path, op).await?;
+        let mode = if writes {
+            Mode::Exclusive
+        } else {
+            Mode::Shared
+        };
+        file_lock(&file, mode, &path, op).await?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
-        let record = current(&slots, &path, key, op)?;
-        let clock = Clock::read(record.as_ref().and_then(|r| r.clock.as_ref()));
-        Ok(rules::view(record.map(Record::into_stored).as_ref(), clock.rules()).into_state())
-    }
-
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        let path = self.record_path(key);
-        let op = Operation::ForceRelease;
-        let file = open(&path, true).map_err(|e| io_error(op, &path, e))?;
-        file_lock(&file, Mode::Exclusive, &path, op).await?;
-        let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
-        // A corrupt record is exactly what an operator breaks: it is replaced, not refused.
-        let previous = slots
-            .current()
-            .ok()
-            .flatten()
-            .filter(|r| r.key == key.as_str())
-            .cloned();
-        let clock = Clock::read(previous.as_ref().and_then(|r| r.clock.as_ref()));
-        let previous = previous.map(Record::into_stored);
-        let decision = rules::force(previous.as_ref(), clock.rules());
-        let broken = decision.outcome.into_state();
-        // Without a readable record, a free one whose fencing token is the clock's floor.
-        let fresh = decision
-            .write
-            .unwrap_or(rules::Record::new(clock.micros, rules::State::Free));
+        let before = match op {
+            // A corrupt record is exactly what an operator breaks: replaced, not refused.
+            Operation::ForceRelease => slots
+                .current()
+                .ok()
+                .flatten()
+                .filter(|r| r.key == key.as_str())
+                .cloned(),
+            _ => current(&slots, &path, key, op)?,
+        };
+        let clock = Clock::read(before.as_ref().and_then(|r| r.clock.as_ref()));
+        let change = decide(Snapshot {
+            record: before.map(Record::into_stored).as_ref(),
+            clock: clock.rules(),
+            // Never below the wall clock in microseconds: fencing keeps growing even if the
+            // file is deleted (this assumes the wall clock does not go backwards).
+            fencing_floor: clock.micros,
+        })?;
+        let write = match (change.write, op) {
+            (Some(record), _) => record,
+            // Without a readable record, a free one whose fencing token is the clock's floor.
+            (None, Operation::ForceRelease) => rules::Record::new(clock.micros, rules::State::Free),
+            (None, _) => return Ok(Commit::Done),
+        };
         slots
             .write_next(
                 &file,
-                Record::from_stored(key.as_str(), fresh, clock.anchor()),
+                Record::from_stored(key.as_str(), write, clock.anchor()),
             )
             .map_err(|e| io_error(op, &path, e))?;
-        tracing::info!(path = %path.display(), "lock broken by force_release");
-        Ok(broken)
+        if op == Operation::ForceRelease {
+            tracing::info!(path = %path.display(), "lock broken by force_release");
+        }
+        Ok(Commit::Done)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest};
+    use lock_core::{LockBackend, ObtainOutcome, ProlongOutcome, ReleaseOutcome};
+    use std::time::Duration;
 
     #[test]
     fn a_write_counter_at_its_maximum_is_a_corrupt_record() {
