@@ -13,7 +13,8 @@ use redis::Script;
 use crate::conn::link::Link;
 use crate::error::protocol;
 use crate::keys::LockKeys;
-use crate::record::{parse_holder, FREE_KEEP_MS};
+use crate::record::FREE_KEEP_MS;
+use crate::request::parse_holder;
 use crate::request::{Reply, Request};
 
 const SCRIPT: &str = include_str!("scripts/lock.lua");

@@ -14,7 +14,7 @@
 //! script's `scripts/shared.lua` reads and writes the same `v2`.
 
 use lock_core::backend::rules::{self, Hold, Share, Shared, State, Writer};
-use lock_core::{HolderInfo, Operation, Result};
+use lock_core::{Operation, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::error::corrupt;
@@ -277,16 +277,6 @@ pub(crate) fn keep_ms(r: &Stored, now_ms: u64) -> u64 {
     state.max(marker)
 }
 
-/// Holder info stored as JSON in the record.
-pub(crate) fn parse_holder(backend: &'static str, op: Operation, json: &str) -> Result<HolderInfo> {
-    serde_json::from_str(json).map_err(|e| {
-        corrupt(
-            backend,
-            op,
-            format!("the record's holder field is not holder info ({e})"),
-        )
-    })
-}
 
 #[cfg(test)]
 mod tests {

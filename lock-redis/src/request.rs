@@ -1,7 +1,9 @@
 //! One operation of the contract as both variants receive it, and its answer.
 
 use lock_core::backend::{Grace, Token};
-use lock_core::{LockState, Mode, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Ttl};
+use lock_core::{HolderInfo, Mode, Operation, Result, Ttl};
+
+use crate::error::corrupt;
 
 /// What to do to one lock.
 pub(crate) enum Request<'a> {
@@ -42,11 +44,16 @@ impl Request<'_> {
     }
 }
 
-/// The answer, in the one outcome vocabulary.
-#[derive(Debug)]
-pub(crate) enum Reply {
-    Obtain(ObtainOutcome),
-    Prolong(ProlongOutcome),
-    Release(ReleaseOutcome),
-    State(LockState),
+/// The answer, in the one outcome vocabulary every backend speaks.
+pub(crate) use lock_core::backend::rules::Reply;
+
+/// Holder info as both variants store it in the record: JSON. Unreadable JSON is `Corrupt`.
+pub(crate) fn parse_holder(backend: &'static str, op: Operation, json: &str) -> Result<HolderInfo> {
+    serde_json::from_str(json).map_err(|e| {
+        corrupt(
+            backend,
+            op,
+            format!("the record's holder field is not holder info ({e})"),
+        )
+    })
 }

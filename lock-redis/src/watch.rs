@@ -31,7 +31,8 @@ use crate::conn::pool::Pool;
 use crate::conn::shards::Shards;
 use crate::error::map_error;
 use crate::keys::LockKeys;
-use crate::record::{self, parse_holder, Stored};
+use crate::record::{self, Stored};
+use crate::request::parse_holder;
 use crate::request::{Reply, Request};
 
 /// The backend name of this variant.
@@ -233,56 +234,53 @@ fn decide(
     publish: &str,
 ) -> Result<(Option<redis::Pipeline>, Reply)> {
     let op = req.operation();
-    let clock = rules::Clock::millis(s.now_ms);
-    let rec = s.record.as_ref();
-    let holder = |json: &String| parse_holder(NAME, op, json);
-    let (reply, write, wake) = match req {
+    let digest = match req {
+        Request::Obtain { token, .. }
+        | Request::Prolong { token, .. }
+        | Request::Release { token, .. } => token.digest(),
+        Request::Inspect | Request::Force => String::new(),
+    };
+    let holder_json = match req {
+        Request::Obtain { holder_json, .. } => (*holder_json).to_owned(),
+        _ => String::new(),
+    };
+    let ask = match *req {
         Request::Obtain {
-            token,
             ttl,
             grace,
-            holder_json,
             mode,
             queue,
             change,
-        } => {
-            let ask = rules::Obtain {
-                token: &token.digest(),
-                holder: &(*holder_json).to_owned(),
-                ttl: *ttl,
-                grace: *grace,
-                // Never below the server clock in µs: tokens keep growing after the record
-                // is gone.
-                fencing_floor: s.now_us,
-                mode: *mode,
-                queue: *queue,
-                change: *change,
-            };
-            let d = rules::obtain(rec, clock, ask);
-            let reply = Reply::Obtain(d.outcome.try_into_outcome(*ttl, NAME, holder)?);
-            (reply, d.write, d.wake)
-        }
-        Request::Prolong { token, ttl, grace } => {
-            let d = rules::prolong(rec, clock, &token.digest(), *ttl, *grace);
-            (Reply::Prolong(d.outcome), d.write, d.wake)
-        }
-        Request::Release { token, delay } => {
-            let d = rules::release(rec, clock, &token.digest(), *delay);
-            (Reply::Release(d.outcome), d.write, d.wake)
-        }
-        Request::Inspect => {
-            let state = rules::view(rec, clock).try_into_state(holder)?;
-            (Reply::State(state), None, Wake::Nobody)
-        }
-        Request::Force => {
-            let d = rules::force(rec, clock);
-            (
-                Reply::State(d.outcome.try_into_state(holder)?),
-                d.write,
-                d.wake,
-            )
-        }
+            ..
+        } => rules::Ask::Obtain(rules::Obtain {
+            token: &digest,
+            holder: &holder_json,
+            ttl,
+            grace,
+            // Never below the server clock in µs: tokens keep growing after the record is
+            // gone.
+            fencing_floor: s.now_us,
+            mode,
+            queue,
+            change,
+        }),
+        Request::Prolong { ttl, grace, .. } => rules::Ask::Prolong {
+            token: &digest,
+            ttl,
+            grace,
+        },
+        Request::Release { delay, .. } => rules::Ask::Release {
+            token: &digest,
+            delay,
+        },
+        Request::Inspect => rules::Ask::Inspect,
+        Request::Force => rules::Ask::Force,
     };
+    let d = rules::step(s.record.as_ref(), rules::Clock::millis(s.now_ms), ask);
+    let reply = d
+        .outcome
+        .try_into_reply(NAME, |json: &String| parse_holder(NAME, op, json))?;
+    let (write, wake) = (d.write, d.wake);
     let Some(write) = write else {
         return Ok((None, reply));
     };
