@@ -13,10 +13,9 @@ use lock_core::{
 };
 use sqlx::MySqlPool;
 
-use crate::decide::{Answer, Ask};
-use crate::error::protocol;
 use crate::exec::Db;
 use crate::NAME;
+use lock_core::backend::rules::{self, Ask};
 
 /// Locks in a MariaDB or MySQL database: one InnoDB row per key, each operation one
 /// transaction that locks the row, reads the server's clock, and writes what
@@ -106,10 +105,6 @@ impl MySqlBackend {
             }
         });
     }
-
-    async fn decide(&self, op: Operation, key: &Key, ask: Ask) -> Result<Answer> {
-        self.db.decide(op, key, ask).await
-    }
 }
 
 /// Clears the sweep flag however the sweep ends (a runtime shutting down included).
@@ -133,10 +128,6 @@ impl fmt::Debug for MySqlBackend {
     }
 }
 
-fn mismatch(op: Operation, answer: &Answer) -> Error {
-    protocol(op, format!("a decision of another operation: {answer:?}"))
-}
-
 #[async_trait]
 impl LockBackend for MySqlBackend {
     fn name(&self) -> &'static str {
@@ -153,52 +144,43 @@ impl LockBackend for MySqlBackend {
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         req.mode.check(NAME)?;
-        let op = Operation::Obtain;
         let holder = serde_json::to_string(req.holder).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
                 NAME,
-                op,
+                Operation::Obtain,
                 format!("holder info: {e}"),
             )
         })?;
-        let ask = Ask::Obtain {
-            token: req.token.digest(),
-            holder,
+        let token = req.token.digest();
+        let ask = Ask::Obtain(rules::Obtain {
+            token: &token,
+            holder: &holder,
             ttl: req.ttl,
             grace: Grace::or_ttl(self.db.grace, req.ttl),
+            // The server's clock, read in the transaction.
+            fencing_floor: 0,
             mode: req.mode,
             queue: req.queue,
             change: req.change.map(|f| f.0),
-        };
-        match self.decide(op, req.key, ask).await? {
-            Answer::Obtain(outcome) => {
-                if matches!(outcome, ObtainOutcome::Acquired { .. }) {
-                    self.maybe_sweep();
-                }
-                Ok(outcome)
-            }
-            other => Err(mismatch(op, &other)),
+        });
+        let outcome = self.db.decide(req.key, ask).await?.into_obtain(NAME)?;
+        if matches!(outcome, ObtainOutcome::Acquired { .. }) {
+            self.maybe_sweep();
         }
+        Ok(outcome)
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let op = Operation::Prolongate;
+        let token = req.token.digest();
         let ask = Ask::Prolong {
-            token: req.token.digest(),
+            token: &token,
             ttl: req.ttl,
             grace: Grace::or_ttl(self.db.grace, req.ttl),
         };
-        match self.decide(op, req.key, ask).await? {
-            Answer::Prolong(outcome) => Ok(outcome),
-            other => Err(mismatch(op, &other)),
-        }
+        self.db.decide(req.key, ask).await?.into_prolong(NAME)
     }
 
-    /// One transaction per [`MySqlBackend::BATCH`] locks, one after the other, each within
-    /// the backend's deadline; a failed transaction answers its locks with its error and
-    /// the next one still goes. (The watchdog sends no more than one transaction's worth
-    /// at a time: `Capabilities::prolong_batch`.)
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
         let mut answers = Vec::with_capacity(reqs.len());
         for chunk in reqs.chunks(Self::BATCH) {
@@ -211,30 +193,21 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        let op = Operation::Release;
+        let token = req.token.digest();
         let ask = Ask::Release {
-            token: req.token.digest(),
+            token: &token,
             delay: req.delay_after,
         };
-        match self.decide(op, req.key, ask).await? {
-            Answer::Release(outcome) => Ok(outcome),
-            other => Err(mismatch(op, &other)),
-        }
+        self.db.decide(req.key, ask).await?.into_release(NAME)
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
-        let op = Operation::Inspect;
-        match self.decide(op, key, Ask::Inspect).await? {
-            Answer::State(state) => Ok(state),
-            other => Err(mismatch(op, &other)),
-        }
+        let reply = self.db.decide(key, Ask::Inspect).await?;
+        reply.into_state(NAME, Operation::Inspect)
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
-        let op = Operation::ForceRelease;
-        match self.decide(op, key, Ask::Force).await? {
-            Answer::State(state) => Ok(state),
-            other => Err(mismatch(op, &other)),
-        }
+        let reply = self.db.decide(key, Ask::Force).await?;
+        reply.into_state(NAME, Operation::ForceRelease)
     }
 }

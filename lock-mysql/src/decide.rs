@@ -2,12 +2,8 @@
 //! the one outcome vocabulary, and the rows to write.
 
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::rules::{self, Clock, Record};
-use lock_core::backend::Grace;
-use lock_core::{
-    HolderInfo, LockState, Mode, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
-    Ttl,
-};
+use lock_core::backend::rules::{self, Ask, Clock, Record, Reply};
+use lock_core::{HolderInfo, Operation, Result};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row as _;
 
@@ -17,41 +13,6 @@ use crate::NAME;
 /// A record as the rules see it here: the token's digest, the holder info as JSON, times in
 /// nanoseconds of the server's clock (µs in the row, exact).
 pub(crate) type Stored = Record<String, String>;
-
-/// One operation on one key, tokens as their digests.
-pub(crate) enum Ask {
-    Obtain {
-        token: String,
-        /// The holder info as JSON.
-        holder: String,
-        ttl: Ttl,
-        grace: Grace,
-        mode: Mode,
-        queue: bool,
-        /// A mode change of the hold with this fencing token.
-        change: Option<u64>,
-    },
-    Prolong {
-        token: String,
-        ttl: Ttl,
-        grace: Grace,
-    },
-    Release {
-        token: String,
-        delay: Option<Ttl>,
-    },
-    Inspect,
-    Force,
-}
-
-/// Its answer.
-#[derive(Debug)]
-pub(crate) enum Answer {
-    Obtain(ObtainOutcome),
-    Prolong(ProlongOutcome),
-    Release(ReleaseOutcome),
-    State(LockState),
-}
 
 /// What message 1 of a transaction read: the rows (key and record), and the server's
 /// clock in µs, read after every row lock was granted.
@@ -117,60 +78,23 @@ fn record(op: Operation, row: &MySqlRow) -> Result<(String, Stored)> {
     Ok((key, record))
 }
 
-/// The rules' decision on `record` at `read`'s instant: the answer and the record to write.
+/// The rules' decision on `record` at `read`'s instant (`rules::step`, with the server's
+/// clock in µs as the fencing floor): the reply and the record to write.
 pub(crate) fn decide(
     op: Operation,
     record: Option<&Stored>,
     read: &Read,
-    ask: &Ask,
-) -> Result<(Answer, Option<Stored>)> {
-    let clock = read.clock();
-    let holder = |json: &String| parse_holder(op, json);
-    Ok(match ask {
-        Ask::Obtain {
-            token,
-            holder: info,
-            ttl,
-            grace,
-            mode,
-            queue,
-            change,
-        } => {
-            let d = rules::obtain(
-                record,
-                clock,
-                rules::Obtain {
-                    token,
-                    holder: info,
-                    ttl: *ttl,
-                    grace: *grace,
-                    fencing_floor: read.now_us,
-                    mode: *mode,
-                    queue: *queue,
-                    change: *change,
-                },
-            );
-            let answer = Answer::Obtain(d.outcome.try_into_outcome(*ttl, NAME, holder)?);
-            (answer, d.write)
-        }
-        Ask::Prolong { token, ttl, grace } => {
-            let d = rules::prolong(record, clock, token, *ttl, *grace);
-            (Answer::Prolong(d.outcome), d.write)
-        }
-        Ask::Release { token, delay } => {
-            let d = rules::release(record, clock, token, *delay);
-            (Answer::Release(d.outcome), d.write)
-        }
-        Ask::Inspect => {
-            let state = rules::view(record, clock).try_into_state(holder)?;
-            (Answer::State(state), None)
-        }
-        Ask::Force => {
-            let d = rules::force(record, clock);
-            let state = d.outcome.try_into_state(holder)?;
-            (Answer::State(state), d.write)
-        }
-    })
+    ask: Ask<'_, String, String>,
+) -> Result<(Reply, Option<Stored>)> {
+    let mut ask = ask;
+    if let Ask::Obtain(obtain) = &mut ask {
+        obtain.fencing_floor = read.now_us;
+    }
+    let d = rules::step(record, read.clock(), ask);
+    let reply = d
+        .outcome
+        .try_into_reply(NAME, |json: &String| parse_holder(op, json))?;
+    Ok((reply, d.write))
 }
 
 fn parse_holder(op: Operation, json: &str) -> Result<HolderInfo> {

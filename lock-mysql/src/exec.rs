@@ -22,10 +22,11 @@ use sqlx::{MySql, MySqlPool};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::decide::{decide, Answer, Ask, Read, Stored};
+use crate::decide::{decide, Read, Stored};
 use crate::error::{is_broken_connection, is_missing_table, map_error, protocol};
 use crate::sql::{Names, Session, COMMIT, ROLLBACK};
 use crate::NAME;
+use lock_core::backend::rules::{Ask, Reply};
 
 /// What every transaction of a backend needs, shared by its clones.
 pub(crate) struct Db {
@@ -51,13 +52,14 @@ type Plan<'p, T> = &'p (dyn Fn(&Read) -> Result<(T, Vec<String>)> + Sync);
 
 impl Db {
     /// Decides `ask` on `key` in a transaction of its own, by the backend's deadline.
-    pub(crate) async fn decide(&self, op: Operation, key: &Key, ask: Ask) -> Result<Answer> {
+    pub(crate) async fn decide(&self, key: &Key, ask: Ask<'_, String, String>) -> Result<Reply> {
+        let op = ask.operation();
         let span = tracing::debug_span!("mysql_lock", op = op.as_str(), key = key.as_str());
-        let create = matches!(ask, Ask::Obtain { .. });
+        let create = matches!(ask, Ask::Obtain(_));
         let read = self.names.read_one(&self.session, key.as_str(), create);
         let name = key.as_str();
         let plan = |read: &Read| {
-            let (answer, write) = decide(op, read.of(name), read, &ask)?;
+            let (answer, write) = decide(op, read.of(name), read, ask)?;
             let sql = match write {
                 Some(record) => self.names.write([(name, &row(&record, read))].into_iter()),
                 None => vec![ROLLBACK.to_owned()],

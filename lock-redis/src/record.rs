@@ -277,7 +277,6 @@ pub(crate) fn keep_ms(r: &Stored, now_ms: u64) -> u64 {
     state.max(marker)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
