@@ -17,9 +17,10 @@ use sqlx::PgPool;
 
 use crate::exec::Db;
 use crate::notify::{Channels, Listing, Notifier};
-use crate::shared::{Answer, Ask};
+use crate::reply::Word;
 use crate::sql::{Args, Names, Session, Statements};
 use crate::NAME;
+use lock_core::backend::rules::{self, Ask};
 
 /// Locks in a Postgres database: a transaction-scoped advisory lock serializes each
 /// operation on a key, and a table holds the lock's state.
@@ -149,47 +150,6 @@ impl PostgresBackend {
     }
 }
 
-impl PostgresBackend {
-    /// Decides `ask` in the client (`shared.rs`), answering in `T`'s vocabulary.
-    async fn decide<T: FromAnswer>(&self, op: Operation, key: &Key, ask: &Ask<'_>) -> Result<T> {
-        let answer = self.db.decide(op, key, ask).await?;
-        T::from_answer(answer)
-            .ok_or_else(|| crate::error::protocol(op, "a decision of another operation"))
-    }
-}
-
-/// One operation's outcome out of a decision's [`Answer`].
-trait FromAnswer: Sized {
-    fn from_answer(answer: Answer) -> Option<Self>;
-}
-
-impl FromAnswer for ObtainOutcome {
-    fn from_answer(answer: Answer) -> Option<Self> {
-        match answer {
-            Answer::Obtain(o) => Some(o),
-            _ => None,
-        }
-    }
-}
-
-impl FromAnswer for ReleaseOutcome {
-    fn from_answer(answer: Answer) -> Option<Self> {
-        match answer {
-            Answer::Release(o) => Some(o),
-            _ => None,
-        }
-    }
-}
-
-impl FromAnswer for LockState {
-    fn from_answer(answer: Answer) -> Option<Self> {
-        match answer {
-            Answer::State(o) => Some(o),
-            _ => None,
-        }
-    }
-}
-
 impl fmt::Debug for PostgresBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The pool's options hold the password: only names are shown.
@@ -204,7 +164,6 @@ impl fmt::Debug for PostgresBackend {
     }
 }
 
-#[async_trait]
 #[async_trait]
 impl LockBackend for PostgresBackend {
     fn name(&self) -> &'static str {
@@ -233,19 +192,21 @@ impl LockBackend for PostgresBackend {
         })?;
         let token = req.token.digest();
         let grace = Grace::or_ttl(self.db.grace, req.ttl);
-        let shared = Ask::Obtain {
+        let shared = Ask::Obtain(rules::Obtain {
             token: &token,
             holder: &holder,
             ttl: req.ttl,
             grace,
+            // The server's clock, read in the transaction.
+            fencing_floor: 0,
             mode: req.mode,
             queue: req.queue,
             change: req.change.map(|f| f.0),
-        };
+        });
         // Shared requests and mode changes (rare: an upgrade) are decided here, by the
         // rules, not by the function, which knows exclusive holds only.
         if req.mode.is_shared() || req.change.is_some() {
-            return self.decide(op, req.key, &shared).await;
+            return self.db.decide(req.key, shared).await?.into_obtain(NAME);
         }
         let args = Args {
             token: Some(&token),
@@ -255,14 +216,14 @@ impl LockBackend for PostgresBackend {
             delay_ms: 0,
         };
         let r = self.db.call(op, "obtain", req.key, args).await?;
-        match r.outcome.as_str() {
-            "defer" => self.decide(op, req.key, &shared).await,
-            "acquired" => Ok(ObtainOutcome::Acquired {
+        match r.outcome {
+            Word::Defer => self.db.decide(req.key, shared).await?.into_obtain(NAME),
+            Word::Acquired => Ok(ObtainOutcome::Acquired {
                 fencing: r.fencing()?,
                 ttl: req.ttl,
             }),
-            "reacquired" => Ok(ObtainOutcome::Reacquired { holds: r.holds()? }),
-            "busy" => Ok(ObtainOutcome::Busy(match r.holder()? {
+            Word::Reacquired => Ok(ObtainOutcome::Reacquired { holds: r.holds()? }),
+            Word::Busy => Ok(ObtainOutcome::Busy(match r.holder()? {
                 Some(holder) => Busy::held(holder, r.remaining()?),
                 None => Busy::cooling(r.remaining()?),
             })),
@@ -280,7 +241,7 @@ impl LockBackend for PostgresBackend {
         };
         let op = Operation::Prolongate;
         let r = self.db.call(op, "prolong", req.key, args).await?;
-        if r.outcome == "defer" {
+        if r.outcome == Word::Defer {
             return self.db.prolong_deferred(&req).await;
         }
         r.prolong_outcome()
@@ -310,18 +271,18 @@ impl LockBackend for PostgresBackend {
         };
         let op = Operation::Release;
         let r = self.db.call(op, "release", req.key, args).await?;
-        match r.outcome.as_str() {
-            "defer" => {
+        match r.outcome {
+            Word::Defer => {
                 let ask = Ask::Release {
                     token: &token,
                     delay: req.delay_after,
                 };
-                self.decide(op, req.key, &ask).await
+                self.db.decide(req.key, ask).await?.into_release(NAME)
             }
-            "released" => Ok(ReleaseOutcome::Released),
-            "released_late" => Ok(ReleaseOutcome::ReleasedLate),
-            "decremented" => Ok(ReleaseOutcome::Decremented { holds: r.holds()? }),
-            "lost" => Ok(ReleaseOutcome::Lost),
+            Word::Released => Ok(ReleaseOutcome::Released),
+            Word::ReleasedLate => Ok(ReleaseOutcome::ReleasedLate),
+            Word::Decremented => Ok(ReleaseOutcome::Decremented { holds: r.holds()? }),
+            Word::Lost => Ok(ReleaseOutcome::Lost),
             _ => Err(r.unexpected()),
         }
     }
@@ -329,8 +290,12 @@ impl LockBackend for PostgresBackend {
     async fn inspect(&self, key: &Key) -> Result<LockState> {
         let op = Operation::Inspect;
         let r = self.db.call(op, "inspect", key, Args::default()).await?;
-        match r.outcome.as_str() {
-            "defer" => self.decide(op, key, &Ask::Inspect).await,
+        match r.outcome {
+            Word::Defer => self
+                .db
+                .decide(key, Ask::Inspect)
+                .await?
+                .into_state(NAME, op),
             _ => r.state(),
         }
     }
@@ -338,8 +303,8 @@ impl LockBackend for PostgresBackend {
     async fn force_release(&self, key: &Key) -> Result<LockState> {
         let op = Operation::ForceRelease;
         let r = self.db.call(op, "force", key, Args::default()).await?;
-        match r.outcome.as_str() {
-            "defer" => self.decide(op, key, &Ask::Force).await,
+        match r.outcome {
+            Word::Defer => self.db.decide(key, Ask::Force).await?.into_state(NAME, op),
             _ => r.state(),
         }
     }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
-use crate::reply::Reply;
+use crate::reply::{Reply, Word};
 use crate::sql::{Args, Names, Prolongs, Session, Statements};
 use crate::NAME;
 
@@ -113,7 +113,7 @@ impl Db {
         answers.resize_with(reqs.len(), || Ok(ProlongOutcome::Lost));
         let mut deferred = Vec::new();
         for (&(_, i), reply) in order.iter().zip(&replies) {
-            if reply.outcome == "defer" {
+            if reply.outcome == Word::Defer {
                 deferred.push(i);
             } else {
                 answers[i] = Ok(reply.prolong_outcome()?);
@@ -139,7 +139,7 @@ impl Db {
     async fn send(&self, op: Operation, sql: &Sql<'_>, deadline: Instant) -> Result<Vec<Reply>> {
         let replies = self.attempt(op, sql, deadline, self.statements).await?;
         // Any row: a batch's rows each judge the session with what is left of the deadline.
-        let settings = replies.iter().any(|r| r.outcome == "settings");
+        let settings = replies.iter().any(|r| r.outcome == Word::Settings);
         if settings && self.statements == Statements::Prepared {
             tracing::debug!(
                 "the session's isolation level or statement_timeout differ from what a call \

@@ -24,12 +24,9 @@
 //! server rolls the transaction back (nothing half-written; the advisory lock goes with it).
 
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::rules::{self, Clock, Record, Wake};
+use lock_core::backend::rules::{self, Ask, Clock, Record, Reply, Wake};
 use lock_core::backend::{Grace, ProlongRequest};
-use lock_core::{
-    Error, ErrorKind, Key, LockState, Mode, ObtainOutcome, Operation, ProlongOutcome,
-    ReleaseOutcome, Result, Ttl,
-};
+use lock_core::{Error, ErrorKind, Key, Operation, ProlongOutcome, Result};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row as _};
@@ -45,44 +42,10 @@ use crate::NAME;
 /// nanoseconds of the server's clock (µs in the row, exact).
 type Stored = Record<String, String>;
 
-/// One operation decided here.
-pub(crate) enum Ask<'a> {
-    Obtain {
-        /// The token's digest.
-        token: &'a str,
-        holder: &'a str,
-        ttl: Ttl,
-        grace: Grace,
-        mode: Mode,
-        queue: bool,
-        /// A mode change of the hold with this fencing token.
-        change: Option<u64>,
-    },
-    Prolong {
-        token: &'a str,
-        ttl: Ttl,
-        grace: Grace,
-    },
-    Release {
-        token: &'a str,
-        delay: Option<Ttl>,
-    },
-    Inspect,
-    Force,
-}
-
-/// Its answer, in the one outcome vocabulary.
-#[derive(Debug)]
-pub(crate) enum Answer {
-    Obtain(ObtainOutcome),
-    Prolong(ProlongOutcome),
-    Release(ReleaseOutcome),
-    State(LockState),
-}
-
 impl Db {
     /// Decides `ask` on `key` in a transaction of its own, by the backend's deadline.
-    pub(crate) async fn decide(&self, op: Operation, key: &Key, ask: &Ask<'_>) -> Result<Answer> {
+    pub(crate) async fn decide(&self, key: &Key, ask: Ask<'_, String, String>) -> Result<Reply> {
+        let op = ask.operation();
         let span = tracing::debug_span!(
             "postgres_lock",
             op = op.as_str(),
@@ -117,17 +80,13 @@ impl Db {
         &self,
         req: &ProlongRequest<'_>,
     ) -> Result<ProlongOutcome> {
-        let op = Operation::Prolongate;
         let token = req.token.digest();
         let ask = Ask::Prolong {
             token: &token,
             ttl: req.ttl,
             grace: Grace::or_ttl(self.grace, req.ttl),
         };
-        match self.decide(op, req.key, &ask).await? {
-            Answer::Prolong(outcome) => Ok(outcome),
-            other => Err(protocol(op, format!("a prolong answered {other:?}"))),
-        }
+        self.decide(req.key, ask).await?.into_prolong(NAME)
     }
 
     /// The two messages; a failure of the decision itself (a corrupt row, a refused
@@ -136,8 +95,8 @@ impl Db {
         &self,
         op: Operation,
         key: &Key,
-        ask: &Ask<'_>,
-    ) -> std::result::Result<Result<Answer>, sqlx::Error> {
+        ask: Ask<'_, String, String>,
+    ) -> std::result::Result<Result<Reply>, sqlx::Error> {
         let mut tx = Open {
             conn: self.connection(Instant::now() + self.timeout).await?,
             open: true,
@@ -172,61 +131,26 @@ impl Drop for Open {
     }
 }
 
-/// The rules' decision on the row read: the answer, the row to write, whom to wake.
-fn decide(op: Operation, row: &PgRow, ask: &Ask<'_>) -> Result<(Answer, Option<Columns>, Wake)> {
+/// The rules' decision on the row read (`rules::step`, with the server's clock in µs as the
+/// fencing floor): the reply, the row to write, whom to wake.
+fn decide(
+    op: Operation,
+    row: &PgRow,
+    ask: Ask<'_, String, String>,
+) -> Result<(Reply, Option<Columns>, Wake)> {
     let now_us: i64 = row.try_get(0).map_err(|e| protocol(op, e))?;
     let now_us = u64::try_from(now_us).map_err(|_| protocol(op, "a clock before 1970"))?;
     let clock = Clock::nanos(now_us.saturating_mul(1000));
     let stored = read(op, row)?;
-    let rec = stored.as_ref();
-    let holder = |json: &String| parse_holder(op, json);
-    let (answer, write, wake) = match *ask {
-        Ask::Obtain {
-            token,
-            holder: info,
-            ttl,
-            grace,
-            mode,
-            queue,
-            change,
-        } => {
-            let (token, info) = (token.to_owned(), info.to_owned());
-            let d = rules::obtain(
-                rec,
-                clock,
-                rules::Obtain {
-                    token: &token,
-                    holder: &info,
-                    ttl,
-                    grace,
-                    fencing_floor: now_us,
-                    mode,
-                    queue,
-                    change,
-                },
-            );
-            let answer = Answer::Obtain(d.outcome.try_into_outcome(ttl, NAME, holder)?);
-            (answer, d.write, d.wake)
-        }
-        Ask::Prolong { token, ttl, grace } => {
-            let d = rules::prolong(rec, clock, &token.to_owned(), ttl, grace);
-            (Answer::Prolong(d.outcome), d.write, d.wake)
-        }
-        Ask::Release { token, delay } => {
-            let d = rules::release(rec, clock, &token.to_owned(), delay);
-            (Answer::Release(d.outcome), d.write, d.wake)
-        }
-        Ask::Inspect => {
-            let state = rules::view(rec, clock).try_into_state(holder)?;
-            (Answer::State(state), None, Wake::Nobody)
-        }
-        Ask::Force => {
-            let d = rules::force(rec, clock);
-            let state = d.outcome.try_into_state(holder)?;
-            (Answer::State(state), d.write, d.wake)
-        }
-    };
-    Ok((answer, write.map(|r| Columns::of(&r, now_us)), wake))
+    let mut ask = ask;
+    if let Ask::Obtain(obtain) = &mut ask {
+        obtain.fencing_floor = now_us;
+    }
+    let d = rules::step(stored.as_ref(), clock, ask);
+    let reply = d
+        .outcome
+        .try_into_reply(NAME, |json: &String| parse_holder(op, json))?;
+    Ok((reply, d.write.map(|r| Columns::of(&r, now_us)), d.wake))
 }
 
 fn corrupt(op: Operation, what: &str) -> Error {
