@@ -13,12 +13,9 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
-use lock_core::backend::{
-    Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
-};
-use lock_core::{
-    Key, LockBackend, LockState, Mode, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
-};
+use lock_core::backend::layer::{Layer, Layered};
+use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest};
+use lock_core::{Key, LockBackend, LockState, Mode, ObtainOutcome, ProlongOutcome, Result};
 
 use crate::{Faulty, Harness};
 
@@ -59,9 +56,9 @@ fn as_mutex(state: LockState) -> LockState {
 }
 
 #[async_trait]
-impl LockBackend for SemaphoreOfOne {
-    fn name(&self) -> &'static str {
-        self.inner.name()
+impl Layer for SemaphoreOfOne {
+    fn inner(&self) -> &dyn LockBackend {
+        &*self.inner
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -76,16 +73,9 @@ impl LockBackend for SemaphoreOfOne {
         self.inner.obtain(req).await
     }
 
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        self.inner.prolongate(req).await
-    }
-
+    /// The inner backend's batches: prolongs are not changed.
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
         self.inner.prolongate_many(reqs).await
-    }
-
-    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        self.inner.release(req).await
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
@@ -95,10 +85,6 @@ impl LockBackend for SemaphoreOfOne {
     async fn force_release(&self, key: &Key) -> Result<LockState> {
         self.inner.force_release(key).await.map(as_mutex)
     }
-
-    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
-        self.inner.subscribe(key).await
-    }
 }
 
 /// The wrapped backends the harness made (by address), with the inner ones its methods
@@ -107,7 +93,7 @@ static MADE: Mutex<Vec<(usize, Weak<dyn LockBackend>)>> = Mutex::new(Vec::new())
 
 fn wrap(inner: Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
     let weak = Arc::downgrade(&inner);
-    let outer: Arc<dyn LockBackend> = Arc::new(SemaphoreOfOne { inner });
+    let outer: Arc<dyn LockBackend> = Arc::new(Layered(SemaphoreOfOne { inner }));
     let id = Arc::as_ptr(&outer).cast::<()>() as usize;
     let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
     // An address may come again once its wrapper is gone: drop what is gone.

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest};
+use lock_core::backend::layer::{Layer, Layered};
+use lock_core::backend::ObtainRequest;
 use lock_core::{
     Attempt, Error, ErrorKind, Key, LockBackend, LockState, Locker, ObtainOutcome, Operation,
-    ProlongOutcome, ReleaseOutcome, Result, Retry,
+    ReleaseOutcome, Result, Retry,
 };
 use tokio::time::Instant;
 
@@ -362,10 +363,10 @@ async fn cut<F: std::future::Future>(fut: F) -> Option<F::Output> {
 /// token it knows, and its release must free the key.
 pub async fn obtain_retried_after_a_lost_reply_holds_once(suite: &Suite) -> CaseResult {
     let inner = suite.harness.backend().await;
-    let backend: Arc<dyn LockBackend> = Arc::new(LoseFirstObtainReply {
+    let backend: Arc<dyn LockBackend> = Arc::new(Layered(LoseFirstObtainReply {
         inner: Arc::clone(&inner),
         lost: AtomicBool::new(false),
-    });
+    }));
     let locker = Locker::new(backend);
     let guard = match locker
         .lock("lost-reply")
@@ -408,36 +409,21 @@ struct LoseFirstObtainReply {
 }
 
 #[async_trait]
-impl LockBackend for LoseFirstObtainReply {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Layer for LoseFirstObtainReply {
+    fn inner(&self) -> &dyn LockBackend {
+        &*self.inner
     }
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let outcome = self.inner.obtain(req).await?;
         if !self.lost.swap(true, Ordering::SeqCst) {
             return Err(Error::new(
                 ErrorKind::Unavailable,
-                self.name(),
+                self.inner.name(),
                 Operation::Obtain,
                 "the reply was lost after the backend applied the obtain (injected)",
             ));
         }
         Ok(outcome)
-    }
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        self.inner.prolongate(req).await
-    }
-    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        self.inner.release(req).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
     }
 }
 

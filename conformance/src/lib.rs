@@ -60,7 +60,10 @@
 //! | `observer_sees_every_event` | a counting observer on the locker sees every obtain (obtained, busy, timed out), hold (released, lost), loss with its cause, watchdog batch and (behind the fault proxy) backend error; `Locker::stats` agrees |
 //! | `shared_model_sequences` | random sequences of exclusive and shared obtains (capacities, weights, waiting writers), prolongs, releases and inspects agree step by step with a reference model of the shared holds; after every step the live weights fit the capacity and an exclusive hold is alone |
 //!
-//! # The anchors' cases (ANCHOR-TESTS.md) and where they live
+//! # The anchors' cases and where they live
+//! The numbers are those of this crate's `ANCHOR-TESTS.md`: what the leading lock libraries
+//! test on every backend, and what none of them tests (28 to 32).
+//!
 //! 1, 4, 5: `second_owner_gets_busy`, `failed_obtain_leaves_holder_untouched`; 2, 10, 13:
 //! `waiting_obtain_honours_release_and_deadline`; 3: `reentrant_obtain_counts_holds`; 6, 7:
 //! `second_release_is_lost`, `foreign_token_changes_nothing`; 8, 20:

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use broken_support::{run, Case};
 use lock_conformance::{async_trait, case_count, cases, Harness, Suite};
-use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, Token};
+use lock_core::backend::layer::{Layer, Layered};
+use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
     Fencing, Key, LockBackend, LockState, MemoryBackend, Mode, ObtainOutcome, ProlongOutcome,
     ReleaseOutcome, Result, Ttl,
@@ -48,13 +49,15 @@ struct Broken {
 }
 
 #[async_trait]
-impl LockBackend for Broken {
+impl Layer for Broken {
+    fn inner(&self) -> &dyn LockBackend {
+        &self.inner
+    }
+
     fn name(&self) -> &'static str {
         "broken"
     }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
+
     async fn obtain(&self, mut req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let asked = req.ttl;
         let shared = req.mode.is_shared();
@@ -104,6 +107,7 @@ impl LockBackend for Broken {
             other => other,
         })
     }
+
     async fn prolongate(&self, mut req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         if let Bug::TtlIgnored = self.bug {
             req.ttl = Ttl::MAX;
@@ -115,6 +119,7 @@ impl LockBackend for Broken {
             (_, o) => o,
         })
     }
+
     async fn release(&self, mut req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         let holder = self.holders.lock().unwrap().get(req.key).copied();
         let token;
@@ -142,6 +147,7 @@ impl LockBackend for Broken {
         }
         Ok(outcome)
     }
+
     async fn inspect(&self, key: &Key) -> Result<LockState> {
         let state = self.inner.inspect(key).await?;
         Ok(match (self.bug, state) {
@@ -166,9 +172,6 @@ impl LockBackend for Broken {
             (_, state) => state,
         })
     }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
-    }
 }
 
 struct BrokenHarness(Bug);
@@ -176,13 +179,13 @@ struct BrokenHarness(Bug);
 #[async_trait]
 impl Harness for BrokenHarness {
     async fn backend(&self) -> Arc<dyn LockBackend> {
-        Arc::new(Broken {
+        Arc::new(Layered(Broken {
             inner: MemoryBackend::new(),
             bug: self.0,
             holders: Mutex::default(),
             fencing: Mutex::default(),
             modes: Mutex::default(),
-        })
+        }))
     }
 }
 

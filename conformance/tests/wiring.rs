@@ -1,7 +1,7 @@
 //! Nothing forgotten: every backend (and variant) declared in the workspace runs the suite.
 //!
 //! A backend declares each name it reports as `const ..NAME: &'static str = "...";` in a
-//! source file (or an example) that implements `LockBackend` or `Storage`; a test file (or
+//! source file (or an example) that implements `LockBackend`, `Storage` or `Layer`; a test file (or
 //! the example's tests) wires it with `suite!("...", ..)`.
 //! The suite's own `backend_reports_its_name` case checks that the wired name is the one the
 //! backend reports, so the two cannot drift apart.
@@ -53,8 +53,11 @@ fn every_backend_in_the_workspace_runs_the_suite() {
                 .filter(|line| !line.trim_start().starts_with("//"))
                 .map(|line| format!("{line}\n"))
                 .collect();
-            // A backend of its own, or a storage that the adapter makes one.
-            if text.contains("LockBackend for") || text.contains("impl Storage for") {
+            // A backend of its own, a storage that the adapter makes one, or a layer.
+            if ["LockBackend for", "Storage for", "Layer for"]
+                .iter()
+                .any(|implemented| text.contains(implemented))
+            {
                 declared.extend(
                     quoted_after(&text, "NAME: &'static str = \"")
                         .into_iter()

@@ -1,8 +1,10 @@
 //! A backend of your own, checked by the conformance suite.
 //!
 //! `AuditedBackend` wraps any backend and counts what it is asked: the kind of decorator a
-//! team writes for metrics or auditing. It implements `LockBackend` itself, so it must keep
-//! the whole contract; the suite checks that it does.
+//! team writes for metrics or auditing. It is a `Layer` (the calls it does not change go
+//! to the inner backend by themselves) and `Layered` makes it a `LockBackend`, so it must
+//! keep the whole contract; the suite checks that it does. (A backend on a storage of your
+//! own is `storage_backend.rs`.)
 //!
 //! ```text
 //! cargo run -p examples --example custom_backend      # a few cases, printed
@@ -15,9 +17,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use distlock::backend::{
-    Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
-};
+use distlock::backend::layer::{Layer, Layered};
+use distlock::backend::{ObtainRequest, ProlongRequest, ReleaseRequest};
 use distlock::conformance::{async_trait, cases, Harness, Suite};
 use distlock::{
     Key, LockBackend, LockState, MemoryBackend, ObtainOutcome, ProlongOutcome, ReleaseOutcome,
@@ -46,14 +47,16 @@ impl<B> AuditedBackend<B> {
     }
 }
 
+/// A layer: every call it does not override goes straight to `inner` (`subscribe`,
+/// `capabilities`), and `prolongate_many` comes through `prolongate`, one lock at a time.
 #[async_trait]
-impl<B: LockBackend> LockBackend for AuditedBackend<B> {
-    fn name(&self) -> &'static str {
-        Self::NAME
+impl<B: LockBackend> Layer for AuditedBackend<B> {
+    fn inner(&self) -> &dyn LockBackend {
+        &self.inner
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+    fn name(&self) -> &'static str {
+        Self::NAME
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
@@ -80,10 +83,6 @@ impl<B: LockBackend> LockBackend for AuditedBackend<B> {
         self.count();
         self.inner.force_release(key).await
     }
-
-    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
-        self.inner.subscribe(key).await
-    }
 }
 
 /// What the suite needs: a fresh backend per call (namespaces that never meet), and, for
@@ -97,7 +96,7 @@ impl Harness for Audited {
             "ns-{}:",
             distlock::backend::Token::generate().unwrap().to_hex()
         );
-        Arc::new(AuditedBackend::new(self.0.namespaced(namespace)))
+        Arc::new(Layered(AuditedBackend::new(self.0.namespaced(namespace))))
     }
 
     /// The data-loss case needs a way to lose everything, as a server restart would.

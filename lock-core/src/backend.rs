@@ -6,11 +6,16 @@
 //! - [`LockBackend`], its requests ([`ObtainRequest`], [`ProlongRequest`],
 //!   [`ReleaseRequest`]) and [`Capabilities`];
 //! - [`Token`], the owner token a backend stores (as [`Token::digest`] on a server);
-//! - [`rules`]: the contract's decisions as pure functions, to decide with instead of
-//!   writing them again; [`Grace`], how long an expired record is remembered;
+//! - [`storage`]: a backend from a storage that reads and writes one record per key
+//!   atomically: implement [`storage::Storage`] and the whole contract comes with it;
+//! - [`layer`]: a backend that wraps another and changes one call ([`layer::Layer`],
+//!   everything else forwarded);
+//! - [`rules`]: the contract's decisions as pure functions ([`rules::step`], one entry for
+//!   every operation), to decide with instead of writing them again; [`Grace`], how long an
+//!   expired record is remembered;
 //! - [`Waiters`] and [`ReleaseSubscription`], to wake waiters on release;
 //! - [`UrlOptions`], [`schemes`], [`check_call_timeout`]: reading a backend's URL;
-//! - [`prolongate_each`], the default batch prolong;
+//! - [`prolongate_each`] and [`prolongate_each_with`], the default batch prolong;
 //! - [`connect_or_say_why`] and [`why_unreachable`]: an unreachable server said as such
 //!   (refused, no route) rather than as a deadline that passed;
 //! - [`async_trait`](macro@async_trait), to implement the trait.
@@ -20,6 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub mod layer;
 pub mod rules;
 pub mod schemes;
 pub mod storage;
@@ -148,7 +154,7 @@ pub struct ReleaseRequest<'a> {
 pub struct Capabilities {
     /// Locks exclude across OS processes (false only for the in-memory backend).
     pub cross_process: bool,
-    /// Locks exclude across machines (Redis, Postgres; not the file backend).
+    /// Locks exclude across machines (Redis, Postgres, MariaDB; not the file backend).
     pub cross_host: bool,
     /// [`LockBackend::subscribe`] wakes waiters on release instead of leaving them to poll.
     pub release_notification: bool,
@@ -222,9 +228,23 @@ pub async fn prolongate_each<B: LockBackend + ?Sized>(
     backend: &B,
     reqs: &[ProlongRequest<'_>],
 ) -> Vec<Result<ProlongOutcome>> {
+    prolongate_each_with(reqs, |req| backend.prolongate(req)).await
+}
+
+/// [`prolongate_each`] with `prolong` for one request: what a [`layer::Layer`] does by
+/// default, and what a layer that overrides [`layer::Layer::prolongate_many`] (to count the
+/// batches, say) calls with its own `prolongate`.
+pub async fn prolongate_each_with<'r, F, Fut>(
+    reqs: &[ProlongRequest<'r>],
+    prolong: F,
+) -> Vec<Result<ProlongOutcome>>
+where
+    F: Fn(ProlongRequest<'r>) -> Fut,
+    Fut: std::future::Future<Output = Result<ProlongOutcome>>,
+{
     let mut answers = Vec::with_capacity(reqs.len());
     for chunk in reqs.chunks(PROLONG_MANY_CONCURRENCY) {
-        let calls: Vec<_> = chunk.iter().map(|req| backend.prolongate(*req)).collect();
+        let calls: Vec<_> = chunk.iter().map(|req| prolong(*req)).collect();
         answers.extend(futures_util::future::join_all(calls).await);
         tokio::task::yield_now().await;
     }

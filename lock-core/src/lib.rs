@@ -30,7 +30,8 @@
 //! - [`contract`]: the rules every backend keeps, each naming the conformance case that
 //!   checks it.
 //! - [`LockBackend`]: the contract (obtain, prolongate, release, inspect), implemented by
-//!   [`MemoryBackend`] here and by the `lock-file`, `lock-redis` and `lock-postgres` crates.
+//!   [`MemoryBackend`] here and by the `lock-file`, `lock-redis`, `lock-postgres` and
+//!   `lock-mysql` (MariaDB, MySQL) crates.
 //!   Contention is an outcome ([`ObtainOutcome::Busy`]), never an [`Error`].
 //! - [`Locker`]: waiting with a deadline and a [`Retry`] strategy, a "don't queue" policy,
 //!   the [`LockGuard`] with its watchdog and lost signal, [`Locker::with_lock`] and
@@ -41,7 +42,8 @@
 //! - Validated inputs ([`Key`], [`Ttl`], [`HolderInfo`]) refused with
 //!   [`ErrorKind::InvalidInput`] before any I/O.
 //! - [`backend`]: what only a backend author needs (the request types, owner tokens, the
-//!   contract's decisions as pure functions in [`backend::rules`], URL options, waiter
+//!   contract's decisions as pure functions in [`backend::rules`], a whole backend from a
+//!   storage in [`backend::storage`], wrappers in [`backend::layer`], URL options, waiter
 //!   wake-ups), apart from what a user of locks sees.
 //!
 //! # What happens if the holder dies, or the server restarts

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use test_servers::locks::{held, state};
 
+use lock_core::backend::layer::{Layer, Layered};
 use lock_core::backend::{
-    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseSubscription,
 };
 use lock_core::{
     Attempt, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend, ObtainOutcome,
@@ -36,16 +37,22 @@ struct Spy {
 }
 
 #[async_trait]
-impl LockBackend for Spy {
+impl Layer for Spy {
+    fn inner(&self) -> &dyn LockBackend {
+        &self.inner
+    }
+
     fn name(&self) -> &'static str {
         "spy"
     }
+
     fn capabilities(&self) -> Capabilities {
         // Sends any number of prolongs in one round trip, as far as the watchdog knows.
         Capabilities::none()
             .release_notification(self.notify)
             .prolong_batch(1_000)
     }
+
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);
         if self.corrupt {
@@ -62,24 +69,18 @@ impl LockBackend for Spy {
         }
         outcome
     }
+
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         self.prolongs.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.prolong_blocks);
         self.inner.prolongate(req).await
     }
+
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
         self.batches.fetch_add(1, Ordering::SeqCst);
-        lock_core::backend::prolongate_each(self, reqs).await
+        lock_core::backend::prolongate_each_with(reqs, |req| self.prolongate(req)).await
     }
-    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        self.inner.release(req).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
-    }
+
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         self.subscribes.fetch_add(1, Ordering::SeqCst);
         if self.release_on_subscribe {
@@ -93,8 +94,8 @@ impl LockBackend for Spy {
     }
 }
 
-fn spy(spy: Spy) -> (Arc<Spy>, Locker) {
-    let spy = Arc::new(spy);
+fn spy(spy: Spy) -> (Arc<Layered<Spy>>, Locker) {
+    let spy = Arc::new(Layered(spy));
     let locker = Locker::new(spy.clone() as Arc<dyn LockBackend>);
     (spy, locker)
 }

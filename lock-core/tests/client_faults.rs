@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use test_servers::locks::{held, state};
 
+use lock_core::backend::layer::{Layer, Layered};
 use lock_core::backend::{
     async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
 };
@@ -46,13 +47,19 @@ struct Faulty {
 }
 
 #[async_trait]
-impl LockBackend for Faulty {
+impl Layer for Faulty {
+    fn inner(&self) -> &dyn LockBackend {
+        &*self.inner
+    }
+
     fn name(&self) -> &'static str {
         "faulty"
     }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::none()
     }
+
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let (inner, delay) = (Arc::clone(&self.inner), self.obtain_in_flight);
         let (key, token, ttl, holder) = (req.key.clone(), *req.token, req.ttl, req.holder.clone());
@@ -72,6 +79,7 @@ impl LockBackend for Faulty {
         }
         Ok(outcome)
     }
+
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         if self.prolong_hangs {
             pending::<()>().await;
@@ -106,22 +114,17 @@ impl LockBackend for Faulty {
         }
         self.inner.prolongate(req).await
     }
+
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         self.releases.fetch_add(1, Ordering::SeqCst);
         // Queued on the client side: a dropped caller means it is never sent.
         tokio::time::sleep(self.release_in_flight).await;
         self.inner.release(req).await
     }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
-    }
 }
 
-fn locker(faulty: Faulty) -> (Arc<Faulty>, Locker) {
-    let faulty = Arc::new(faulty);
+fn locker(faulty: Faulty) -> (Arc<Layered<Faulty>>, Locker) {
+    let faulty = Arc::new(Layered(faulty));
     (
         Arc::clone(&faulty),
         Locker::new(faulty as Arc<dyn LockBackend>),
@@ -396,7 +399,7 @@ async fn a_slow_renewal_holds_back_no_other_lock() {
     assert!(lost.is_empty(), "lost with the slow one: {lost:?}");
 }
 
-fn locker_with_failing(key: &'static str) -> (Arc<Faulty>, Locker) {
+fn locker_with_failing(key: &'static str) -> (Arc<Layered<Faulty>>, Locker) {
     locker(Faulty {
         prolong_fails: Some((key, usize::MAX)),
         ..Faulty::default()
@@ -404,7 +407,7 @@ fn locker_with_failing(key: &'static str) -> (Arc<Faulty>, Locker) {
 }
 
 /// Another process: a locker of its own over the same backend.
-fn other(faulty: &Arc<Faulty>) -> Locker {
+fn other(faulty: &Arc<Layered<Faulty>>) -> Locker {
     Locker::new(Arc::clone(faulty) as Arc<dyn LockBackend>)
 }
 

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use lock_core::backend::layer::{Layer, Layered};
 use lock_core::backend::{
     async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
 };
@@ -126,33 +127,35 @@ impl Chaos {
 }
 
 #[async_trait]
-impl LockBackend for Chaos {
+impl Layer for Chaos {
+    fn inner(&self) -> &dyn LockBackend {
+        &self.inner
+    }
+
     fn name(&self) -> &'static str {
         "chaos"
     }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::none().shared(true)
     }
+
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let fault = self.plan().obtain;
         self.call(fault, Operation::Obtain, self.inner.obtain(req))
             .await
     }
+
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         let fault = self.plan().prolong;
         self.call(fault, Operation::Prolongate, self.inner.prolongate(req))
             .await
     }
+
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         let fault = self.plan().release;
         self.call(fault, Operation::Release, self.inner.release(req))
             .await
-    }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
     }
 }
 
@@ -258,7 +261,7 @@ struct Held {
 }
 
 struct World {
-    chaos: Arc<Chaos>,
+    chaos: Arc<Layered<Chaos>>,
     locker: Locker,
     other: Locker,
     held: Vec<Held>,
@@ -287,9 +290,10 @@ async fn run<T>(cut_ms: Option<u16>, call: impl Future<Output = T>) -> Option<T>
 
 impl World {
     fn new() -> World {
-        let chaos = Arc::new(Chaos::default());
+        let chaos = Arc::new(Layered(Chaos::default()));
         let locker = Locker::new(Arc::clone(&chaos) as Arc<dyn LockBackend>);
-        let other = Locker::new(Arc::new(ChaosFree(Arc::clone(&chaos))) as Arc<dyn LockBackend>);
+        let other =
+            Locker::new(Arc::new(Layered(ChaosFree(Arc::clone(&chaos)))) as Arc<dyn LockBackend>);
         World {
             chaos,
             locker,
@@ -575,32 +579,23 @@ impl World {
     }
 }
 
-/// The same store for another process, without the faults.
+/// The same store for another process, without the faults (and without notifications).
 #[derive(Debug)]
-struct ChaosFree(Arc<Chaos>);
+struct ChaosFree(Arc<Layered<Chaos>>);
 
 #[async_trait]
-impl LockBackend for ChaosFree {
+impl Layer for ChaosFree {
+    fn inner(&self) -> &dyn LockBackend {
+        &self.0.inner
+    }
     fn name(&self) -> &'static str {
         "other"
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities::none().shared(true)
     }
-    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        self.0.inner.obtain(req).await
-    }
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        self.0.inner.prolongate(req).await
-    }
-    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        self.0.inner.release(req).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.0.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.0.inner.force_release(key).await
+    async fn subscribe(&self, _: &Key) -> Result<Option<lock_core::backend::ReleaseSubscription>> {
+        Ok(None)
     }
 }
 

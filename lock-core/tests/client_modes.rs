@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{
-    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
-};
+use lock_core::backend::layer::{Layer, Layered};
+use lock_core::backend::{async_trait, ObtainRequest};
 use lock_core::{
     Attempt, BusyReason, Error, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend,
     Mode, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
@@ -30,13 +29,15 @@ struct Wire {
 }
 
 #[async_trait]
-impl LockBackend for Wire {
+impl Layer for Wire {
+    fn inner(&self) -> &dyn LockBackend {
+        &*self.inner
+    }
+
     fn name(&self) -> &'static str {
         "wire"
     }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
+
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);
         let delay = match self.slow_next_obtain.swap(0, Ordering::SeqCst) {
@@ -65,29 +66,17 @@ impl LockBackend for Wire {
         }
         Ok(outcome)
     }
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        self.inner.prolongate(req).await
-    }
-    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        self.inner.release(req).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
-    }
 }
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn wire(obtain_in_flight: Duration) -> (Arc<Wire>, Locker) {
-    let wire = Arc::new(Wire {
+fn wire(obtain_in_flight: Duration) -> (Arc<Layered<Wire>>, Locker) {
+    let wire = Arc::new(Layered(Wire {
         obtain_in_flight,
         ..Wire::default()
-    });
+    }));
     (Arc::clone(&wire), Locker::new(wire as Arc<dyn LockBackend>))
 }
 

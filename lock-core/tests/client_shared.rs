@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::layer::{Layer, Layered};
 use lock_core::backend::{
-    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+    async_trait, Capabilities, ObtainRequest, ReleaseRequest, ReleaseSubscription,
 };
 use lock_core::{
     Attempt, BusyReason, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend, Mode,
-    ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result, Retry,
+    ObtainOutcome, ReleaseOutcome, Result, Retry,
 };
 
 /// The memory backend counting obtains and releases; `shared: false` makes it a backend
@@ -24,13 +25,19 @@ struct MutexOnly {
 }
 
 #[async_trait]
-impl LockBackend for MutexOnly {
+impl Layer for MutexOnly {
+    fn inner(&self) -> &dyn LockBackend {
+        &self.inner
+    }
+
     fn name(&self) -> &'static str {
         "mutex-only"
     }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::none().shared(self.shared)
     }
+
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::SeqCst);
         if !self.shared {
@@ -38,19 +45,12 @@ impl LockBackend for MutexOnly {
         }
         self.inner.obtain(req).await
     }
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        self.inner.prolongate(req).await
-    }
+
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         self.releases.fetch_add(1, Ordering::SeqCst);
         self.inner.release(req).await
     }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
-    }
+
     async fn subscribe(&self, _key: &Key) -> Result<Option<ReleaseSubscription>> {
         Ok(None)
     }
@@ -66,7 +66,7 @@ fn memory() -> Locker {
 
 #[tokio::test(start_paused = true)]
 async fn a_shared_obtain_on_a_backend_without_shared_holds_is_refused_before_io() {
-    let backend = Arc::new(MutexOnly::default());
+    let backend = Arc::new(Layered(MutexOnly::default()));
     let locker = Locker::new(backend.clone());
     for builder in [locker.read("k"), locker.semaphore("k", 3)] {
         let e = builder.try_obtain().await.unwrap_err();
@@ -380,10 +380,10 @@ async fn a_mutex_handoff_on_a_backend_with_shared_holds_wakes_one_waiter_per_rel
 
 #[tokio::test(start_paused = true)]
 async fn a_wait_that_only_met_an_exclusive_holder_sends_no_release_when_it_gives_up() {
-    let backend = Arc::new(MutexOnly {
+    let backend = Arc::new(Layered(MutexOnly {
         shared: true,
         ..MutexOnly::default()
-    });
+    }));
     let locker = Locker::new(backend.clone()).with_retry(Retry::linear(ms(10)));
     let holder = locker
         .lock("k")

@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lock_core::backend::layer::{Layer, Layered};
 use lock_core::backend::{
     async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
 };
 use lock_core::observe::{Event, HoldEnd, LostCause, Observer, ObtainEnd};
 use lock_core::{
-    Error, ErrorKind, Key, LockBackend, LockState, Locker, MemoryBackend, ObtainOutcome, Operation,
+    Error, ErrorKind, LockBackend, LockState, Locker, MemoryBackend, ObtainOutcome, Operation,
     ProlongOutcome, ReleaseOutcome, Result, Retry,
 };
 use test_servers::locks::{held, state};
@@ -116,17 +117,24 @@ impl Switch {
 }
 
 #[async_trait]
-impl LockBackend for Switch {
+impl Layer for Switch {
+    fn inner(&self) -> &dyn LockBackend {
+        &self.inner
+    }
+
     fn name(&self) -> &'static str {
         "switch"
     }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::none().prolong_batch(16)
     }
+
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         self.check(Operation::Obtain)?;
         self.inner.obtain(req).await
     }
+
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         if self.hang_prolongs.load(Ordering::SeqCst) {
             pending::<()>().await;
@@ -136,20 +144,15 @@ impl LockBackend for Switch {
         self.check(Operation::Prolongate)?;
         self.inner.prolongate(req).await
     }
+
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         self.check(Operation::Release)?;
         self.inner.release(req).await
     }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
-    }
 }
 
-fn setup() -> (Arc<Switch>, Locker, Arc<Recorder>) {
-    let backend = Arc::new(Switch::default());
+fn setup() -> (Arc<Layered<Switch>>, Locker, Arc<Recorder>) {
+    let backend = Arc::new(Layered(Switch::default()));
     let recorder = Arc::new(Recorder::default());
     let locker = Locker::new(backend.clone()).with_observer(recorder.clone());
     (backend, locker, recorder)

@@ -7,13 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{
-    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
-};
-use lock_core::{
-    Key, LockBackend, LockState, Locker, MemoryBackend, ObtainOutcome, ProlongOutcome,
-    ReleaseOutcome, Result,
-};
+use lock_core::backend::layer::{Layer, Layered};
+use lock_core::backend::{async_trait, Capabilities, ReleaseRequest};
+use lock_core::{LockBackend, LockState, Locker, MemoryBackend, ReleaseOutcome, Result};
 use test_servers::locks::{held, state};
 use tokio::time::Instant;
 
@@ -25,19 +21,19 @@ struct SlowRelease {
 }
 
 #[async_trait]
-impl LockBackend for SlowRelease {
+impl Layer for SlowRelease {
+    fn inner(&self) -> &dyn LockBackend {
+        &self.inner
+    }
+
     fn name(&self) -> &'static str {
         "slow-release"
     }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::none()
     }
-    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        self.inner.obtain(req).await
-    }
-    async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        self.inner.prolongate(req).await
-    }
+
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         if self.hang.load(Ordering::SeqCst) {
             pending::<()>().await;
@@ -45,17 +41,11 @@ impl LockBackend for SlowRelease {
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.inner.release(req).await
     }
-    async fn inspect(&self, key: &Key) -> Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> Result<LockState> {
-        self.inner.force_release(key).await
-    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn settle_waits_for_background_calls_and_no_longer_than_told() {
-    let backend = Arc::new(SlowRelease::default());
+    let backend = Arc::new(Layered(SlowRelease::default()));
     let locker = Locker::new(backend.clone());
     let within = Duration::from_secs(5);
 

@@ -101,7 +101,9 @@ impl PostgresBackend {
     }
 
     /// The `application_name` of the backend's connections when built from a URL (as
-    /// `pg_stat_activity` shows it), for operators and fault tests.
+    /// `pg_stat_activity` shows it), for the fault tests that terminate them. Not part of
+    /// the public API.
+    #[doc(hidden)]
     pub fn application_name(&self) -> &str {
         &self.application_name
     }

@@ -150,11 +150,12 @@ impl RedisBackend {
 
     /// The server-side ids (`CLIENT ID`) of the backend's command connections, each with
     /// the `host:port` of the node that knows it (ids are per node): the Lua variant's
-    /// connection (one per node on a cluster), or the WATCH variant's idle pooled ones. For
-    /// operators and for fault tests that `CLIENT KILL` them.
+    /// connection (one per node on a cluster), or the WATCH variant's idle pooled ones, for
+    /// the fault tests that `CLIENT KILL` them. Not part of the public API.
     ///
     /// # Errors
     /// [`ErrorKind::Unavailable`] when the server cannot be reached.
+    #[doc(hidden)]
     pub async fn client_ids(&self) -> Result<Vec<(String, i64)>> {
         let ids = async {
             match &self.inner.engine {

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::backend::{
-    async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
-};
+use lock_core::backend::layer::{Layer, Layered};
+use lock_core::backend::{async_trait, ObtainRequest, ProlongRequest};
 use lock_core::{
     Attempt, Key, LockBackend, LockBuilder, LockGuard, LockState, Locker, ObtainOutcome,
     ProlongOutcome, ReleaseOutcome, Retry,
@@ -135,14 +134,14 @@ pub struct Counting {
 }
 
 impl Counting {
-    /// Counts the calls to `inner`.
-    pub fn new(inner: Arc<dyn LockBackend>) -> Self {
-        Counting {
+    /// A backend that counts the calls to `inner` (its counts through `Deref`).
+    pub fn new(inner: Arc<dyn LockBackend>) -> Layered<Self> {
+        Layered(Counting {
             inner,
             obtains: AtomicU64::new(0),
             prolongs: AtomicU64::new(0),
             batches: std::sync::Mutex::default(),
-        }
+        })
     }
 
     /// Obtain calls so far.
@@ -166,12 +165,9 @@ impl Counting {
 }
 
 #[async_trait]
-impl LockBackend for Counting {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Layer for Counting {
+    fn inner(&self) -> &dyn LockBackend {
+        &*self.inner
     }
     async fn obtain(&self, req: ObtainRequest<'_>) -> lock_core::Result<ObtainOutcome> {
         self.obtains.fetch_add(1, Ordering::Relaxed);
@@ -194,18 +190,6 @@ impl LockBackend for Counting {
             .unwrap_or_else(|p| p.into_inner())
             .push((reqs.len(), started.elapsed()));
         answers
-    }
-    async fn release(&self, req: ReleaseRequest<'_>) -> lock_core::Result<ReleaseOutcome> {
-        self.inner.release(req).await
-    }
-    async fn inspect(&self, key: &Key) -> lock_core::Result<LockState> {
-        self.inner.inspect(key).await
-    }
-    async fn force_release(&self, key: &Key) -> lock_core::Result<LockState> {
-        self.inner.force_release(key).await
-    }
-    async fn subscribe(&self, key: &Key) -> lock_core::Result<Option<ReleaseSubscription>> {
-        self.inner.subscribe(key).await
     }
 }
 

@@ -4,12 +4,15 @@
 //! Shared holds (semaphores, read locks, the writer's marker) are decided in the same
 //! functions; their rules are on [`Shared`] and in the contract.
 //!
-//! The memory backend, the file backend, the Redis WATCH/MULTI variant and MySQL/MariaDB
-//! decide with these functions; each keeps only its storage (a map, a file under `flock`, a
-//! watched key, a locked row) and its encoding ([`columns`] for the SQL rows). The Redis Lua
-//! script and the Postgres function cannot call Rust: they keep their own code, and their
-//! tests run the same table of cases (`lock_conformance::table`) through a real server. A
-//! backend of your own can decide with these functions too.
+//! [`step`] is the one entry: every operation ([`Ask`]) on one record at one instant, to
+//! an answer ([`Answer`], said publicly as a [`Reply`]) and the record to write. The memory
+//! and file backends (storages on [`storage`](crate::backend::storage)), the Redis
+//! WATCH/MULTI variant, MySQL/MariaDB and Postgres's client path decide with it; each keeps
+//! only its storage (a map, a file under `flock`, a watched key, a locked row) and its
+//! encoding ([`columns`] for the SQL rows). The Redis Lua script and the Postgres function
+//! cannot call Rust: they keep their own code, and their tests run the same table of cases
+//! (`lock_conformance::table`) through a real server. A backend of your own decides with
+//! [`step`] too, most simply by implementing [`Storage`](crate::backend::storage::Storage).
 //!
 //! ```
 //! use std::time::Duration;

@@ -111,7 +111,8 @@ impl<'a> LockBuilder<'a> {
     /// the same ttl come due at the same instants (due times are rounded down onto a grid
     /// of the period) and go out in one
     /// [`LockBackend::prolongate_many`](crate::LockBackend::prolongate_many) call, which the
-    /// Redis and Postgres backends send as one pipeline or statement per `BATCH` locks. So a
+    /// Redis, Postgres and MariaDB backends send as one pipeline, statement or transaction per
+    /// `BATCH` locks. So a
     /// lock's first renewal may come early, anywhere in its first period; after that it
     /// renews once a period. A renewal that fails is retried for that lock alone, every
     /// tenth of its ttl, until its validity runs out. The task runs on the tokio runtime
