@@ -1,6 +1,6 @@
 //! A backend from a storage: implement [`Storage`] (read one key's record and a clock
 //! under whatever makes a decision atomic, then store what was decided) and the whole
-//! [`LockBackend`] contract comes with it, decided by [`rules::step`].
+//! [`LockBackend`] contract comes with it, decided by [`rules::step`](super::rules::step).
 //!
 //! The storage never decides anything: it hands the record it read to the step it is
 //! given, and writes back the record the step returns. Fencing, reentrancy, late vs lost,
@@ -109,7 +109,7 @@
 //! ```
 //!
 //! A storage that keeps free records forever grows with every key ever locked; the memory
-//! backend drops what [`rules::forgotten`] says it may (and keeps fencing growing with a
+//! backend drops what [`rules::forgotten`](super::rules::forgotten) says it may (and keeps fencing growing with a
 //! counter that outlives records).
 
 use std::borrow::Cow;
