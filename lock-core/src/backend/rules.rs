@@ -6,13 +6,13 @@
 //!
 //! [`step`] is the one entry: every operation ([`Ask`]) on one record at one instant, to
 //! an answer ([`Answer`], said publicly as a [`Reply`]) and the record to write. The memory
-//! and file backends (storages on [`storage`](crate::backend::storage)), the Redis
+//! and file backends (storages on the adapter, `backend::storage`), the Redis
 //! WATCH/MULTI variant, MySQL/MariaDB and Postgres's client path decide with it; each keeps
 //! only its storage (a map, a file under `flock`, a watched key, a locked row) and its
 //! encoding ([`columns`] for the SQL rows). The Redis Lua script and the Postgres function
 //! cannot call Rust: they keep their own code, and their tests run the same table of cases
 //! (`lock_conformance::table`) through a real server. A backend of your own decides with
-//! [`step`] too, most simply by implementing [`Storage`](crate::backend::storage::Storage).
+//! [`step`] too, most simply by implementing the adapter's `Storage`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -63,7 +63,7 @@ mod tests;
 pub use answer::{Decision, Obtain, Obtained, Refusal, View, Wake};
 pub use record::{Clock, Hold, Record, State, Writer};
 pub use shared::{Share, Shared};
-pub use step::{step, Answer, Ask, Reply};
+pub use step::{Answer, Ask, Reply};
 
 use crate::{BusyReason, Fencing, Grace, Mode, ProlongOutcome, ReleaseOutcome, Ttl};
 
@@ -501,5 +501,36 @@ fn cooling<'r, H>(clock: Clock, until: u64) -> Obtained<'r, H> {
         remaining: clock.until(until),
         reason: BusyReason::Cooling,
         holders: 0,
+    }
+}
+
+/// Decides `ask` on `record` at `clock`: the one entry every operation goes through.
+///
+/// ```
+/// use lock_core::backend::rules::{step, Answer, Ask, Clock};
+/// use lock_core::{ReleaseOutcome, Ttl};
+///
+/// // Releasing a key nobody holds: `Lost`, nothing written, nobody woken.
+/// let d = step::<u32, &str>(None, Clock::millis(1_000), Ask::Release { token: &7, delay: None });
+/// assert_eq!(d.outcome, Answer::Release(ReleaseOutcome::Lost));
+/// assert!(d.write.is_none() && !d.frees());
+/// ```
+pub fn step<'r, T: Clone + PartialEq, H: Clone>(
+    record: Option<&'r Record<T, H>>,
+    clock: Clock,
+    ask: Ask<'_, T, H>,
+) -> Decision<Answer<'r, H>, T, H> {
+    match ask {
+        Ask::Obtain(o) => obtain(record, clock, o).map(|outcome| Answer::Obtain(outcome, o.ttl)),
+        Ask::Prolong { token, ttl, grace } => {
+            prolong(record, clock, token, ttl, grace).map(Answer::Prolong)
+        }
+        Ask::Release { token, delay } => release(record, clock, token, delay).map(Answer::Release),
+        Ask::Inspect => Decision {
+            outcome: Answer::State(view(record, clock)),
+            write: None,
+            wake: Wake::Nobody,
+        },
+        Ask::Force => force(record, clock).map(Answer::State),
     }
 }

@@ -1,14 +1,13 @@
-//! The one entry of the rules: every operation on one key as one request ([`Ask`]), decided
-//! by one pure function ([`step`]) into one answer ([`Answer`]) and the record to write;
-//! the answer said in the public vocabulary is a [`Reply`].
+//! The vocabulary of the rules' one entry: every operation on one key as one request
+//! ([`Ask`]), decided by one pure function (`rules::step`) into one answer ([`Answer`]) and
+//! the record to write; the answer said in the public vocabulary is a [`Reply`].
 //!
 //! A backend that decides in Rust needs nothing else: read the record and the clock under
-//! whatever makes the step atomic, call [`step`], store [`Decision::write`], wake
-//! [`Decision::wake`], and hand [`Answer::try_into_reply`] to the caller. The
-//! [`storage`](crate::backend::storage) adapter does exactly that for any storage.
+//! whatever makes the step atomic, call `rules::step`, store `Decision::write`, wake
+//! `Decision::wake`, and hand [`Answer::try_into_reply`] to the caller. The storage
+//! adapter (`backend::storage`) does exactly that for any storage.
 
-use super::View;
-use super::{force, obtain, prolong, release, view, Clock, Decision, Obtain, Obtained, Record};
+use super::answer::{Obtain, Obtained, View};
 use crate::{
     Error, ErrorKind, Grace, HolderInfo, LockState, ObtainOutcome, Operation, ProlongOutcome,
     ReleaseOutcome, Ttl,
@@ -18,9 +17,9 @@ use crate::{
 /// stores them. Copied freely: it only borrows them.
 #[derive(Debug)]
 pub enum Ask<'a, T, H> {
-    /// Take the key (either mode, a mode change, queueing or not); see [`obtain`].
+    /// Take the key (either mode, a mode change, queueing or not); see `rules::obtain`.
     Obtain(Obtain<'a, T, H>),
-    /// Renew the token's hold for `ttl` from now; see [`prolong`].
+    /// Renew the token's hold for `ttl` from now; see `rules::prolong`.
     Prolong {
         /// The owner.
         token: &'a T,
@@ -30,16 +29,16 @@ pub enum Ask<'a, T, H> {
         grace: Grace,
     },
     /// Give back one of the token's holds, cooling down for `delay` if that frees the key;
-    /// see [`release`].
+    /// see `rules::release`.
     Release {
         /// The owner.
         token: &'a T,
         /// The cooldown after a release that frees the key.
         delay: Option<Ttl>,
     },
-    /// What an observer sees; writes nothing. See [`view`].
+    /// What an observer sees; writes nothing. See `rules::view`.
     Inspect,
-    /// Break whatever holds the key, for an operator; see [`force`].
+    /// Break whatever holds the key, for an operator; see `rules::force`.
     Force,
 }
 
@@ -184,36 +183,5 @@ impl Reply {
             op,
             format!("the backend answered {self:?} to {op}"),
         )
-    }
-}
-
-/// Decides `ask` on `record` at `clock`: the one entry every operation goes through.
-///
-/// ```
-/// use lock_core::backend::rules::{step, Answer, Ask, Clock};
-/// use lock_core::{ReleaseOutcome, Ttl};
-///
-/// // Releasing a key nobody holds: `Lost`, nothing written, nobody woken.
-/// let d = step::<u32, &str>(None, Clock::millis(1_000), Ask::Release { token: &7, delay: None });
-/// assert_eq!(d.outcome, Answer::Release(ReleaseOutcome::Lost));
-/// assert!(d.write.is_none() && !d.frees());
-/// ```
-pub fn step<'r, T: Clone + PartialEq, H: Clone>(
-    record: Option<&'r Record<T, H>>,
-    clock: Clock,
-    ask: Ask<'_, T, H>,
-) -> Decision<Answer<'r, H>, T, H> {
-    match ask {
-        Ask::Obtain(o) => obtain(record, clock, o).map(|outcome| Answer::Obtain(outcome, o.ttl)),
-        Ask::Prolong { token, ttl, grace } => {
-            prolong(record, clock, token, ttl, grace).map(Answer::Prolong)
-        }
-        Ask::Release { token, delay } => release(record, clock, token, delay).map(Answer::Release),
-        Ask::Inspect => Decision {
-            outcome: Answer::State(view(record, clock)),
-            write: None,
-            wake: super::Wake::Nobody,
-        },
-        Ask::Force => force(record, clock).map(Answer::State),
     }
 }
