@@ -57,27 +57,19 @@
 pub mod contract {}
 
 pub mod backend;
-mod clock;
-mod detached;
+mod client;
 mod duration;
 mod error;
-mod guard;
-mod hold;
 mod holder;
 mod key;
-mod locker;
 mod memory;
 mod mode;
 pub mod observe;
 mod outcome;
 mod reach;
 mod redact;
-mod registry;
-mod renew;
-mod retry;
 mod token;
 mod ttl;
-mod turn;
 mod url;
 mod waiters;
 
@@ -87,13 +79,14 @@ pub(crate) use backend::{
     rules, Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
     Token, UrlOptions, Waiters,
 };
-pub use detached::settle;
+pub use client::detached::settle;
+pub use client::guard::{LockGuard, LostFuture};
+pub use client::locker::{Attempt, HeldLock, LockBuilder, Locker};
+pub use client::retry::Retry;
 pub use duration::parse_duration;
 pub use error::{Error, ErrorKind, Operation, Result};
-pub use guard::{LockGuard, LostFuture};
 pub use holder::HolderInfo;
 pub use key::Key;
-pub use locker::{Attempt, HeldLock, LockBuilder, Locker};
 pub use memory::MemoryBackend;
 pub use mode::Mode;
 pub use observe::LockerStats;
@@ -101,5 +94,4 @@ pub use outcome::{
     Busy, BusyReason, Fencing, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, SharedHold,
 };
 pub use redact::redact_url;
-pub use retry::Retry;
 pub use ttl::Ttl;

@@ -28,8 +28,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::clock;
-use crate::hold::{Hold, Ticket};
+use crate::client::clock;
+use crate::client::hold::{Hold, Ticket};
 use crate::observe::{Event, LostCause, Telemetry};
 use crate::{Error, ErrorKind, Operation, ProlongOutcome, ProlongRequest};
 

@@ -12,11 +12,11 @@ use tracing::Instrument;
 
 mod modes;
 
-use crate::clock;
-use crate::detached::{detached, in_background, GiveBack};
-use crate::hold::{Grant, Hold};
+use crate::client::clock;
+use crate::client::detached::{detached, in_background, GiveBack};
+use crate::client::hold::{Grant, Hold};
+use crate::client::registry::{Claim, Registry};
 use crate::observe::{HoldEnd, LostCause};
-use crate::registry::{Claim, Registry};
 use crate::{
     Attempt, Error, ErrorKind, Fencing, Key, Mode, ObtainOutcome, Operation, ProlongOutcome,
     ProlongRequest, ReleaseOutcome, Result, Ttl,
@@ -127,7 +127,7 @@ impl LockGuard {
             armed: true,
         };
         // After every earlier call of the token that changes its holds (a release, a mode
-        // change, a reentrant obtain whose caller gave up): see `crate::turn`.
+        // change, a reentrant obtain whose caller gave up): see `crate::client::turn`.
         let turn = hold.calls.turn().await;
         if hold.is_unsettled() {
             // The obtain would go out in the mode the guard counts, which the backend may

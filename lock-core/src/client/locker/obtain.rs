@@ -10,12 +10,12 @@ use tracing::Instrument;
 
 use super::marker::Marker;
 use super::{Attempt, Locker};
-use crate::clock;
-use crate::detached::{give_back_detached, GiveBack, Obtain};
-use crate::guard::check_fraction;
-use crate::hold::Grant;
+use crate::client::clock;
+use crate::client::detached::{give_back_detached, GiveBack, Obtain};
+use crate::client::guard::check_fraction;
+use crate::client::hold::Grant;
+use crate::client::turn::Calls;
 use crate::observe::{ObtainEnd, ObtainWatch};
-use crate::turn::Calls;
 use crate::{
     Busy, Error, ErrorKind, HolderInfo, Key, LockGuard, Mode, ObtainOutcome, Operation, Result,
     Retry, Token, Ttl,
@@ -247,7 +247,7 @@ struct Plan<'a> {
     watchdog: Option<f64>,
     mode: Mode,
     /// The token's calls: a queueing attempt and the release that takes its marker away
-    /// go one at a time (`crate::turn`), and the guard inherits them.
+    /// go one at a time (`crate::client::turn`), and the guard inherits them.
     calls: Calls,
 }
 

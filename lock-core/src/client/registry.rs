@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::hold::Hold;
-use crate::renew::Renewals;
+use crate::client::hold::Hold;
+use crate::client::renew::Renewals;
 use crate::{ReleaseOutcome, Result, Ttl};
 
 /// What a locker holds.

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::detached::detached;
+use crate::client::detached::detached;
+use crate::client::registry::Registry;
 use crate::observe::{LockerStats, Observer, Telemetry};
-use crate::registry::Registry;
 use crate::{
     Busy, Fencing, HolderInfo, Key, LockBackend, Mode, ReleaseOutcome, Result, Retry, Ttl,
 };

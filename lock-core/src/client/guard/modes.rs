@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use super::{LockGuard, Retime};
-use crate::detached::GiveBack;
+use crate::client::detached::GiveBack;
 use crate::observe::LostCause;
 use crate::{Attempt, Error, ErrorKind, Mode, ObtainOutcome, Operation, ProlongOutcome, Result};
 
@@ -104,7 +104,7 @@ impl LockGuard {
         let hold = Arc::clone(self.hold());
         let backend = hold.backend.name();
         // After every earlier call of the token that changes its holds: a reentrant obtain
-        // its caller gave up on must not land after the change (`crate::turn`).
+        // its caller gave up on must not land after the change (`crate::client::turn`).
         let turn = hold.calls.turn().await;
         hold.begin_mode_change(to)
             .map_err(|why| Error::new(ErrorKind::InvalidInput, backend, Operation::Obtain, why))?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Hold};
-use crate::clock;
+use crate::client::clock;
 use crate::observe::LostCause;
 
 /// The lost signal, made only when someone listens: most guards are released without

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{lock, Hold};
-use crate::clock;
+use crate::client::clock;
 use crate::observe::LostCause;
 use crate::{ProlongOutcome, Ttl};
 

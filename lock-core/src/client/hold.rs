@@ -28,10 +28,10 @@ use tokio_util::sync::CancellationToken;
 mod lost;
 mod validity;
 
-use crate::clock;
-use crate::detached::{release_holds, GiveBack, Obtain};
+use crate::client::clock;
+use crate::client::detached::{release_holds, GiveBack, Obtain};
+use crate::client::turn::{Calls, Turn};
 use crate::observe::{Event, HoldEnd, LostCause, Telemetry};
-use crate::turn::{Calls, Turn};
 use crate::{Fencing, HolderInfo, Key, LockBackend, Mode, ReleaseOutcome, Result, Token, Ttl};
 use lost::{expiry_timer, LostSignal, TimerMark};
 use validity::InFlight;
@@ -66,7 +66,7 @@ struct State {
     /// A mode change was sent and its answer not (yet) read: the backend may hold the
     /// token in either mode, so no other mode change may start.
     unsettled: bool,
-    /// On the client's clock (`crate::clock`): the earliest moment the backend may let the
+    /// On the client's clock (`crate::client::clock`): the earliest moment the backend may let the
     /// lock go.
     until: Instant,
     /// The ttl of the last prolong that succeeded (the one the watchdog renews with).

@@ -4,8 +4,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::detached::{give_back_detached, in_background, GiveBack};
-use crate::turn::Calls;
+use crate::client::detached::{give_back_detached, in_background, GiveBack};
+use crate::client::turn::Calls;
 use crate::{Attempt, BusyReason, Key, LockGuard, Result, Token};
 
 /// A waiting writer's marker that its wait may have left on the key: taken away (a

@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 
 use tracing::Instrument;
 
-use crate::turn::Turn;
+use crate::client::turn::Turn;
 use crate::{
     Error, ErrorKind, Fencing, HolderInfo, Key, LockBackend, Mode, ObtainOutcome, ObtainRequest,
     Operation, ReleaseOutcome, ReleaseRequest, Result, Token, Ttl,
