@@ -105,21 +105,16 @@ mod as_semaphore;
 mod check;
 mod counts;
 mod harness;
-mod model;
-mod model_shared;
-mod observed;
-mod precise;
 
 pub mod cases;
-pub mod faults;
-pub mod process;
+pub use cases::{faults, process};
 pub mod table;
 
 pub use as_semaphore::AsSemaphore;
 pub use async_trait::async_trait;
+pub use cases::model::case_count;
 pub use check::{CaseResult, Failure};
 pub use harness::{Faulty, Harness, NetworkFaults, Suite};
-pub use model::case_count;
 
 use std::future::Future;
 use std::time::Duration;
@@ -266,7 +261,7 @@ macro_rules! suite {
         #[ignore = "entry point of the multi-process cases; the suite runs it in child processes"]
         fn conformance_worker() {
             let suite = $crate::Suite::for_test($name, $harness, module_path!());
-            $crate::run_case(&suite, "conformance_worker", $crate::process::run_worker(&suite));
+            $crate::run_case(&suite, "conformance_worker", $crate::cases::process::run_worker(&suite));
         }
     };
 }

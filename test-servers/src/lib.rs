@@ -8,7 +8,7 @@
 //! silently without their server.
 
 //! Two layers: [`servers`] (what runs a server and stops it) and the helpers tests share
-//! on top of them ([`locks`]: taking, waiting, counting calls; [`bench`]: what
+//! on top of them ([`locks`]: taking, waiting, counting calls; [`bench`](mod@bench): what
 //! `lock-bench` measures). The servers' modules are re-exported here by name.
 
 pub mod bench;

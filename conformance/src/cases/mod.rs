@@ -21,21 +21,28 @@ use tokio::time::Instant;
 use crate::harness::{ms, ttl_of, Owner};
 use crate::{ensure, CaseResult, Failure, Suite};
 
-pub use crate::faults::{
+pub mod faults;
+pub(crate) mod model;
+pub(crate) mod model_shared;
+pub(crate) mod observed;
+pub(crate) mod precise;
+pub mod process;
+
+pub use faults::{
     cancelled_calls_leave_nothing_held, obtain_retried_after_a_lost_reply_holds_once,
     partition_during_a_hold_fires_lost_in_time,
     partition_during_obtain_or_release_leaves_no_orphan, slow_server_never_overstates_validity,
     subscribe_in_a_partition_ends_by_its_deadline,
 };
-pub use crate::model::{model_sequences, model_sequences_with};
-pub use crate::model_shared::{shared_model_sequences, shared_model_sequences_with};
-pub use crate::observed::observer_sees_every_event;
-pub use crate::precise::{
+pub use model::{model_sequences, model_sequences_with};
+pub use model_shared::{shared_model_sequences, shared_model_sequences_with};
+pub use observed::observer_sees_every_event;
+pub use precise::{
     busy_remaining_is_exact_both_ways, inspect_changes_nothing_before_late_calls,
     inspect_counts_reentrant_holds, late_release_with_delay_starts_the_cooldown,
     reacquire_resets_the_ttl,
 };
-pub use crate::process::{
+pub use process::{
     killed_holder_frees_after_ttl, killed_holder_frees_only_its_own_permits,
     multiprocess_exclusion, multiprocess_semaphore_stays_within_its_permits,
 };

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use lock_core::{Attempt, Locker, ProlongOutcome, ReleaseOutcome, Retry};
 
+use crate::cases::faults::faulty;
 use crate::counts::{read, Counts};
-use crate::faults::faulty;
 use crate::harness::ms;
 use crate::{ensure, CaseResult, Failure, Suite};
 

@@ -238,7 +238,7 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
 /// failure is shrunk to a minimal sequence. Skipped, with a line on stderr, on a backend
 /// without `Capabilities::shared`. `LOCK_CONFORMANCE_CASES` sets the number of sequences.
 pub async fn shared_model_sequences(suite: &Suite) -> CaseResult {
-    shared_model_sequences_with(suite, crate::model::case_count(), 200).await
+    shared_model_sequences_with(suite, crate::cases::model::case_count(), 200).await
 }
 
 /// [`shared_model_sequences`] with an explicit number of sequences and of shrink steps.
@@ -256,7 +256,7 @@ pub async fn shared_model_sequences_with(
         return Ok(());
     }
     let strategy = proptest::collection::vec(op_strategy(), 1..32);
-    crate::model::run_sequences(
+    crate::cases::model::run_sequences(
         cases,
         shrink_iters,
         strategy,
