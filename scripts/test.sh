@@ -199,7 +199,7 @@ step "packages"
 # built instead of today's. Both go first: those directories (only our crates', at our
 # version), and the check's own target directory (about 3 minutes to build again).
 version=$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -1)
-for crate in lock-core lock-conformance lock-file lock-redis lock-postgres lock-mysql lock-config lockrun distlock; do
+for crate in lock-core lock-conformance lock-file lock-redis lock-sql lock-postgres lock-mysql lock-config lockrun distlock; do
   rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$crate-$version"
 done
 rm -rf target/publish-check

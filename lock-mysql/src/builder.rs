@@ -224,8 +224,7 @@ impl MySqlBuilder {
             timeout: self.timeout,
             grace,
             auto_migrate: self.auto_migrate,
-            migrated: AtomicBool::new(false),
-            migrating: tokio::sync::Mutex::default(),
+            schema: lock_sql::SchemaOnce::default(),
             sweeping: AtomicBool::new(false),
         }))
     }

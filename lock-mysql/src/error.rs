@@ -143,49 +143,27 @@ pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
             ErrorKind::Protocol,
             format!("{}; unexpected error from the server", db.message()),
         ),
-        (
-            sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed
-            | sqlx::Error::Protocol(_),
-            _,
-        ) => (
-            ErrorKind::Unavailable,
-            format!("{e}; the server is unreachable, the call is safe to retry"),
-        ),
-        (sqlx::Error::Tls(_), _) => (
-            ErrorKind::Config,
-            format!("{e}; check the server's certificate and the URL's ssl-mode"),
-        ),
-        (sqlx::Error::Configuration(_), _) => (
-            ErrorKind::Config,
-            "not a usable MySQL URL: expected mysql://user[:password]@host[:port]/database"
-                .to_owned(),
-        ),
-        _ => (ErrorKind::Protocol, e.to_string()),
+        _ => lock_sql::errors::transport(&e, &URL)
+            .unwrap_or_else(|| (ErrorKind::Protocol, e.to_string())),
     };
     Error::new(kind, NAME, op, message).with_source(e)
 }
 
+/// How a MySQL URL looks, for the errors that say to fix it.
+const URL: lock_sql::errors::UrlShape = lock_sql::errors::UrlShape {
+    database: "MySQL",
+    form: "mysql://user[:password]@host[:port]/database",
+    tls_option: "ssl-mode",
+};
+
 /// A reply that does not have the shape the statements promise.
 pub(crate) fn protocol(op: Operation, what: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorKind::Protocol,
-        NAME,
-        op,
-        format!("unexpected reply: {what}"),
-    )
+    lock_sql::errors::protocol(NAME, op, what)
 }
 
 /// A row that is not what this backend writes.
 pub(crate) fn corrupt(op: Operation, what: &str) -> Error {
-    Error::new(
-        ErrorKind::Corrupt,
-        NAME,
-        op,
-        format!("the lock row's {what} is not what this backend writes; force-release the lock"),
-    )
+    lock_sql::errors::corrupt(NAME, op, what)
 }
 
 #[cfg(test)]

@@ -8,14 +8,15 @@
 //! statement still waiting for a row lock on the server ends by the server's own copy of
 //! the deadline (`innodb_lock_wait_timeout`, see `sql.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use futures_core::future::BoxFuture;
 use lock_core::backend::rules;
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::{connect_or_say_why, Grace, ProlongRequest};
-use lock_core::{Error, ErrorKind, Key, Operation, ProlongOutcome, Result};
+use lock_core::backend::{Grace, ProlongRequest};
+use lock_core::{Key, Operation, ProlongOutcome, Result};
+use lock_sql::{Open, SchemaOnce};
 use sqlx::mysql::MySqlRow;
 use sqlx::pool::PoolConnection;
 use sqlx::{MySql, MySqlPool};
@@ -38,10 +39,8 @@ pub(crate) struct Db {
     pub(crate) grace: Option<Grace>,
     /// Make the table when it is missing, rather than only check.
     pub(crate) auto_migrate: bool,
-    /// The table was found or made.
-    pub(crate) migrated: AtomicBool,
-    /// Migrations by this backend take turns.
-    pub(crate) migrating: tokio::sync::Mutex<()>,
+    /// The table was found or made, once.
+    pub(crate) schema: SchemaOnce,
     /// A sweep is under way (one at a time).
     pub(crate) sweeping: AtomicBool,
 }
@@ -156,7 +155,7 @@ impl Db {
         let outcome = match self.within(op, deadline, self.run(op, read, plan)).await? {
             Err(e) if is_missing_table(&e) && self.auto_migrate => {
                 tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
-                self.migrated.store(false, Ordering::Release);
+                self.schema.forget();
                 self.within(op, deadline, self.ensure_schema(op)).await??;
                 self.within(op, deadline, self.run(op, read, plan)).await?
             }
@@ -164,7 +163,7 @@ impl Db {
         };
         outcome.map_err(|e| {
             if is_missing_table(&e) {
-                self.migrated.store(false, Ordering::Release);
+                self.schema.forget();
                 return self.missing_table();
             }
             if is_broken_connection(&e) {
@@ -183,10 +182,7 @@ impl Db {
         plan: Plan<'a, T>,
     ) -> BoxFuture<'a, std::result::Result<Result<T>, sqlx::Error>> {
         Box::pin(async move {
-            let mut tx = Open {
-                conn: self.connection(Instant::now() + self.timeout).await?,
-                open: true,
-            };
+            let mut tx = Open::new(self.connection(Instant::now() + self.timeout).await?);
             let rows = fetch_rows(&mut tx.conn, read).await?;
             let commit = COMMIT.to_owned();
             let decided = Read::decode(op, &rows).and_then(|read| plan(&read));
@@ -202,25 +198,18 @@ impl Db {
         })
     }
 
-    /// A pooled connection by `deadline`. While the pool holds none and none comes, one
-    /// TCP connection attempt of its own says why (refused, no route): the pool would
-    /// retry a refused connection until the deadline and say only that time ran out.
+    /// A pooled connection by `deadline` ([`lock_sql::connection`]: a refused server is
+    /// said as such, not as the deadline).
     pub(crate) async fn connection(
         &self,
         deadline: Instant,
     ) -> std::result::Result<PoolConnection<MySql>, sqlx::Error> {
-        // The server's TCP address only when no connection exists (a warm pool reads
-        // nothing), and never for a Unix socket (a probe of host:port would say nothing of it).
-        let options = (self.pool.size() == 0).then(|| self.pool.connect_options());
-        let cold = options
-            .as_ref()
-            .filter(|o| o.get_socket().is_none())
-            .map(|o| (o.get_host(), o.get_port()));
-        match connect_or_say_why(self.pool.acquire(), deadline, cold).await {
-            Ok(Some(conn)) => conn,
-            Ok(None) => Err(sqlx::Error::PoolTimedOut),
-            Err(e) => Err(sqlx::Error::Io(e)),
-        }
+        lock_sql::connection(&self.pool, deadline, |o| {
+            o.get_socket()
+                .is_none()
+                .then(|| (o.get_host().to_owned(), o.get_port()))
+        })
+        .await
     }
 
     /// Runs `fut` by `deadline`.
@@ -230,52 +219,24 @@ impl Db {
         deadline: Instant,
         fut: impl std::future::Future<Output = T>,
     ) -> Result<T> {
-        tokio::time::timeout_at(deadline, fut).await.map_err(|_| {
-            Error::new(
-                ErrorKind::Unavailable,
-                NAME,
-                op,
-                format!(
-                    "no answer within the deadline of {:?} (MySqlBuilder::timeout / timeout=); it is safe to retry",
-                    self.timeout
-                ),
-            )
-        })
+        let named = lock_sql::Deadline {
+            backend: NAME,
+            timeout: self.timeout,
+            setting: "MySqlBuilder::timeout / timeout=",
+        };
+        lock_sql::within(&named, op, deadline, fut).await
     }
 
-    /// Closes every idle pooled connection. Called when a transaction found its connection
-    /// dead: what killed it (a restart, `KILL`, a network cut) most likely killed the idle
-    /// ones too, and each would otherwise fail a call of its own.
+    /// Closes every idle pooled connection (a transaction found its connection dead: what
+    /// killed it, a restart, `KILL`, a network cut, most likely killed the idle ones too).
     fn discard_idle(&self) {
-        let mut closed = 0;
-        while let Some(mut conn) = self.pool.try_acquire() {
-            conn.close_on_drop();
-            closed += 1;
-            if closed > self.pool.options().get_max_connections() {
-                break;
-            }
-        }
-        tracing::debug!(closed, "a pooled connection was dead: closed the idle ones");
+        lock_sql::discard_idle(&self.pool);
     }
 }
 
 /// The row that stores `record` at the read's instant.
 fn row(record: &Stored, read: &Read) -> Columns {
     Columns::of(record, read.now_us)
-}
-
-/// A pooled connection inside a transaction: closed, not pooled, if dropped while open.
-struct Open {
-    conn: PoolConnection<MySql>,
-    open: bool,
-}
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        if self.open {
-            self.conn.close_on_drop();
-        }
-    }
 }
 
 /// One text of statements on one connection (the text protocol, which carries several

@@ -1,8 +1,6 @@
 //! The lock table: made (or only checked, with `migrate=false`) before the first
 //! transaction, and made again if it vanishes under a running backend.
 
-use std::sync::atomic::Ordering;
-
 use lock_core::{Error, ErrorKind, Operation, Result};
 use sqlx::Row;
 use tokio::time::Instant;
@@ -33,14 +31,11 @@ impl Db {
     /// `MySqlBackend::migrate`, whose docs say what it does, by the deadline.
     pub(crate) async fn migrate(&self) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
-        let migrate = async {
-            let _turn = self.migrating.lock().await;
-            self.migrate_now(Operation::Connect).await
-        };
+        let migrate = self.schema.again(|| self.migrate_now(Operation::Connect));
         self.within(Operation::Connect, deadline, migrate).await?
     }
 
-    /// The migration; the caller holds the turn (`migrating`).
+    /// The migration; the caller holds the schema's turn.
     async fn migrate_now(&self, op: Operation) -> Result<()> {
         // One idempotent statement, committed by the server on its own (DDL).
         let mut conn = self
@@ -52,29 +47,21 @@ impl Db {
             .await
             .map_err(|e| map_error(op, e))?;
         drop(conn);
-        self.check_shape(op).await?;
-        self.migrated.store(true, Ordering::Release);
-        Ok(())
+        self.check_shape(op).await
     }
 
     /// Makes (or, with `migrate=false`, checks) the table once, its errors reported as part
-    /// of `op`, the call that needed it; calls that come meanwhile
-    /// wait for that one and go on.
+    /// of `op`, the call that needed it; calls that come meanwhile wait for that one and go
+    /// on ([`lock_sql::SchemaOnce`]).
     pub(crate) async fn ensure_schema(&self, op: Operation) -> Result<()> {
-        if self.migrated.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let _turn = self.migrating.lock().await;
-        // Made or checked by the call this one waited for.
-        if self.migrated.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        if self.auto_migrate {
-            return self.migrate_now(op).await;
-        }
-        self.check_shape(op).await?;
-        self.migrated.store(true, Ordering::Release);
-        Ok(())
+        self.schema
+            .ensure(|| async {
+                match self.auto_migrate {
+                    true => self.migrate_now(op).await,
+                    false => self.check_shape(op).await,
+                }
+            })
+            .await
     }
 
     /// Checks, without changing anything, that the table has the columns of a lock table

@@ -1,7 +1,6 @@
 //! `PostgresBackend`: the contract on Postgres, one statement per operation.
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,8 +82,7 @@ impl PostgresBackend {
             timeout: settings.timeout,
             grace: settings.grace,
             auto_migrate: settings.auto_migrate,
-            migrated: AtomicBool::new(false),
-            migrating: tokio::sync::Mutex::default(),
+            schema: lock_sql::SchemaOnce::default(),
         });
         PostgresBackend {
             listing: Arc::new(Listing::new(Arc::clone(&db), settings.waiter_id)),

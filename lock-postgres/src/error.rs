@@ -99,34 +99,20 @@ pub(crate) fn map_error(op: Operation, e: sqlx::Error) -> Error {
             };
             (kind, format!("{} (SQLSTATE {code}); {hint}", db.message()))
         }
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => (
-            ErrorKind::Unavailable,
-            format!("{e}; the server is unreachable, the call is safe to retry"),
-        ),
-        sqlx::Error::Tls(_) => (
-            ErrorKind::Config,
-            format!("{e}; check the server's certificate and the URL's sslmode"),
-        ),
-        sqlx::Error::Configuration(_) => (
-            ErrorKind::Config,
-            "not a usable Postgres URL: expected postgres://user[:password]@host[:port]/database"
-                .to_owned(),
-        ),
-        _ => (ErrorKind::Protocol, e.to_string()),
+        _ => lock_sql::errors::transport(&e, &URL)
+            .unwrap_or_else(|| (ErrorKind::Protocol, e.to_string())),
     };
     Error::new(kind, NAME, op, message).with_source(e)
 }
 
+/// How a Postgres URL looks, for the errors that say to fix it.
+const URL: lock_sql::errors::UrlShape = lock_sql::errors::UrlShape {
+    database: "Postgres",
+    form: "postgres://user[:password]@host[:port]/database",
+    tls_option: "sslmode",
+};
+
 /// A reply row that does not have the shape the function promises.
 pub(crate) fn protocol(op: Operation, what: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorKind::Protocol,
-        NAME,
-        op,
-        format!("unexpected reply: {what}"),
-    )
+    lock_sql::errors::protocol(NAME, op, what)
 }

@@ -1,12 +1,12 @@
 //! Sending statements: one operation, or one batch of prolongs, as one statement on a
 //! pooled connection, by the backend's deadline, in the backend's form of statement.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_core::future::BoxFuture;
-use lock_core::backend::{connect_or_say_why, Grace, ProlongRequest};
-use lock_core::{Error, ErrorKind, Key, Operation, ProlongOutcome, Result, Ttl};
+use lock_core::backend::{Grace, ProlongRequest};
+use lock_core::{Key, Operation, ProlongOutcome, Result, Ttl};
+use lock_sql::SchemaOnce;
 use sqlx::postgres::PgRow;
 use sqlx::PgPool;
 use tokio::time::Instant;
@@ -30,10 +30,8 @@ pub(crate) struct Db {
     pub(crate) grace: Option<Grace>,
     /// Make the table and functions when they are missing, rather than only check.
     pub(crate) auto_migrate: bool,
-    /// The table and functions of this version were found or made.
-    pub(crate) migrated: AtomicBool,
-    /// Migrations by this backend take turns.
-    pub(crate) migrating: tokio::sync::Mutex<()>,
+    /// The table and functions of this version were found or made, once.
+    pub(crate) schema: SchemaOnce,
 }
 
 impl Db {
@@ -164,12 +162,12 @@ impl Db {
         let rows = match self.statement(op, sql, deadline, form).await {
             Err(e) if is_missing_schema(&e) && self.auto_migrate => {
                 tracing::warn!(table = %self.table(), "lock table missing, creating it again");
-                self.migrated.store(false, Ordering::Release);
+                self.schema.forget();
                 self.within(op, deadline, self.ensure_schema(op)).await??;
                 self.statement(op, sql, deadline, form).await
             }
             Err(e) if is_missing_schema(&e) => {
-                self.migrated.store(false, Ordering::Release);
+                self.schema.forget();
                 return Err(self.missing_schema());
             }
             other => other,
@@ -254,25 +252,18 @@ impl Db {
         })
     }
 
-    /// A pooled connection by `deadline`. While the pool holds none and none comes, one
-    /// TCP connection attempt of its own says why (refused, no route): the pool would
-    /// retry a refused connection until the deadline and say only that time ran out.
+    /// A pooled connection by `deadline` ([`lock_sql::connection`]: a refused server is
+    /// said as such, not as the deadline).
     pub(crate) async fn connection(
         &self,
         deadline: Instant,
     ) -> std::result::Result<sqlx::pool::PoolConnection<sqlx::Postgres>, sqlx::Error> {
-        // The server's TCP address only when no connection exists (a warm pool reads
-        // nothing), and never for a Unix socket (a probe of host:port would say nothing of it).
-        let options = (self.pool.size() == 0).then(|| self.pool.connect_options());
-        let cold = options
-            .as_ref()
-            .filter(|o| o.get_socket().is_none())
-            .map(|o| (o.get_host(), o.get_port()));
-        match connect_or_say_why(self.pool.acquire(), deadline, cold).await {
-            Ok(Some(conn)) => conn,
-            Ok(None) => Err(sqlx::Error::PoolTimedOut),
-            Err(e) => Err(sqlx::Error::Io(e)),
-        }
+        lock_sql::connection(&self.pool, deadline, |o| {
+            o.get_socket()
+                .is_none()
+                .then(|| (o.get_host().to_owned(), o.get_port()))
+        })
+        .await
     }
 
     /// Runs `fut` (schema checks) by `deadline`.
@@ -282,33 +273,20 @@ impl Db {
         deadline: Instant,
         fut: impl std::future::Future<Output = T>,
     ) -> Result<T> {
-        tokio::time::timeout_at(deadline, fut).await.map_err(|_| {
-            Error::new(
-                ErrorKind::Unavailable,
-                NAME,
-                op,
-                format!(
-                    "no answer within the deadline of {:?} (PostgresBuilder::timeout / timeout=); it is safe to retry",
-                    self.timeout
-                ),
-            )
-        })
+        let named = lock_sql::Deadline {
+            backend: NAME,
+            timeout: self.timeout,
+            setting: "PostgresBuilder::timeout / timeout=",
+        };
+        lock_sql::within(&named, op, deadline, fut).await
     }
 
-    /// Closes every idle pooled connection. Called when a statement found its connection
-    /// dead: what killed it (a restart, `pg_terminate_backend`, a network cut) most likely
-    /// killed the idle ones too, and each would otherwise fail a call of its own. The failed
-    /// call itself returns a retry-safe `Unavailable`; the next one opens a fresh connection.
+    /// Closes every idle pooled connection: a statement found its connection dead, and
+    /// what killed it (a restart, `pg_terminate_backend`, a network cut) most likely killed
+    /// the idle ones too. The failed call itself returns a retry-safe `Unavailable`; the
+    /// next one opens a fresh connection.
     fn discard_idle(&self) {
-        let mut closed = 0;
-        while let Some(mut conn) = self.pool.try_acquire() {
-            conn.close_on_drop();
-            closed += 1;
-            if closed > self.pool.options().get_max_connections() {
-                break;
-            }
-        }
-        tracing::debug!(closed, "a pooled connection was dead: closed the idle ones");
+        lock_sql::discard_idle(&self.pool);
     }
 }
 

@@ -1,8 +1,6 @@
 //! The lock table and its functions: made (or only checked, with `migrate=false`) before
 //! the first statement, and made again if they vanish under a running backend.
 
-use std::sync::atomic::Ordering;
-
 use lock_core::{Error, ErrorKind, Operation, Result};
 use sqlx::Row;
 use tokio::time::Instant;
@@ -20,14 +18,11 @@ impl Db {
     /// `PostgresBackend::migrate`, whose docs say what it does, by the deadline.
     pub(crate) async fn migrate(&self) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
-        let migrate = async {
-            let _turn = self.migrating.lock().await;
-            self.migrate_now(Operation::Connect).await
-        };
+        let migrate = self.schema.again(|| self.migrate_now(Operation::Connect));
         self.within(Operation::Connect, deadline, migrate).await?
     }
 
-    /// The migration; the caller holds the turn (`migrating`).
+    /// The migration; the caller holds the schema's turn.
     async fn migrate_now(&self, op: Operation) -> Result<()> {
         tracing::debug!(table = %self.table(), "migrating the lock table and its functions");
         let migration = self.names.migration();
@@ -43,9 +38,7 @@ impl Db {
             .await
             .map_err(|e| map_error(op, e))?;
         drop(conn);
-        self.check_shape(op).await?;
-        self.migrated.store(true, Ordering::Release);
-        Ok(())
+        self.check_shape(op).await
     }
 
     async fn check_shape(&self, op: Operation) -> Result<()> {
@@ -107,18 +100,14 @@ impl Db {
     /// reported as part of `op`, the call that needed it: calls that come meanwhile wait
     /// for that one and go on, rather than each migrate again in turn.
     pub(crate) async fn ensure_schema(&self, op: Operation) -> Result<()> {
-        if self.migrated.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let _turn = self.migrating.lock().await;
-        // Made or checked by the call this one waited for.
-        if self.migrated.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        if self.auto_migrate {
-            return self.migrate_now(op).await;
-        }
-        self.verify(op).await
+        self.schema
+            .ensure(|| async {
+                match self.auto_migrate {
+                    true => self.migrate_now(op).await,
+                    false => self.verify(op).await,
+                }
+            })
+            .await
     }
 
     /// Checks, without changing anything, that the table has the right shape and the
@@ -140,11 +129,10 @@ impl Db {
             .last()
             .ok_or_else(|| protocol(op, "the function check answered no row"))?;
         let found: bool = row.try_get(0).map_err(|e| protocol(op, e))?;
-        if !found {
-            return Err(self.missing_schema());
+        match found {
+            true => Ok(()),
+            false => Err(self.missing_schema()),
         }
-        self.migrated.store(true, Ordering::Release);
-        Ok(())
     }
 
     pub(crate) fn missing_schema(&self) -> Error {

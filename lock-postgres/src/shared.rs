@@ -26,10 +26,9 @@
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::rules::{self, Ask, Clock, Record, Reply, Wake};
 use lock_core::backend::{Grace, ProlongRequest};
-use lock_core::{Error, ErrorKind, Key, Operation, ProlongOutcome, Result};
-use sqlx::pool::PoolConnection;
+use lock_core::{Error, Key, Operation, ProlongOutcome, Result};
 use sqlx::postgres::PgRow;
-use sqlx::{Postgres, Row as _};
+use sqlx::Row as _;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -37,6 +36,7 @@ use crate::error::{is_missing_schema, map_error, protocol};
 use crate::exec::{fetch_rows, Db};
 use crate::reply::parse_holder;
 use crate::NAME;
+use lock_sql::Open;
 
 /// A record as the rules see it here: the token's digest, the holder info as JSON, times in
 /// nanoseconds of the server's clock (µs in the row, exact).
@@ -61,8 +61,7 @@ impl Db {
             match first {
                 Err(e) if is_missing_schema(&e) && self.auto_migrate => {
                     tracing::warn!(table = %self.table(), "lock table missing, creating it again");
-                    self.migrated
-                        .store(false, std::sync::atomic::Ordering::Release);
+                    self.schema.forget();
                     self.within(op, deadline, self.ensure_schema(op)).await??;
                     self.within(op, deadline, self.transaction(op, key, ask))
                         .await?
@@ -97,10 +96,7 @@ impl Db {
         key: &Key,
         ask: Ask<'_, String, String>,
     ) -> std::result::Result<Result<Reply>, sqlx::Error> {
-        let mut tx = Open {
-            conn: self.connection(Instant::now() + self.timeout).await?,
-            open: true,
-        };
+        let mut tx = Open::new(self.connection(Instant::now() + self.timeout).await?);
         let read = self.names.shared_read(&self.session, key.as_str());
         let rows = fetch_rows(&mut tx.conn, &read).await?;
         let decided = match rows.last() {
@@ -114,20 +110,6 @@ impl Db {
         fetch_rows(&mut tx.conn, &end).await?;
         tx.open = false;
         Ok(decided.map(|(answer, _, _)| answer))
-    }
-}
-
-/// A pooled connection inside a transaction: closed, not pooled, if dropped while open.
-struct Open {
-    conn: PoolConnection<Postgres>,
-    open: bool,
-}
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        if self.open {
-            self.conn.close_on_drop();
-        }
     }
 }
 
@@ -154,12 +136,7 @@ fn decide(
 }
 
 fn corrupt(op: Operation, what: &str) -> Error {
-    Error::new(
-        ErrorKind::Corrupt,
-        NAME,
-        op,
-        format!("the lock row's {what} is not what this backend writes; force-release the lock"),
-    )
+    lock_sql::errors::corrupt(NAME, op, what)
 }
 
 /// The record in the row read (columns 1..), `None` without a row.

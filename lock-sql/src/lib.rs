@@ -1,0 +1,36 @@
+//! What the SQL lock backends share: the plumbing around a transaction, never its wire
+//! protocol. `lock-postgres` and `lock-mysql` keep their own SQL (`sql.rs`, `schema.sql`)
+//! and the decisions (`lock_core::backend::rules`, or a stored function held to the same
+//! table); what they would otherwise both write lives here, generic over the sqlx driver:
+//!
+//! - [`connection`]: a pooled connection by a deadline, saying why a server cannot be
+//!   reached; [`Open`], a connection inside a transaction that is closed rather than pooled
+//!   when its caller is cancelled; [`discard_idle`], the idle connections closed once one is
+//!   found dead;
+//! - [`within`]: a call's deadline, as a retry-safe `Unavailable` error naming the setting;
+//! - [`SchemaOnce`]: the schema made or checked once, concurrent calls waiting for it;
+//! - [`errors`]: the error kinds of the failures every driver shares.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_core::{ErrorKind, Operation};
+//! use tokio::time::Instant;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let deadline = Instant::now() + Duration::from_millis(10);
+//! let never = std::future::pending::<()>();
+//! let setting = lock_sql::Deadline { backend: "postgres", timeout: Duration::from_millis(10), setting: "PostgresBuilder::timeout / timeout=" };
+//! let err = lock_sql::within(&setting, Operation::Obtain, deadline, never).await.unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::Unavailable);
+//! assert!(err.to_string().contains("safe to retry"));
+//! # }
+//! ```
+
+mod conn;
+mod deadline;
+pub mod errors;
+mod schema;
+
+pub use conn::{connection, discard_idle, Open};
+pub use deadline::{within, Deadline};
+pub use schema::SchemaOnce;
