@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::prolongate_each;
+use lock_core::backend::{prolongate_each, storage};
 use lock_core::backend::{
     Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
 };
@@ -25,7 +25,7 @@ use crate::notify::Notifier;
 use crate::request::{Reply, Request};
 use crate::watch;
 
-use crate::watch::Watch;
+use crate::watch::{OnWatch, Watch};
 
 /// What a backend runs operations with.
 pub(crate) enum Engine {
@@ -179,17 +179,43 @@ impl RedisBackend {
         Grace::or_ttl(self.grace, ttl)
     }
 
+    /// The Lua variant's call: the script, by the backend's deadline.
     async fn run(&self, key: &Key, req: Request<'_>) -> Result<Reply> {
         let keys = LockKeys::new(&self.prefix, key);
         let op = req.operation();
+        match &self.inner.engine {
+            Engine::Lua(l) => self.bounded(op, key, l.run(&keys, &req)).await,
+            Engine::Watch(_) => Err(protocol(
+                self.name(),
+                op,
+                "a script call on the WATCH variant",
+            )),
+        }
+    }
+
+    /// The WATCH variant as a storage for this backend's prefix and grace (`None` for the
+    /// Lua variant): lock-core's adapter decides, `watch.rs` reads and writes.
+    fn on_watch(&self) -> Option<OnWatch<'_>> {
+        match &self.inner.engine {
+            Engine::Watch(watch) => Some(OnWatch {
+                watch,
+                prefix: &self.prefix,
+                grace: self.grace,
+                timeout: self.timeout,
+            }),
+            Engine::Lua(_) => None,
+        }
+    }
+
+    /// `call` by the backend's deadline, in a span. A call cut off here drops its connection
+    /// rather than return it.
+    async fn bounded<T>(
+        &self,
+        op: Operation,
+        key: &Key,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
         let span = tracing::debug_span!("redis_lock", op = ?op, key = key.as_str());
-        let call = async {
-            match &self.inner.engine {
-                Engine::Lua(l) => l.run(&keys, &req).await,
-                // A transaction cut off here drops its connection rather than return it.
-                Engine::Watch(w) => w.run(&keys, &req).await,
-            }
-        };
         tokio::time::timeout(self.timeout, call.instrument(span))
             .await
             .unwrap_or_else(|_| {
@@ -254,10 +280,12 @@ impl LockBackend for RedisBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        // The WATCH variant's rules refuse a bad mode; the script trusts its arguments.
-        if let Engine::Lua(_) = self.inner.engine {
-            req.mode.check(self.name())?;
+        if let Some(watch) = self.on_watch() {
+            let call = storage::obtain(&watch, req);
+            return self.bounded(Operation::Obtain, req.key, call).await;
         }
+        // The script trusts its arguments: a bad mode is refused here.
+        req.mode.check(self.name())?;
         let holder_json = serde_json::to_string(req.holder).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
@@ -282,6 +310,10 @@ impl LockBackend for RedisBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        if let Some(watch) = self.on_watch() {
+            let call = storage::prolongate(&watch, req);
+            return self.bounded(Operation::Prolongate, req.key, call).await;
+        }
         let request = Request::Prolong {
             token: req.token,
             ttl: req.ttl,
@@ -331,6 +363,10 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        if let Some(watch) = self.on_watch() {
+            let call = storage::release(&watch, req);
+            return self.bounded(Operation::Release, req.key, call).await;
+        }
         let request = Request::Release {
             token: req.token,
             delay: req.delay_after,
@@ -342,6 +378,10 @@ impl LockBackend for RedisBackend {
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
+        if let Some(watch) = self.on_watch() {
+            let call = storage::inspect(&watch, key);
+            return self.bounded(Operation::Inspect, key, call).await;
+        }
         match self.run(key, Request::Inspect).await? {
             Reply::State(s) => Ok(s),
             other => Err(self.mismatch(Operation::Inspect, &other)),
@@ -349,6 +389,10 @@ impl LockBackend for RedisBackend {
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
+        if let Some(watch) = self.on_watch() {
+            let call = storage::force_release(&watch, key);
+            return self.bounded(Operation::ForceRelease, key, call).await;
+        }
         match self.run(key, Request::Force).await? {
             Reply::State(s) => Ok(s),
             other => Err(self.mismatch(Operation::ForceRelease, &other)),

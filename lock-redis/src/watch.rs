@@ -1,19 +1,20 @@
 //! The WATCH/MULTI variant: optimistic transactions, for servers where scripting is disabled.
+//! It is a storage on lock-core's adapter (`lock_core::backend::storage`): this file reads
+//! and writes one record; the adapter decides with `rules::step` (the rules `scripts/lock.lua`
+//! also keeps, checked by the same table of cases) and runs the step again after a conflict.
 //!
-//! Each operation, on a connection of its own from the pool:
+//! Each transaction, on a connection of its own from the pool:
 //!
 //! 1. one pipeline: `UNWATCH`, `WATCH rec`, `TIME`, `GET rec`: the record as of the server's
 //!    clock (a key of another type fails the `GET` with `WRONGTYPE`: `Corrupt`);
-//! 2. the decision, by `lock_core::backend::rules` (the rules `scripts/lock.lua` also keeps, checked
-//!    by the same table of cases), on the same record format;
-//! 3. if the decision writes: `MULTI`, `SET rec …` (and `PUBLISH` on a release; `SPUBLISH` on
+//! 2. the step, on the same record format as the script's;
+//! 3. if the step writes: `MULTI`, `SET rec …` (and `PUBLISH` on a release; `SPUBLISH` on
 //!    a cluster), `EXEC`.
-//!    `EXEC` answers nil when another client touched the record since the `WATCH`: the
-//!    operation starts over after a pause with full jitter that doubles from 100 µs up to
-//!    [`MAX_PAUSE`], for as long as the call's deadline allows (`RedisBuilder::timeout`).
-//!    A count would fail a release only because others were busy on the same key (eight
-//!    readers and a writer lost 32 rounds in a row to each other); the deadline bounds the
-//!    call as it bounds every other.
+//!    `EXEC` answers nil when another client touched the record since the `WATCH`: a
+//!    conflict, and the adapter starts over after a jittered pause that doubles from 100 µs
+//!    up to 20 ms, for as long as the call's deadline allows (`RedisBuilder::timeout`, which
+//!    bounds the whole call). A count would fail a release only because others were busy on
+//!    the same key (eight readers and a writer lost 32 rounds in a row to each other).
 //!
 //! So a cycle is 2 round trips per operation that writes and 1 for one that does not (busy,
 //! inspect, lost). `UNWATCH` first clears whatever an earlier read-only operation left
@@ -21,33 +22,25 @@
 
 use std::time::Duration;
 
-use lock_core::backend::rules::{self, Wake};
-use lock_core::{Error, ErrorKind, Operation, Result};
-
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use async_trait::async_trait;
+use lock_core::backend::rules::{self, Wake};
+use lock_core::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
+use lock_core::backend::{Capabilities, Grace, Token};
+use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
+
 use crate::conn::link::Acks;
-use crate::conn::pool::Pool;
+use crate::conn::pool::{Lease, Pool};
 use crate::conn::shards::Shards;
 use crate::error::map_error;
 use crate::keys::LockKeys;
 use crate::record::{self, Stored};
 use crate::request::parse_holder;
-use crate::request::{Reply, Request};
 
 /// The backend name of this variant.
 pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
-
-/// The longest pause between two transactions of one operation that lost to concurrent
-/// writers.
-pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(20);
-
-/// The pause before the transaction that follows `conflicts` lost ones: full jitter under
-/// 100 µs doubled per conflict, at most [`MAX_PAUSE`].
-fn conflict_pause(conflicts: u32) -> Duration {
-    let ceiling = (100u64 << conflicts.min(16)).min(MAX_PAUSE.as_micros() as u64);
-    Duration::from_micros(fastrand::u64(0..=ceiling))
-}
 
 pub(crate) struct Watch {
     pub(crate) pools: Pools,
@@ -63,7 +56,7 @@ pub(crate) enum Pools {
 }
 
 /// What the server held when the transaction started.
-struct Snapshot {
+struct Seen {
     now_ms: u64,
     now_us: u64,
     record: Option<Stored>,
@@ -76,14 +69,20 @@ const REROUTES_ONE: u32 = 1;
 const REROUTES_CLUSTER: u32 = 20;
 
 impl Watch {
-    pub(crate) async fn run(&self, keys: &LockKeys, req: &Request<'_>) -> Result<Reply> {
-        let op = req.operation();
+    /// One transaction on `keys.record`: read it (again on a fresh connection when the
+    /// read met a broken one), let `decide` run on it, and write what it returned unless
+    /// another client wrote the record since the read ([`Commit::Conflict`]).
+    async fn transact(
+        &self,
+        keys: &LockKeys,
+        op: Operation,
+        decide: &mut Decide<'_, String, String>,
+    ) -> Result<Commit> {
         let publish = match self.pools {
             Pools::Primary(_) => "PUBLISH",
             Pools::Cluster(_) => "SPUBLISH",
         };
         let mut broken = 0;
-        let mut conflicts = 0;
         loop {
             let pool = match &self.pools {
                 Pools::Primary(pool) => Pooled::Borrowed(pool),
@@ -94,7 +93,7 @@ impl Watch {
                 let snap = read(lease.conn(), keys, op).await?;
                 Ok::<_, Error>((lease, snap))
             };
-            let (mut lease, snap) = match read.await {
+            let (lease, snap) = match read.await {
                 Ok(read) => read,
                 // The read changes nothing, so a fresh connection may try it again. What broke
                 // this one (a server restart, CLIENT KILL, a failover, a moved slot) most
@@ -112,51 +111,72 @@ impl Watch {
                 }
                 Err(e) => return Err(e),
             };
-            let (writes, reply) = decide(keys, req, &snap, publish)?;
-            let Some(writes) = writes else {
-                lease.done();
-                return Ok(reply);
-            };
-            let committed: Option<redis::Value> = match writes.query_async(lease.conn()).await {
-                Ok(c) => c,
-                Err(e) => {
-                    pool.get().primary().failed(&e);
-                    let mut error = map_error(NAME, op, e);
-                    if let Pools::Cluster(shards) = &self.pools {
-                        shards.forget_slots();
-                        // A transaction cut short by a slot on the move (its SET answered ASK
-                        // or TRYAGAIN, so EXEC aborted) comes back as a reply redis-rs cannot
-                        // read. Nothing says what it did: an uncertain failure, which the
-                        // contract lets a retry resolve.
-                        if error.kind() == ErrorKind::Protocol {
-                            error = Error::new(
-                                ErrorKind::Unavailable,
-                                NAME,
-                                op,
-                                format!(
-                                    "the transaction's answer could not be read (a slot \
-                                     moving?); it may or may not have been applied, and is \
-                                     safe to retry: {error}"
-                                ),
-                            );
-                        }
-                    }
-                    return Err(error);
-                }
-            };
-            if committed.is_some() {
-                if let Some(acks) = self.acks {
-                    acks.await_on(lease.conn(), NAME, op).await?;
-                }
-                lease.done();
-                return Ok(reply);
-            }
-            lease.done();
-            conflicts += 1;
-            tracing::debug!(conflicts, key = %keys.record, "transaction lost to a concurrent writer");
-            // Spread the contenders out before the next round; the call's deadline ends it.
-            tokio::time::sleep(conflict_pause(conflicts)).await;
+            return self
+                .write(keys, op, decide, &pool, lease, snap, publish)
+                .await;
         }
+    }
+
+    /// The step on what was read, and its write in one `MULTI`/`EXEC` on the connection
+    /// that watched the record.
+    #[allow(clippy::too_many_arguments)]
+    async fn write(
+        &self,
+        keys: &LockKeys,
+        op: Operation,
+        decide: &mut Decide<'_, String, String>,
+        pool: &Pooled<'_>,
+        mut lease: Lease<'_>,
+        snap: Seen,
+        publish: &str,
+    ) -> Result<Commit> {
+        let change = decide(Snapshot {
+            record: snap.record.as_ref(),
+            clock: rules::Clock::millis(snap.now_ms),
+            // Never below the server clock in µs: tokens keep growing after the record is
+            // gone.
+            fencing_floor: snap.now_us,
+        });
+        let Some(writes) = transaction(keys, change?, snap.now_ms, publish)? else {
+            lease.done();
+            return Ok(Commit::Done);
+        };
+        let committed: Option<redis::Value> = match writes.query_async(lease.conn()).await {
+            Ok(c) => c,
+            Err(e) => {
+                pool.get().primary().failed(&e);
+                let mut error = map_error(NAME, op, e);
+                if let Pools::Cluster(shards) = &self.pools {
+                    shards.forget_slots();
+                    // A transaction cut short by a slot on the move (its SET answered ASK
+                    // or TRYAGAIN, so EXEC aborted) comes back as a reply redis-rs cannot
+                    // read. Nothing says what it did: an uncertain failure, which the
+                    // contract lets a retry resolve.
+                    if error.kind() == ErrorKind::Protocol {
+                        error = Error::new(
+                            ErrorKind::Unavailable,
+                            NAME,
+                            op,
+                            format!(
+                                "the transaction's answer could not be read (a slot \
+                                 moving?); it may or may not have been applied, and is \
+                                 safe to retry: {error}"
+                            ),
+                        );
+                    }
+                }
+                return Err(error);
+            }
+        };
+        if committed.is_none() {
+            lease.done();
+            return Ok(Commit::Conflict);
+        }
+        if let Some(acks) = self.acks {
+            acks.await_on(lease.conn(), NAME, op).await?;
+        }
+        lease.done();
+        Ok(Commit::Done)
     }
 
     fn reroutes(&self) -> u32 {
@@ -201,7 +221,7 @@ async fn read(
     conn: &mut redis::aio::MultiplexedConnection,
     keys: &LockKeys,
     op: Operation,
-) -> Result<Snapshot> {
+) -> Result<Seen> {
     let mut p = redis::pipe();
     p.cmd("UNWATCH")
         .ignore()
@@ -218,83 +238,34 @@ async fn read(
     let record = raw
         .map(|raw| record::decode(NAME, op, &keys.record, &raw))
         .transpose()?;
-    Ok(Snapshot {
+    Ok(Seen {
         now_ms: time.0 * 1000 + time.1 / 1000,
         now_us: time.0 * 1_000_000 + time.1,
         record,
     })
 }
 
-/// The transaction to run (if any) and the answer it gives once committed: the contract's
-/// rules (`lock_core::backend::rules`) on the record as of the server's clock.
-fn decide(
+/// The transaction that stores `change` (none when it writes nothing): the record, and the
+/// release notification when the write frees room: for one waiter ("released"), or for
+/// all ("all": shared holds or a writer's marker were involved; see `rules::Wake`).
+fn transaction(
     keys: &LockKeys,
-    req: &Request<'_>,
-    s: &Snapshot,
+    change: Change<String, String>,
+    now_ms: u64,
     publish: &str,
-) -> Result<(Option<redis::Pipeline>, Reply)> {
-    let op = req.operation();
-    let digest = match req {
-        Request::Obtain { token, .. }
-        | Request::Prolong { token, .. }
-        | Request::Release { token, .. } => token.digest(),
-        Request::Inspect | Request::Force => String::new(),
-    };
-    let holder_json = match req {
-        Request::Obtain { holder_json, .. } => (*holder_json).to_owned(),
-        _ => String::new(),
-    };
-    let ask = match *req {
-        Request::Obtain {
-            ttl,
-            grace,
-            mode,
-            queue,
-            change,
-            ..
-        } => rules::Ask::Obtain(rules::Obtain {
-            token: &digest,
-            holder: &holder_json,
-            ttl,
-            grace,
-            // Never below the server clock in µs: tokens keep growing after the record is
-            // gone.
-            fencing_floor: s.now_us,
-            mode,
-            queue,
-            change,
-        }),
-        Request::Prolong { ttl, grace, .. } => rules::Ask::Prolong {
-            token: &digest,
-            ttl,
-            grace,
-        },
-        Request::Release { delay, .. } => rules::Ask::Release {
-            token: &digest,
-            delay,
-        },
-        Request::Inspect => rules::Ask::Inspect,
-        Request::Force => rules::Ask::Force,
-    };
-    let d = rules::step(s.record.as_ref(), rules::Clock::millis(s.now_ms), ask);
-    let reply = d
-        .outcome
-        .try_into_reply(NAME, |json: &String| parse_holder(NAME, op, json))?;
-    let (write, wake) = (d.write, d.wake);
-    let Some(write) = write else {
-        return Ok((None, reply));
+) -> Result<Option<redis::Pipeline>> {
+    let Some(write) = change.write else {
+        return Ok(None);
     };
     let mut tx = redis::pipe();
     tx.atomic();
     tx.cmd("SET")
         .arg(&keys.record)
-        .arg(record::encode(&write, s.now_ms)?)
+        .arg(record::encode(&write, now_ms)?)
         .arg("PX")
-        .arg(record::keep_ms(&write, s.now_ms))
+        .arg(record::keep_ms(&write, now_ms))
         .ignore();
-    // A write that frees room wakes the key's waiters: one of them ("released"), or all
-    // ("all": shared holds or a writer's marker were involved; see `rules::Wake`).
-    match wake {
+    match change.wake {
         Wake::Nobody => {}
         Wake::One => {
             tx.cmd(publish).arg(&keys.channel).arg("released").ignore();
@@ -303,24 +274,74 @@ fn decide(
             tx.cmd(publish).arg(&keys.channel).arg("all").ignore();
         }
     }
-    Ok((Some(tx), reply))
+    Ok(Some(tx))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The WATCH variant as a storage, for one call: the engine, and what the call's backend
+/// adds (its key prefix, its grace).
+pub(crate) struct OnWatch<'a> {
+    pub(crate) watch: &'a Watch,
+    pub(crate) prefix: &'a str,
+    pub(crate) grace: Option<Grace>,
+    /// The call's deadline, which bounds the conflicts too.
+    pub(crate) timeout: Duration,
+}
 
-    #[test]
-    fn conflict_pauses_grow_with_jitter_and_stay_under_the_cap() {
-        for conflicts in 0..100 {
-            let ceiling = Duration::from_micros(100 << conflicts.min(16)).min(MAX_PAUSE);
-            for _ in 0..50 {
-                assert!(conflict_pause(conflicts) <= ceiling);
-            }
-        }
-        // Jittered: not every pause after many conflicts is the same.
-        let pauses: std::collections::HashSet<Duration> =
-            (0..50).map(|_| conflict_pause(30)).collect();
-        assert!(pauses.len() > 1);
+impl std::fmt::Debug for OnWatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnWatch")
+            .field("prefix", &self.prefix)
+            .field("grace", &self.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Storage for OnWatch<'_> {
+    /// The token's digest, as the script stores it.
+    type Token = String;
+    /// The holder info's JSON, as the script stores it.
+    type Holder = String;
+    const NAME: &'static str = NAME;
+
+    fn storage_capabilities(&self) -> Capabilities {
+        Capabilities::none().shared(true)
+    }
+
+    fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
+        Cow::Owned(token.digest())
+    }
+
+    fn holder<'h>(&self, holder: &'h HolderInfo, op: Operation) -> Result<Cow<'h, String>> {
+        serde_json::to_string(holder).map(Cow::Owned).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                NAME,
+                op,
+                format!("holder info does not serialize: {e}"),
+            )
+        })
+    }
+
+    fn decode_holder(&self, stored: &String, op: Operation) -> Result<HolderInfo> {
+        parse_holder(NAME, op, stored)
+    }
+
+    fn grace(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
+    }
+
+    fn conflicts_within(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn transact(
+        &self,
+        key: &Key,
+        op: Operation,
+        decide: &mut Decide<'_, String, String>,
+    ) -> Result<Commit> {
+        let keys = LockKeys::new(self.prefix, key);
+        self.watch.transact(&keys, op, decide).await
     }
 }

@@ -165,9 +165,12 @@ pub type Decide<'s, T, H> =
     dyn for<'r> FnMut(Snapshot<'r, T, H>) -> Result<Change<T, H>> + Send + 's;
 
 /// A place that keeps one record per key, atomically read and written: all a backend on
-/// this adapter implements (see the [module](self) docs for a complete one).
+/// this adapter implements (see the [module](self) docs for a complete one). A `'static`
+/// storage is a [`LockBackend`]; one that borrows (a view with the caller's key prefix)
+/// runs the contract through [`obtain`], [`prolongate`], [`release`], [`inspect`] and
+/// [`force_release`].
 #[async_trait]
-pub trait Storage: fmt::Debug + Send + Sync + 'static {
+pub trait Storage: fmt::Debug + Send + Sync {
     /// The owner token as stored: the [`Token`] itself, its hex, its digest.
     type Token: Clone + PartialEq + Send + Sync;
     /// The holder info as stored: the [`HolderInfo`] itself, its JSON.
@@ -305,8 +308,84 @@ async fn run<S: Storage>(
     }
 }
 
+/// [`LockBackend::obtain`] through `storage`: what the adapter runs. A backend that is more
+/// than one storage (two variants under one type, a storage that needs the caller's key
+/// prefix) calls these functions with a storage view of its own.
+///
+/// # Errors
+/// As [`LockBackend::obtain`].
+pub async fn obtain<S: Storage>(storage: &S, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+    if !storage.storage_capabilities().shared {
+        req.exclusive_only(S::NAME)?;
+    }
+    let token = storage.token(req.token);
+    let holder = storage.holder(req.holder, Operation::Obtain)?;
+    let ask = Ask::Obtain(Obtain {
+        token: &*token,
+        holder: &*holder,
+        ttl: req.ttl,
+        grace: storage.grace(req.ttl),
+        // Set from each snapshot.
+        fencing_floor: 0,
+        mode: req.mode,
+        queue: req.queue,
+        change: req.change.map(|f| f.0),
+    });
+    run(storage, req.key, ask).await?.into_obtain(S::NAME)
+}
+
+/// [`LockBackend::prolongate`] through `storage`.
+///
+/// # Errors
+/// As [`LockBackend::prolongate`].
+pub async fn prolongate<S: Storage>(
+    storage: &S,
+    req: ProlongRequest<'_>,
+) -> Result<ProlongOutcome> {
+    let token = storage.token(req.token);
+    let ask = Ask::Prolong {
+        token: &*token,
+        ttl: req.ttl,
+        grace: storage.grace(req.ttl),
+    };
+    run(storage, req.key, ask).await?.into_prolong(S::NAME)
+}
+
+/// [`LockBackend::release`] through `storage`.
+///
+/// # Errors
+/// As [`LockBackend::release`].
+pub async fn release<S: Storage>(storage: &S, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+    let token = storage.token(req.token);
+    let ask = Ask::Release {
+        token: &*token,
+        delay: req.delay_after,
+    };
+    run(storage, req.key, ask).await?.into_release(S::NAME)
+}
+
+/// [`LockBackend::inspect`] through `storage`.
+///
+/// # Errors
+/// As [`LockBackend::inspect`].
+pub async fn inspect<S: Storage>(storage: &S, key: &Key) -> Result<LockState> {
+    run(storage, key, Ask::Inspect)
+        .await?
+        .into_state(S::NAME, Operation::Inspect)
+}
+
+/// [`LockBackend::force_release`] through `storage`.
+///
+/// # Errors
+/// As [`LockBackend::force_release`].
+pub async fn force_release<S: Storage>(storage: &S, key: &Key) -> Result<LockState> {
+    run(storage, key, Ask::Force)
+        .await?
+        .into_state(S::NAME, Operation::ForceRelease)
+}
+
 #[async_trait]
-impl<S: Storage> LockBackend for S {
+impl<S: Storage + 'static> LockBackend for S {
     fn name(&self) -> &'static str {
         S::NAME
     }
@@ -316,57 +395,47 @@ impl<S: Storage> LockBackend for S {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        if !self.storage_capabilities().shared {
-            req.exclusive_only(S::NAME)?;
-        }
-        let token = self.token(req.token);
-        let holder = self.holder(req.holder, Operation::Obtain)?;
-        let ask = Ask::Obtain(Obtain {
-            token: &*token,
-            holder: &*holder,
-            ttl: req.ttl,
-            grace: self.grace(req.ttl),
-            // Set from each snapshot.
-            fencing_floor: 0,
-            mode: req.mode,
-            queue: req.queue,
-            change: req.change.map(|f| f.0),
-        });
-        run(self, req.key, ask).await?.into_obtain(S::NAME)
+        obtain(self, req).await
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let token = self.token(req.token);
-        let ask = Ask::Prolong {
-            token: &*token,
-            ttl: req.ttl,
-            grace: self.grace(req.ttl),
-        };
-        run(self, req.key, ask).await?.into_prolong(S::NAME)
+        prolongate(self, req).await
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        let token = self.token(req.token);
-        let ask = Ask::Release {
-            token: &*token,
-            delay: req.delay_after,
-        };
-        run(self, req.key, ask).await?.into_release(S::NAME)
+        release(self, req).await
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
-        run(self, key, Ask::Inspect)
-            .await?
-            .into_state(S::NAME, Operation::Inspect)
+        inspect(self, key).await
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
-        run(self, key, Ask::Force)
-            .await?
-            .into_state(S::NAME, Operation::ForceRelease)
+        force_release(self, key).await
     }
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         self.subscribe_releases(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::conflict_pause;
+    use std::time::Duration;
+
+    #[test]
+    fn conflict_pauses_grow_with_jitter_and_stay_under_the_cap() {
+        let cap = Duration::from_millis(20);
+        for conflicts in 0..100 {
+            let ceiling = Duration::from_micros(100 << conflicts.min(16)).min(cap);
+            for _ in 0..50 {
+                assert!(conflict_pause(conflicts) <= ceiling);
+            }
+        }
+        // Jittered: not every pause after many conflicts is the same.
+        let pauses: std::collections::HashSet<Duration> =
+            (0..50).map(|_| conflict_pause(30)).collect();
+        assert!(pauses.len() > 1);
     }
 }
