@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use distlock::backend::rules::{Clock, Record, Wake};
 use distlock::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
-use distlock::backend::{async_trait, Capabilities, ReleaseSubscription, Token, Waiters};
+use distlock::backend::{Capabilities, ReleaseSubscription, Token, Waiters};
 use distlock::{HolderInfo, Key, LockBackend, Locker, Operation, Result};
 
 type Stored = Record<Token, HolderInfo>;
@@ -54,7 +54,6 @@ impl VersionedStore {
     }
 }
 
-#[async_trait]
 impl Storage for VersionedStore {
     type Token = Token;
     type Holder = HolderInfo;
@@ -140,7 +139,7 @@ async fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use distlock::conformance::Harness;
+    use distlock::conformance::{async_trait, Harness};
 
     /// One server per suite; every backend a client under a prefix of its own.
     struct Versioned(Arc<Mutex<Server>>);

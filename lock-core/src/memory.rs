@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
@@ -201,7 +200,6 @@ impl Store {
     }
 }
 
-#[async_trait]
 impl Storage for MemoryBackend {
     type Token = Token;
     type Holder = HolderInfo;

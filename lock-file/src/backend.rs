@@ -8,7 +8,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use lock_core::backend::rules;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
 use lock_core::backend::{Capabilities, Grace, Token, UrlOptions};
@@ -279,7 +278,6 @@ fn io_error(op: Operation, path: &Path, e: io::Error) -> Error {
     .with_source(e)
 }
 
-#[async_trait]
 impl Storage for FileBackend {
     /// The owner token's hex.
     type Token = String;

@@ -25,7 +25,6 @@ use std::time::Duration;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use lock_core::backend::rules::{self, Wake};
 use lock_core::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
 use lock_core::backend::{Capabilities, Grace, Token};
@@ -296,7 +295,6 @@ impl std::fmt::Debug for OnWatch<'_> {
     }
 }
 
-#[async_trait]
 impl Storage for OnWatch<'_> {
     /// The token's digest, as the script stores it.
     type Token = String;

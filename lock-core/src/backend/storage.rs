@@ -35,7 +35,7 @@
 //!
 //! use lock_core::backend::rules::{Clock, Record, Wake};
 //! use lock_core::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
-//! use lock_core::backend::{async_trait, Capabilities, ReleaseSubscription, Token, Waiters};
+//! use lock_core::backend::{Capabilities, ReleaseSubscription, Token, Waiters};
 //! use lock_core::{HolderInfo, Key, LockBackend, Locker, Operation, Result};
 //!
 //! #[derive(Debug)]
@@ -45,7 +45,6 @@
 //!     started: Instant,
 //! }
 //!
-//! #[async_trait]
 //! impl Storage for MapStorage {
 //!     type Token = Token;
 //!     type Holder = HolderInfo;
@@ -114,9 +113,10 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
-use super::rules::{step, Ask, Clock, Obtain, Record, Reply, Wake};
+use super::rules::{step, Answer, Ask, Clock, Obtain, Record, Wake};
 use super::{
     async_trait, Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest,
     ReleaseSubscription, Token,
@@ -165,11 +165,13 @@ pub type Decide<'s, T, H> =
     dyn for<'r> FnMut(Snapshot<'r, T, H>) -> Result<Change<T, H>> + Send + 's;
 
 /// A place that keeps one record per key, atomically read and written: all a backend on
-/// this adapter implements (see the [module](self) docs for a complete one). A `'static`
+/// this adapter implements (see the [module](self) docs for a complete one). Its async
+/// methods are written `async fn` in an implementation (no `#[async_trait]`: the adapter
+/// calls them without boxing a future per call, and requires their futures to be `Send`).
+/// A `'static`
 /// storage is a [`LockBackend`]; one that borrows (a view with the caller's key prefix)
 /// runs the contract through [`obtain`], [`prolongate`], [`release`], [`inspect`] and
 /// [`force_release`].
-#[async_trait]
 pub trait Storage: fmt::Debug + Send + Sync {
     /// The owner token as stored: the [`Token`] itself, its hex, its digest.
     type Token: Clone + PartialEq + Send + Sync;
@@ -224,21 +226,24 @@ pub trait Storage: fmt::Debug + Send + Sync {
     ///
     /// # Cancel safety
     /// Dropping the future may or may not have stored the change, never half of it.
-    async fn transact(
+    fn transact(
         &self,
         key: &Key,
         op: Operation,
         decide: &mut Decide<'_, Self::Token, Self::Holder>,
-    ) -> Result<Commit>;
+    ) -> impl Future<Output = Result<Commit>> + Send;
 
     /// Subscribes to releases of `key`, as [`LockBackend::subscribe`]; `Ok(None)`, the
     /// default, leaves waiters to poll.
     ///
     /// # Errors
     /// As [`LockBackend::subscribe`].
-    async fn subscribe_releases(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+    fn subscribe_releases(
+        &self,
+        key: &Key,
+    ) -> impl Future<Output = Result<Option<ReleaseSubscription>>> + Send {
         let _ = key;
-        Ok(None)
+        std::future::ready(Ok(None))
     }
 }
 
@@ -250,47 +255,48 @@ pub(crate) fn conflict_pause(conflicts: u32) -> Duration {
 }
 
 /// Runs `ask` on `key` through `storage`: the step on every read, again after each
-/// conflict, for at most [`Storage::conflicts_within`].
-async fn run<S: Storage>(
+/// conflict, for at most [`Storage::conflicts_within`]; `answer` turns the step's answer
+/// into the operation's outcome while the record it borrows from is at hand.
+async fn run<S: Storage, O: Send>(
     storage: &S,
     key: &Key,
     ask: Ask<'_, S::Token, S::Holder>,
-) -> Result<Reply> {
+    answer: impl for<'r> Fn(Answer<'r, S::Holder>) -> Result<O> + Send + Sync,
+) -> Result<O> {
     let op = ask.operation();
-    let started = tokio::time::Instant::now();
+    // Read on the first conflict only: an uncontended call reads no clock of its own.
+    let mut started = None;
     let mut conflicts = 0u32;
     loop {
-        let mut reply = None;
+        let mut outcome = None;
         let mut decide = |snap: Snapshot<'_, S::Token, S::Holder>| {
             let mut ask = ask;
             if let Ask::Obtain(obtain) = &mut ask {
                 obtain.fencing_floor = snap.fencing_floor;
             }
             let d = step(snap.record, snap.clock, ask);
-            reply = Some(
-                d.outcome
-                    .try_into_reply(S::NAME, |h| storage.decode_holder(h, op))?,
-            );
+            outcome = Some(answer(d.outcome)?);
             Ok(Change {
                 write: d.write,
                 wake: d.wake,
             })
         };
-        let commit = storage.transact(key, op, &mut decide).await?;
-        match (commit, reply) {
-            (Commit::Done, Some(reply)) => return Ok(reply),
-            (Commit::Done, None) => {
-                return Err(Error::new(
-                    ErrorKind::Protocol,
-                    S::NAME,
-                    op,
-                    "the storage committed without running the step (a bug in its transact)",
-                ))
+        match storage.transact(key, op, &mut decide).await? {
+            Commit::Done => {
+                return outcome.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Protocol,
+                        S::NAME,
+                        op,
+                        "the storage committed without running the step (a bug in its transact)",
+                    )
+                })
             }
-            (Commit::Conflict, _) => {}
+            Commit::Conflict => {}
         }
         conflicts += 1;
         let within = storage.conflicts_within();
+        let started = *started.get_or_insert_with(tokio::time::Instant::now);
         if started.elapsed() >= within {
             return Err(Error::new(
                 ErrorKind::Unavailable,
@@ -306,6 +312,22 @@ async fn run<S: Storage>(
         tracing::debug!(conflicts, key = %key, "transaction lost to a concurrent writer");
         tokio::time::sleep(conflict_pause(conflicts)).await;
     }
+}
+
+/// The step answered another operation than it was asked: a bug, said as such.
+fn mismatch<H>(backend: &'static str, op: Operation, answer: &Answer<'_, H>) -> Error {
+    let what = match answer {
+        Answer::Obtain(..) => "an obtain",
+        Answer::Prolong(_) => "a prolong",
+        Answer::Release(_) => "a release",
+        Answer::State(_) => "a state",
+    };
+    Error::new(
+        ErrorKind::Protocol,
+        backend,
+        op,
+        format!("the step answered {what} to {op}"),
+    )
 }
 
 /// [`LockBackend::obtain`] through `storage`: what the adapter runs. A backend that is more
@@ -331,7 +353,14 @@ pub async fn obtain<S: Storage>(storage: &S, req: ObtainRequest<'_>) -> Result<O
         queue: req.queue,
         change: req.change.map(|f| f.0),
     });
-    run(storage, req.key, ask).await?.into_obtain(S::NAME)
+    let op = Operation::Obtain;
+    run(storage, req.key, ask, |answer| match answer {
+        Answer::Obtain(outcome, ttl) => {
+            outcome.try_into_outcome(ttl, S::NAME, |h| storage.decode_holder(h, op))
+        }
+        other => Err(mismatch(S::NAME, op, &other)),
+    })
+    .await
 }
 
 /// [`LockBackend::prolongate`] through `storage`.
@@ -348,7 +377,11 @@ pub async fn prolongate<S: Storage>(
         ttl: req.ttl,
         grace: storage.grace(req.ttl),
     };
-    run(storage, req.key, ask).await?.into_prolong(S::NAME)
+    run(storage, req.key, ask, |answer| match answer {
+        Answer::Prolong(outcome) => Ok(outcome),
+        other => Err(mismatch(S::NAME, Operation::Prolongate, &other)),
+    })
+    .await
 }
 
 /// [`LockBackend::release`] through `storage`.
@@ -361,7 +394,11 @@ pub async fn release<S: Storage>(storage: &S, req: ReleaseRequest<'_>) -> Result
         token: &*token,
         delay: req.delay_after,
     };
-    run(storage, req.key, ask).await?.into_release(S::NAME)
+    run(storage, req.key, ask, |answer| match answer {
+        Answer::Release(outcome) => Ok(outcome),
+        other => Err(mismatch(S::NAME, Operation::Release, &other)),
+    })
+    .await
 }
 
 /// [`LockBackend::inspect`] through `storage`.
@@ -369,9 +406,7 @@ pub async fn release<S: Storage>(storage: &S, req: ReleaseRequest<'_>) -> Result
 /// # Errors
 /// As [`LockBackend::inspect`].
 pub async fn inspect<S: Storage>(storage: &S, key: &Key) -> Result<LockState> {
-    run(storage, key, Ask::Inspect)
-        .await?
-        .into_state(S::NAME, Operation::Inspect)
+    state(storage, key, Ask::Inspect).await
 }
 
 /// [`LockBackend::force_release`] through `storage`.
@@ -379,9 +414,21 @@ pub async fn inspect<S: Storage>(storage: &S, key: &Key) -> Result<LockState> {
 /// # Errors
 /// As [`LockBackend::force_release`].
 pub async fn force_release<S: Storage>(storage: &S, key: &Key) -> Result<LockState> {
-    run(storage, key, Ask::Force)
-        .await?
-        .into_state(S::NAME, Operation::ForceRelease)
+    state(storage, key, Ask::Force).await
+}
+
+/// What an inspection or a forced release saw.
+async fn state<S: Storage>(
+    storage: &S,
+    key: &Key,
+    ask: Ask<'_, S::Token, S::Holder>,
+) -> Result<LockState> {
+    let op = ask.operation();
+    run(storage, key, ask, |answer| match answer {
+        Answer::State(view) => view.try_into_state(|h| storage.decode_holder(h, op)),
+        other => Err(mismatch(S::NAME, op, &other)),
+    })
+    .await
 }
 
 #[async_trait]
