@@ -195,6 +195,11 @@ impl RedisBackend {
 
     /// The WATCH variant as a storage for this backend's prefix and grace (`None` for the
     /// Lua variant): lock-core's adapter decides, `watch.rs` reads and writes.
+    ///
+    /// Its calls are boxed: the adapter's future inside this backend's is deep enough to
+    /// overflow the compiler's layout depth with some feature sets (distlock's
+    /// `--all-features`), and a WATCH call is two network round trips, next to which one
+    /// allocation is nothing.
     fn on_watch(&self) -> Option<OnWatch<'_>> {
         match &self.inner.engine {
             Engine::Watch(watch) => Some(OnWatch {
@@ -281,7 +286,7 @@ impl LockBackend for RedisBackend {
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         if let Some(watch) = self.on_watch() {
-            let call = storage::obtain(&watch, req);
+            let call = Box::pin(storage::obtain(&watch, req));
             return self.bounded(Operation::Obtain, req.key, call).await;
         }
         // The script trusts its arguments: a bad mode is refused here.
@@ -311,7 +316,7 @@ impl LockBackend for RedisBackend {
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         if let Some(watch) = self.on_watch() {
-            let call = storage::prolongate(&watch, req);
+            let call = Box::pin(storage::prolongate(&watch, req));
             return self.bounded(Operation::Prolongate, req.key, call).await;
         }
         let request = Request::Prolong {
@@ -364,7 +369,7 @@ impl LockBackend for RedisBackend {
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         if let Some(watch) = self.on_watch() {
-            let call = storage::release(&watch, req);
+            let call = Box::pin(storage::release(&watch, req));
             return self.bounded(Operation::Release, req.key, call).await;
         }
         let request = Request::Release {
@@ -379,7 +384,7 @@ impl LockBackend for RedisBackend {
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
         if let Some(watch) = self.on_watch() {
-            let call = storage::inspect(&watch, key);
+            let call = Box::pin(storage::inspect(&watch, key));
             return self.bounded(Operation::Inspect, key, call).await;
         }
         match self.run(key, Request::Inspect).await? {
@@ -390,7 +395,7 @@ impl LockBackend for RedisBackend {
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
         if let Some(watch) = self.on_watch() {
-            let call = storage::force_release(&watch, key);
+            let call = Box::pin(storage::force_release(&watch, key));
             return self.bounded(Operation::ForceRelease, key, call).await;
         }
         match self.run(key, Request::Force).await? {
