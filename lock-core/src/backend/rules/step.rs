@@ -106,16 +106,6 @@ impl<H> Answer<'_, H> {
     }
 }
 
-impl Answer<'_, HolderInfo> {
-    /// The reply, for a backend that stores [`HolderInfo`] itself.
-    ///
-    /// # Errors
-    /// A refused obtain, as `backend`'s [`ErrorKind::InvalidInput`].
-    pub fn into_reply(self, backend: &'static str) -> crate::Result<Reply> {
-        self.try_into_reply(backend, |h| Ok::<_, Error>(h.clone()))
-    }
-}
-
 /// An answer in the one outcome vocabulary every backend speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
