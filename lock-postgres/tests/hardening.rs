@@ -94,6 +94,32 @@ impl Fresh {
         tx
     }
 
+    /// Waits until a statement of someone else queues behind `key`'s advisory lock (held by
+    /// [`Fresh::hold_key`]), so a test's timing starts when the wait does, however late a
+    /// loaded machine lets that statement reach the server.
+    async fn wait_for_waiter(&self, key: &str) {
+        let waiting = format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND ((classid::bigint << 32) | objid::bigint) = {}",
+            self.lock_id(key)
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let n: i64 = sqlx::query_scalar(&waiting)
+                .fetch_one(&self.admin)
+                .await
+                .unwrap();
+            if n > 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no statement queued behind the key's advisory lock within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn drop_schema(&self) {
         exec(
             &self.url,
@@ -234,6 +260,7 @@ async fn outcomes_do_not_depend_on_the_default_isolation_level() {
             let (b, key) = (b.clone(), key.clone());
             tokio::spawn(async move { obtain(&b, &key, &other, 30_000).await })
         };
+        f.wait_for_waiter("k").await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         tx.commit().await.unwrap();
         let outcome = queued.await.unwrap();
@@ -368,6 +395,7 @@ async fn short_timeouts_of_the_role_do_not_cut_a_queued_call_short() {
             let token = Token::generate().unwrap();
             tokio::spawn(async move { obtain(&b, &key, &token, 30_000).await })
         };
+        f.wait_for_waiter("k").await;
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         tx.commit().await.unwrap();
         let outcome = queued.await.unwrap();
@@ -631,6 +659,7 @@ fn owner_tokens_never_reach_a_log() {
         let tx = f.hold_key("k").await;
         let (b2, key2) = (b.clone(), key.clone());
         let slow = tokio::spawn(async move { obtain(&b2, &key2, &token, 30_000).await });
+        f.wait_for_waiter("k").await;
         tokio::time::sleep(Duration::from_millis(1300)).await;
         tx.commit().await.unwrap();
         assert!(matches!(
