@@ -15,12 +15,17 @@
 //! The rows after the mutex's are shared holds (a semaphore of [`CAPACITY`] permits, a
 //! waiting writer's marker, mode changes): a runner writes [`Before::Shared`] as its backend
 //! stores shared holds ([`Before::shared_at`]) and decodes them back with
-//! [`Seen::shared_from_json`] when it stores them as JSON.
+//! [`Seen::shared_from_json`] when it stores them as JSON. A SQL backend's runner writes and
+//! reads [`SqlRow`]s ([`Before::sql_row`], [`SqlRow::seen`]).
 
 mod check;
 mod rows;
+mod sql;
+mod stored;
 mod vocabulary;
 
-pub use check::{Mismatch, Row, ShareAt, SharedAt, SharedRow};
+pub use check::Mismatch;
 pub use rows::CASES;
+pub use sql::{Digests, SqlRow};
+pub use stored::{Row, ShareAt, SharedAt, SharedRow};
 pub use vocabulary::*;

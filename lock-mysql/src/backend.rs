@@ -52,7 +52,7 @@ impl MySqlBackend {
 
     /// The pool the backend runs on.
     pub fn pool(&self) -> &MySqlPool {
-        &self.db.pool
+        &self.db.pooled.pool
     }
 
     /// The lock table's name (in the URL's database).
@@ -122,7 +122,7 @@ impl fmt::Debug for MySqlBackend {
         f.debug_struct("MySqlBackend")
             .field("table", &self.table())
             .field("grace", &self.db.grace)
-            .field("timeout", &self.db.timeout)
+            .field("timeout", &self.db.pooled.deadline.timeout)
             .field("auto_migrate", &self.db.auto_migrate)
             .finish_non_exhaustive()
     }

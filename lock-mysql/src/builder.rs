@@ -4,11 +4,10 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
-use lock_core::backend::{Grace, UrlOptions};
+use lock_core::backend::UrlOptions;
 use lock_core::{Error, ErrorKind, Operation, Result};
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::mysql::MySqlConnectOptions;
 use sqlx::MySqlPool;
 
 use crate::backend::MySqlBackend;
@@ -36,10 +35,7 @@ enum Source {
 pub struct MySqlBuilder {
     source: Source,
     table: String,
-    grace: Option<Duration>,
-    timeout: Duration,
-    auto_migrate: bool,
-    pool_size: u32,
+    common: lock_sql::Common,
 }
 
 impl fmt::Debug for MySqlBuilder {
@@ -51,10 +47,7 @@ impl fmt::Debug for MySqlBuilder {
         f.debug_struct("MySqlBuilder")
             .field("source", &source)
             .field("table", &self.table)
-            .field("grace", &self.grace)
-            .field("timeout", &self.timeout)
-            .field("auto_migrate", &self.auto_migrate)
-            .field("pool_size", &self.pool_size)
+            .field("common", &self.common)
             .finish()
     }
 }
@@ -64,10 +57,10 @@ impl MySqlBuilder {
         MySqlBuilder {
             source,
             table: MySqlBackend::DEFAULT_TABLE.to_owned(),
-            grace: None,
-            timeout: MySqlBackend::DEFAULT_TIMEOUT,
-            auto_migrate: true,
-            pool_size: MySqlBackend::DEFAULT_POOL_SIZE,
+            common: lock_sql::Common::new(
+                MySqlBackend::DEFAULT_TIMEOUT,
+                MySqlBackend::DEFAULT_POOL_SIZE,
+            ),
         }
     }
 
@@ -97,18 +90,7 @@ impl MySqlBuilder {
         if let Some(table) = url.take("table")? {
             b = b.table(&table);
         }
-        if let Some(on) = url.take_flag("migrate")? {
-            b = b.auto_migrate(on);
-        }
-        if let Some(t) = url.take_duration("timeout")? {
-            b = b.timeout(t);
-        }
-        if let Some(g) = url.take_duration("grace")? {
-            b = b.grace(g);
-        }
-        if let Some(n) = url.take_parsed("pool", "a number of connections")? {
-            b = b.pool_size(n);
-        }
+        b.common.take_options(&mut url)?;
         b.source = Source::Url(url.into_client_url());
         Ok(b)
     }
@@ -121,44 +103,14 @@ impl MySqlBuilder {
         self
     }
 
-    /// Keeps expired rows for `grace` instead of each lock's ttl, for late detection (at
-    /// most 365 days, checked by [`MySqlBuilder::build`]).
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = Some(grace);
-        self
-    }
-
-    /// The deadline of every call (default 5 s, longer than zero): waiting for a pooled
-    /// connection, connecting, and both messages of the transaction, including any wait
-    /// behind another operation on the same key. The server enforces it too
-    /// (`innodb_lock_wait_timeout` and `lock_wait_timeout`, rounded up to whole seconds,
-    /// and on MariaDB `max_statement_time`), so a statement cannot wait on past it. A call
-    /// that hits it returns a retry-safe [`ErrorKind::Unavailable`] naming the deadline;
-    /// the connection it used is closed, and the server rolls its transaction back.
-    ///
-    /// Keep it well under your locks' ttl: a watchdog's prolong that is still waiting when
-    /// the validity ends counts the lock as lost.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// With `false`, the backend never creates the table: on first use it only checks
-    /// that it is there with the right shape, and says what is missing. For a
-    /// least-privilege user with `SELECT, INSERT, UPDATE, DELETE` on the table; run
-    /// [`MySqlBackend::migrate`] once as a user that may create it (`migrate=false` in a
-    /// `lock-config` URL). Default `true`: created on first use.
-    pub fn auto_migrate(mut self, on: bool) -> Self {
-        self.auto_migrate = on;
-        self
-    }
-
-    /// How many connections the pool opens at most (default 16, at least 1) when the
-    /// builder made it from a URL; no effect on an existing pool.
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size.max(1);
-        self
-    }
+    lock_sql::common_setters!(
+        timeout_on_the_server = "Both messages of the transaction count. The server enforces \
+            it too (`innodb_lock_wait_timeout` and `lock_wait_timeout`, rounded up to whole \
+            seconds, and on MariaDB `max_statement_time`), so a statement cannot wait on past \
+            it; the server rolls back the transaction of a call that hits it.",
+        without_migration = "For a least-privilege user with `SELECT, INSERT, UPDATE, DELETE` \
+            on the table: run [`MySqlBackend::migrate`] once as a user that may create it.",
+    );
 
     /// Makes the backend. No I/O: the pool connects on the first operation (or
     /// [`MySqlBackend::migrate`]). A builder made from a URL makes its pool here, which
@@ -175,20 +127,13 @@ impl MySqlBuilder {
                 self.table
             ))
         })?;
-        let grace = self.grace.map(Grace::new).transpose()?;
-        lock_core::backend::check_call_timeout(self.timeout).map_err(config)?;
+        let grace = self.common.checked_grace(NAME)?;
         let own = matches!(self.source, Source::Url(_));
-        let session = Session::new(self.timeout, own);
+        let session = Session::new(self.common.timeout, own);
         let pool = match self.source {
             Source::Pool(pool) => pool,
             Source::Url(url) => {
-                if tokio::runtime::Handle::try_current().is_err() {
-                    // sqlx's lazy pool would panic without one.
-                    return Err(config(
-                        "MySqlBuilder::build needs a Tokio runtime to make its pool: call it \
-                         from async code (or inside Runtime::enter)",
-                    ));
-                }
+                let pool = lock_sql::pool_options(NAME, "MySqlBuilder", self.common.pool_size)?;
                 let Some(rest) = SCHEMES
                     .iter()
                     .find_map(|s| url.strip_prefix(&format!("{s}://")))
@@ -198,8 +143,7 @@ impl MySqlBuilder {
                 let options = MySqlConnectOptions::from_str(&format!("mysql://{rest}"))
                     .map_err(|e| map_error(Operation::Connect, e))?;
                 let settings = session.settings.clone();
-                MySqlPoolOptions::new()
-                    .max_connections(self.pool_size)
+                pool
                     // The session's settings once per connection (see `sql::Session`).
                     .after_connect(move |conn, _| {
                         let settings = settings.clone();
@@ -208,22 +152,27 @@ impl MySqlBuilder {
                             Ok(())
                         })
                     })
-                    // Each call bounds its own wait for a connection by its deadline; this
-                    // is only the pool's outer limit.
-                    .acquire_timeout(Duration::from_secs(60))
-                    // No ping before each transaction: a round trip more per operation.
-                    // Dead idle connections are dropped together instead (`exec.rs`).
-                    .test_before_acquire(false)
                     .connect_lazy_with(options)
             }
         };
         Ok(MySqlBackend::new(Db {
-            pool,
+            pooled: lock_sql::Pooled {
+                pool,
+                deadline: lock_sql::Deadline {
+                    backend: NAME,
+                    timeout: self.common.timeout,
+                    setting: "MySqlBuilder::timeout / timeout=",
+                },
+                address: |o| {
+                    o.get_socket()
+                        .is_none()
+                        .then(|| (o.get_host().to_owned(), o.get_port()))
+                },
+            },
             names,
             session,
-            timeout: self.timeout,
             grace,
-            auto_migrate: self.auto_migrate,
+            auto_migrate: self.common.auto_migrate,
             schema: lock_sql::SchemaOnce::default(),
             sweeping: AtomicBool::new(false),
         }))
@@ -301,16 +250,9 @@ impl TryFrom<String> for MySqlBuilder {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
 
-    #[test]
-    fn building_outside_a_runtime_is_an_error_not_a_panic() {
-        let err = MySqlBackend::builder("mysql://u@127.0.0.1:1/d")
-            .build()
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        assert!(err.to_string().contains("Tokio runtime"), "{err}");
-    }
+    use super::*;
 
     #[test]
     fn a_url_keeps_everything_but_the_options_it_read() {
@@ -323,8 +265,8 @@ mod tests {
         };
         assert_eq!(url, "mariadb://u:p%40w@h/d?ssl-mode=required");
         assert_eq!(b.table, "t");
-        assert_eq!((b.pool_size, b.auto_migrate), (4, false));
-        assert_eq!(b.timeout, Duration::from_secs(2));
+        assert_eq!((b.common.pool_size, b.common.auto_migrate), (4, false));
+        assert_eq!(b.common.timeout, Duration::from_secs(2));
         let err = MySqlBuilder::from_url("mysql://u:secret@h/d?migrate=perhaps").unwrap_err();
         assert!(err.to_string().contains("true or false"), "{err}");
         assert!(!err.to_string().contains("secret"), "{err}");

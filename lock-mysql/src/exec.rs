@@ -9,7 +9,6 @@
 //! the deadline (`innodb_lock_wait_timeout`, see `sql.rs`).
 
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use futures_core::future::BoxFuture;
 use lock_core::backend::rules;
@@ -18,24 +17,19 @@ use lock_core::backend::{Grace, ProlongRequest};
 use lock_core::{Key, Operation, ProlongOutcome, Result};
 use lock_sql::{Open, SchemaOnce};
 use sqlx::mysql::MySqlRow;
-use sqlx::pool::PoolConnection;
-use sqlx::{MySql, MySqlPool};
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::decide::{decide, Read, Stored};
 use crate::error::{is_broken_connection, is_missing_table, map_error, protocol};
 use crate::sql::{Names, Session, COMMIT, ROLLBACK};
-use crate::NAME;
 use lock_core::backend::rules::{Ask, Reply};
 
 /// What every transaction of a backend needs, shared by its clones.
 pub(crate) struct Db {
-    pub(crate) pool: MySqlPool,
+    /// The pool and the deadline of one call.
+    pub(crate) pooled: lock_sql::Pooled<sqlx::MySql>,
     pub(crate) names: Names,
     pub(crate) session: Session,
-    /// The deadline of one call.
-    pub(crate) timeout: Duration,
     pub(crate) grace: Option<Grace>,
     /// Make the table when it is missing, rather than only check.
     pub(crate) auto_migrate: bool,
@@ -150,14 +144,24 @@ impl Db {
         read: &str,
         plan: Plan<'_, T>,
     ) -> Result<T> {
-        let deadline = Instant::now() + self.timeout;
-        self.within(op, deadline, self.ensure_schema(op)).await??;
-        let outcome = match self.within(op, deadline, self.run(op, read, plan)).await? {
+        let deadline = self.pooled.deadline_from_now();
+        self.pooled
+            .within(op, deadline, self.ensure_schema(op))
+            .await??;
+        let outcome = match self
+            .pooled
+            .within(op, deadline, self.run(op, read, plan))
+            .await?
+        {
             Err(e) if is_missing_table(&e) && self.auto_migrate => {
                 tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
                 self.schema.forget();
-                self.within(op, deadline, self.ensure_schema(op)).await??;
-                self.within(op, deadline, self.run(op, read, plan)).await?
+                self.pooled
+                    .within(op, deadline, self.ensure_schema(op))
+                    .await??;
+                self.pooled
+                    .within(op, deadline, self.run(op, read, plan))
+                    .await?
             }
             other => other,
         };
@@ -167,7 +171,7 @@ impl Db {
                 return self.missing_table();
             }
             if is_broken_connection(&e) {
-                self.discard_idle();
+                self.pooled.discard_idle();
             }
             map_error(op, e)
         })?
@@ -182,7 +186,11 @@ impl Db {
         plan: Plan<'a, T>,
     ) -> BoxFuture<'a, std::result::Result<Result<T>, sqlx::Error>> {
         Box::pin(async move {
-            let mut tx = Open::new(self.connection(Instant::now() + self.timeout).await?);
+            let mut tx = Open::new(
+                self.pooled
+                    .connection(self.pooled.deadline_from_now())
+                    .await?,
+            );
             let rows = fetch_rows(&mut tx.conn, read).await?;
             let commit = COMMIT.to_owned();
             let decided = Read::decode(op, &rows).and_then(|read| plan(&read));
@@ -196,41 +204,6 @@ impl Db {
             tx.open = false;
             Ok(decided.map(|(answer, _)| answer))
         })
-    }
-
-    /// A pooled connection by `deadline` ([`lock_sql::connection`]: a refused server is
-    /// said as such, not as the deadline).
-    pub(crate) async fn connection(
-        &self,
-        deadline: Instant,
-    ) -> std::result::Result<PoolConnection<MySql>, sqlx::Error> {
-        lock_sql::connection(&self.pool, deadline, |o| {
-            o.get_socket()
-                .is_none()
-                .then(|| (o.get_host().to_owned(), o.get_port()))
-        })
-        .await
-    }
-
-    /// Runs `fut` by `deadline`.
-    pub(crate) async fn within<T>(
-        &self,
-        op: Operation,
-        deadline: Instant,
-        fut: impl std::future::Future<Output = T>,
-    ) -> Result<T> {
-        let named = lock_sql::Deadline {
-            backend: NAME,
-            timeout: self.timeout,
-            setting: "MySqlBuilder::timeout / timeout=",
-        };
-        lock_sql::within(&named, op, deadline, fut).await
-    }
-
-    /// Closes every idle pooled connection (a transaction found its connection dead: what
-    /// killed it, a restart, `KILL`, a network cut, most likely killed the idle ones too).
-    fn discard_idle(&self) {
-        lock_sql::discard_idle(&self.pool);
     }
 }
 

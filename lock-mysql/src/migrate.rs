@@ -3,7 +3,6 @@
 
 use lock_core::{Error, ErrorKind, Operation, Result};
 use sqlx::Row;
-use tokio::time::Instant;
 
 use crate::error::{map_error, protocol};
 use crate::exec::{fetch_rows, Db};
@@ -30,16 +29,19 @@ const BLOBS: &[&str] = &["blob", "mediumblob", "longblob"];
 impl Db {
     /// `MySqlBackend::migrate`, whose docs say what it does, by the deadline.
     pub(crate) async fn migrate(&self) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = self.pooled.deadline_from_now();
         let migrate = self.schema.again(|| self.migrate_now(Operation::Connect));
-        self.within(Operation::Connect, deadline, migrate).await?
+        self.pooled
+            .within(Operation::Connect, deadline, migrate)
+            .await?
     }
 
     /// The migration; the caller holds the schema's turn.
     async fn migrate_now(&self, op: Operation) -> Result<()> {
         // One idempotent statement, committed by the server on its own (DDL).
         let mut conn = self
-            .connection(Instant::now() + self.timeout)
+            .pooled
+            .connection(self.pooled.deadline_from_now())
             .await
             .map_err(|e| map_error(op, e))?;
         let migration = self.names.migration();
@@ -54,13 +56,9 @@ impl Db {
     /// of `op`, the call that needed it; calls that come meanwhile wait for that one and go
     /// on ([`lock_sql::SchemaOnce`]).
     pub(crate) async fn ensure_schema(&self, op: Operation) -> Result<()> {
+        let (migrate, check) = (|| self.migrate_now(op), || self.check_shape(op));
         self.schema
-            .ensure(|| async {
-                match self.auto_migrate {
-                    true => self.migrate_now(op).await,
-                    false => self.check_shape(op).await,
-                }
-            })
+            .migrate_or_check(self.auto_migrate, migrate, check)
             .await
     }
 
@@ -68,7 +66,8 @@ impl Db {
     /// and is InnoDB (another engine has no row locks or transactions).
     async fn check_shape(&self, op: Operation) -> Result<()> {
         let mut conn = self
-            .connection(Instant::now() + self.timeout)
+            .pooled
+            .connection(self.pooled.deadline_from_now())
             .await
             .map_err(|e| map_error(op, e))?;
         let query = self.names.shape_query();

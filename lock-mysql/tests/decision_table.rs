@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_conformance::table::{Digests, Seen, SqlRow, CASES, GRACE_MS};
 use lock_core::backend::Token;
 use lock_core::Key;
 use lock_mysql::MySqlBackend;
@@ -39,18 +39,7 @@ async fn the_backend_keeps_the_decision_table() {
         Token::generate().unwrap(),
         Token::generate().unwrap(),
     );
-    let (da, db, dc) = (a.digest(), b.digest(), c.digest());
-    let digest_of = |who: Who| match who {
-        Who::A => da.clone(),
-        Who::B => db.clone(),
-        Who::C => dc.clone(),
-    };
-    let who = |stored: &str| {
-        [(Who::A, &da), (Who::B, &db), (Who::C, &dc)]
-            .into_iter()
-            .find(|(_, d)| **d == stored)
-            .map(|(w, _)| w)
-    };
+    let digests = Digests::new(a.digest(), b.digest(), c.digest());
     let holder_json = r#"{"host":"table","pid":1}"#;
     for (i, case) in CASES.iter().enumerate() {
         let key = Key::new(format!("case-{i}")).unwrap();
@@ -59,40 +48,21 @@ async fn the_backend_keeps_the_decision_table() {
                 .fetch_one(&admin)
                 .await
                 .unwrap();
-        // Shared holds as lock_core::backend::rules::columns stores them: times in µs,
-        // token '' and the last hold's end in the row's own columns.
-        let shared = case.before.shared_at(now).map(|s| {
-            let row = s.columns(1000, digest_of, holder_json);
-            let (expires, forget) = (row.expires.unwrap_or(now), row.forget.unwrap_or(now));
-            (row.shares, row.writer, expires, forget)
-        });
-        if let Some(r) = case.before.row(now) {
-            let token = match (&shared, r.by) {
-                (Some(_), _) => Some(String::new()),
-                (None, by) => by.map(digest_of),
-            };
-            let holder = (r.by.is_some() || shared.is_some()).then_some(holder_json);
-            let holds = r.by.map(|_| i64::from(r.holds));
-            let (shares, writer, expires, forget) = match &shared {
-                Some((shares, writer, expires, forget)) => {
-                    (Some(shares.clone()), writer.clone(), *expires, *forget)
-                }
-                None => (None, None, r.expires, r.forget),
-            };
+        if let Some(r) = case.before.sql_row(now, &digests, holder_json) {
             sqlx::query(&format!(
                 "INSERT INTO `{table}` (`key`, state, token, holder, fencing, holds, expires_us, \
                  forget_us, shares, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             ))
             .bind(key.as_str().as_bytes())
-            .bind(r.state.as_bytes())
-            .bind(token.map(String::into_bytes))
-            .bind(holder.map(str::as_bytes))
-            .bind(i64::try_from(FENCING).unwrap())
-            .bind(holds)
-            .bind(expires * 1000)
-            .bind(forget * 1000)
-            .bind(shares.map(String::into_bytes))
-            .bind(writer.map(String::into_bytes))
+            .bind(r.state.into_bytes())
+            .bind(r.token.map(String::into_bytes))
+            .bind(r.holder.map(String::into_bytes))
+            .bind(i64::try_from(r.fencing).unwrap())
+            .bind(r.holds.map(i64::from))
+            .bind(r.expires * 1000)
+            .bind(r.forget * 1000)
+            .bind(r.shares.map(String::into_bytes))
+            .bind(r.writer.map(String::into_bytes))
             .execute(&admin)
             .await
             .unwrap();
@@ -110,31 +80,20 @@ async fn the_backend_keeps_the_decision_table() {
         .await
         .unwrap();
         let seen = stored.map_or(Seen::Nothing, |r| {
-            let fencing = u64::try_from(r.get::<i64, _>("fencing")).unwrap();
-            let expires = r.get::<i64, _>("expires") - now;
-            match text(&r, "state").unwrap().as_str() {
-                "free" => Seen::Free { fencing },
-                "cooling" => Seen::Cooling {
-                    fencing,
-                    left_ms: expires,
-                },
-                "shared" => {
-                    let parse = |column: &str| {
-                        text(&r, column)
-                            .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap())
-                    };
-                    let (shares, writer) = (parse("shares").unwrap(), parse("writer"));
-                    Seen::shared_from_json(fencing, &shares, writer.as_ref(), 1000, now, who)
-                        .unwrap_or_else(|| panic!("shares of another shape: {shares}"))
-                }
-                _ => Seen::Held {
-                    by: who(&text(&r, "token").unwrap()),
-                    holds: u32::try_from(r.get::<i64, _>("holds")).unwrap(),
-                    fencing,
-                    expires_in_ms: expires,
-                    forget_in_ms: r.get::<i64, _>("forget") - now,
-                },
+            SqlRow {
+                state: text(&r, "state").unwrap(),
+                token: text(&r, "token"),
+                holder: None,
+                fencing: u64::try_from(r.get::<i64, _>("fencing")).unwrap(),
+                holds: r
+                    .get::<Option<i64>, _>("holds")
+                    .map(|n| u32::try_from(n).unwrap()),
+                expires: r.get("expires"),
+                forget: r.get("forget"),
+                shares: text(&r, "shares"),
+                writer: text(&r, "writer"),
             }
+            .seen(now, &digests)
         });
         if let Err(e) = case.check(&answer, &seen, SLACK_MS) {
             panic!("{e}");

@@ -4,7 +4,9 @@
 
 mod support;
 
-use test_servers::locks::{eventually, held, prolong_when_back, take, until_ok};
+use test_servers::locks::{
+    eventually, held, prolong_each_after_dead_connections, prolong_when_back, take, until_ok,
+};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,20 +52,7 @@ async fn killed_connections_are_replaced_and_the_lock_stays() {
     )
     .await;
     assert!(kill_tcp_connections(&server) > 0);
-    // The first call may find its connection dead and fail, retry-safe; it drops every
-    // dead idle connection, so no other call fails.
-    let mut failed = 0;
-    for guard in [a, b, c, d] {
-        let p = match guard.prolongate(Duration::from_secs(30)).await {
-            Err(e) if e.is_retry_safe() && failed == 0 => {
-                failed += 1;
-                guard.prolongate(Duration::from_secs(30)).await.unwrap()
-            }
-            other => other.unwrap(),
-        };
-        assert_eq!(p, ProlongOutcome::Prolonged);
-        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
-    }
+    prolong_each_after_dead_connections(vec![a, b, c, d]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,11 +75,22 @@ impl PostgresBackend {
     /// The backend `settings` describe.
     pub(crate) fn new(settings: Settings) -> Self {
         let db = Arc::new(Db {
-            pool: settings.pool,
+            pooled: lock_sql::Pooled {
+                pool: settings.pool,
+                deadline: lock_sql::Deadline {
+                    backend: NAME,
+                    timeout: settings.timeout,
+                    setting: "PostgresBuilder::timeout / timeout=",
+                },
+                address: |o| {
+                    o.get_socket()
+                        .is_none()
+                        .then(|| (o.get_host().to_owned(), o.get_port()))
+                },
+            },
             names: settings.names,
             session: Session::new(settings.timeout, settings.durable),
             statements: settings.statements,
-            timeout: settings.timeout,
             grace: settings.grace,
             auto_migrate: settings.auto_migrate,
             schema: lock_sql::SchemaOnce::default(),
@@ -95,7 +106,7 @@ impl PostgresBackend {
 
     /// The pool the backend runs on.
     pub fn pool(&self) -> &PgPool {
-        &self.db.pool
+        &self.db.pooled.pool
     }
 
     /// The `application_name` of the backend's connections when built from a URL (as
@@ -158,7 +169,7 @@ impl fmt::Debug for PostgresBackend {
             .field("grace", &self.db.grace)
             .field("notifications", &self.notifications)
             .field("durable", &self.db.session.durable)
-            .field("timeout", &self.db.timeout)
+            .field("timeout", &self.db.pooled.deadline.timeout)
             .field("auto_migrate", &self.db.auto_migrate)
             .finish_non_exhaustive()
     }
@@ -316,13 +327,13 @@ impl LockBackend for PostgresBackend {
         let subscription = self
             .notifier
             .subscribe(
-                &self.db.pool,
+                &self.db.pooled.pool,
                 Channels {
                     one: &self.db.names.channel,
                     all: &self.db.names.channel_all,
                 },
                 key.as_str(),
-                self.db.timeout,
+                self.db.pooled.deadline.timeout,
             )
             .await?;
         // Releases notify only a key that some process waits for: list this one.

@@ -3,11 +3,10 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
-use lock_core::backend::{Grace, Token, UrlOptions};
+use lock_core::backend::{Token, UrlOptions};
 use lock_core::{Error, ErrorKind, Operation, Result};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 
 use crate::backend::{PostgresBackend, Settings};
@@ -36,13 +35,10 @@ pub struct PostgresBuilder {
     source: Source,
     schema: String,
     table: String,
-    grace: Option<Duration>,
     notifications: bool,
     durable: bool,
-    timeout: Duration,
-    auto_migrate: bool,
-    pool_size: u32,
     statements: Statements,
+    common: lock_sql::Common,
 }
 
 impl fmt::Debug for PostgresBuilder {
@@ -54,13 +50,10 @@ impl fmt::Debug for PostgresBuilder {
         f.debug_struct("PostgresBuilder")
             .field("source", &source)
             .field("table", &format_args!("{}.{}", self.schema, self.table))
-            .field("grace", &self.grace)
             .field("notifications", &self.notifications)
             .field("durable", &self.durable)
-            .field("timeout", &self.timeout)
-            .field("auto_migrate", &self.auto_migrate)
-            .field("pool_size", &self.pool_size)
             .field("statements", &self.statements)
+            .field("common", &self.common)
             .finish()
     }
 }
@@ -71,13 +64,13 @@ impl PostgresBuilder {
             source,
             schema: PostgresBackend::DEFAULT_SCHEMA.to_owned(),
             table: PostgresBackend::DEFAULT_TABLE.to_owned(),
-            grace: None,
             notifications: true,
             durable: true,
-            timeout: PostgresBackend::DEFAULT_TIMEOUT,
-            auto_migrate: true,
-            pool_size: PostgresBackend::DEFAULT_POOL_SIZE,
             statements: Statements::Prepared,
+            common: lock_sql::Common::new(
+                PostgresBackend::DEFAULT_TIMEOUT,
+                PostgresBackend::DEFAULT_POOL_SIZE,
+            ),
         }
     }
 
@@ -131,18 +124,7 @@ impl PostgresBuilder {
         if let Some(on) = url.take_flag("durable")? {
             b = b.durable_commits(on);
         }
-        if let Some(on) = url.take_flag("migrate")? {
-            b = b.auto_migrate(on);
-        }
-        if let Some(t) = url.take_duration("timeout")? {
-            b = b.timeout(t);
-        }
-        if let Some(g) = url.take_duration("grace")? {
-            b = b.grace(g);
-        }
-        if let Some(n) = url.take_parsed("pool", "a number of connections")? {
-            b = b.pool_size(n);
-        }
+        b.common.take_options(&mut url)?;
         if let Some(form) = url.take("statements")? {
             b = b.statements(match form.as_str() {
                 "prepared" => Statements::Prepared,
@@ -159,13 +141,6 @@ impl PostgresBuilder {
     pub fn table(mut self, schema: &str, table: &str) -> Self {
         self.schema = schema.to_owned();
         self.table = table.to_owned();
-        self
-    }
-
-    /// Keeps expired rows for `grace` instead of each lock's ttl, for late detection (at
-    /// most 365 days, checked by [`PostgresBuilder::build`]).
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = Some(grace);
         self
     }
 
@@ -190,37 +165,13 @@ impl PostgresBuilder {
         self
     }
 
-    /// The deadline of every call (default 5 s, longer than zero): waiting for a pooled
-    /// connection, connecting, and the statement itself, including any wait behind another
-    /// session's statement on the same key. The server enforces it too
-    /// (as `lock_timeout`, and as `statement_timeout` in the simple form), so a statement
-    /// cannot wait on past it. A call that hits it
-    /// returns a retry-safe [`ErrorKind::Unavailable`] naming the deadline; the connection
-    /// it used is closed.
-    ///
-    /// Keep it well under your locks' ttl: a watchdog's prolong that is still waiting when
-    /// the validity ends counts the lock as lost.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// With `false`, the backend never creates or changes the schema: on first use it only
-    /// checks that the table and its function are there and usable, and says what is
-    /// missing. For a least-privilege role that may use the table and execute the function
-    /// but may not create them; run [`PostgresBackend::migrate`] once as a role that may
-    /// (`migrate=false` in a `lock-config` URL). Default `true`: created on first use.
-    pub fn auto_migrate(mut self, on: bool) -> Self {
-        self.auto_migrate = on;
-        self
-    }
-
-    /// How many connections the pool opens at most (default 16, at least 1) when the
-    /// builder made it from a URL; no effect on an existing pool.
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size.max(1);
-        self
-    }
+    lock_sql::common_setters!(
+        timeout_on_the_server = "The server enforces it too (as `lock_timeout`, and as \
+            `statement_timeout` in the simple form), so a statement cannot wait on past it.",
+        without_migration = "For a least-privilege role that may use the table and execute \
+            the function but may not create them: run [`PostgresBackend::migrate`] once as a \
+            role that may.",
+    );
 
     /// How statements go to the server: prepared once per connection (the default, the
     /// fastest), or parsed anew on every call for a transaction-pooling proxy that cannot
@@ -247,8 +198,7 @@ impl PostgresBuilder {
                 self.schema, self.table
             ))
         })?;
-        let grace = self.grace.map(Grace::new).transpose()?;
-        lock_core::backend::check_call_timeout(self.timeout).map_err(config)?;
+        let grace = self.common.checked_grace(NAME)?;
         let (pool, application_name) = match self.source {
             Source::Pool(pool) => {
                 let name = pool
@@ -259,13 +209,7 @@ impl PostgresBuilder {
                 (pool, name)
             }
             Source::Url(url) => {
-                if tokio::runtime::Handle::try_current().is_err() {
-                    // sqlx's lazy pool would panic without one.
-                    return Err(config(
-                        "PostgresBuilder::build needs a Tokio runtime to make its pool: call \
-                         it from async code (or inside Runtime::enter)",
-                    ));
-                }
+                let pool = lock_sql::pool_options(NAME, "PostgresBuilder", self.common.pool_size)?;
                 if !SCHEMES.iter().any(|s| url.starts_with(&format!("{s}://"))) {
                     return Err(config(
                         "not a Postgres URL: expected \
@@ -276,16 +220,7 @@ impl PostgresBuilder {
                 let options = PgConnectOptions::from_str(&url)
                     .map_err(|e| map_error(Operation::Connect, e))?
                     .application_name(&name);
-                let pool = PgPoolOptions::new()
-                    .max_connections(self.pool_size)
-                    // Each call bounds its own wait for a connection by its deadline; this
-                    // is only the pool's outer limit.
-                    .acquire_timeout(Duration::from_secs(60))
-                    // No ping before each statement: that would be a second round trip per
-                    // lock operation. Dead idle connections are dropped together instead
-                    // (see `PostgresBackend::call`).
-                    .test_before_acquire(false)
-                    .connect_lazy_with(options);
+                let pool = pool.connect_lazy_with(options);
                 (pool, name)
             }
         };
@@ -295,8 +230,8 @@ impl PostgresBuilder {
             grace,
             notifications: self.notifications,
             durable: self.durable,
-            timeout: self.timeout,
-            auto_migrate: self.auto_migrate,
+            timeout: self.common.timeout,
+            auto_migrate: self.common.auto_migrate,
             statements: self.statements,
             application_name,
             waiter_id: Token::generate()?.to_hex(),
@@ -376,16 +311,9 @@ impl TryFrom<String> for PostgresBuilder {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
 
-    #[test]
-    fn building_outside_a_runtime_is_an_error_not_a_panic() {
-        let err = PostgresBackend::builder("postgres://u@127.0.0.1:1/d")
-            .build()
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        assert!(err.to_string().contains("Tokio runtime"), "{err}");
-    }
+    use super::*;
 
     #[test]
     fn a_url_keeps_everything_but_the_options_it_read() {
@@ -399,7 +327,7 @@ mod tests {
         };
         assert_eq!(url, "postgres://u:p%40w@h/d?sslmode=require");
         assert_eq!((b.schema.as_str(), b.table.as_str()), ("s", "t"));
-        assert_eq!((b.pool_size, b.notifications), (4, false));
+        assert_eq!((b.common.pool_size, b.notifications), (4, false));
         let b = PostgresBuilder::from_url("postgresql://h/d?table=x.y&schema=ignored").unwrap();
         assert_eq!((b.schema.as_str(), b.table.as_str()), ("x", "y"));
         assert_eq!(b.statements, Statements::Prepared);

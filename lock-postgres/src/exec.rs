@@ -1,32 +1,27 @@
 //! Sending statements: one operation, or one batch of prolongs, as one statement on a
 //! pooled connection, by the backend's deadline, in the backend's form of statement.
 
-use std::time::Duration;
-
 use futures_core::future::BoxFuture;
 use lock_core::backend::{Grace, ProlongRequest};
 use lock_core::{Key, Operation, ProlongOutcome, Result, Ttl};
-use lock_sql::SchemaOnce;
+use lock_sql::{Pooled, SchemaOnce};
 use sqlx::postgres::PgRow;
-use sqlx::PgPool;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{is_broken_connection, is_missing_schema, map_error, protocol};
 use crate::reply::{Reply, Word};
 use crate::sql::{Args, Names, Prolongs, Session, Statements};
-use crate::NAME;
 
 /// What every statement of a backend needs, shared by its clones: the pool, the table's
 /// names, the settings each call pins, the deadline, and whether the table and its
 /// functions were found (see `migrate.rs`).
 pub(crate) struct Db {
-    pub(crate) pool: PgPool,
+    /// The pool and the deadline of one call.
+    pub(crate) pooled: Pooled<sqlx::Postgres>,
     pub(crate) names: Names,
     pub(crate) session: Session,
     pub(crate) statements: Statements,
-    /// The deadline of one call.
-    pub(crate) timeout: Duration,
     pub(crate) grace: Option<Grace>,
     /// Make the table and functions when they are missing, rather than only check.
     pub(crate) auto_migrate: bool,
@@ -50,7 +45,7 @@ impl Db {
         args: Args<'_>,
     ) -> Result<Reply> {
         let span = tracing::debug_span!("postgres_lock", op = word, key = key.as_str());
-        let deadline = Instant::now() + self.timeout;
+        let deadline = self.pooled.deadline_from_now();
         let call = Call {
             word,
             key: key.as_str(),
@@ -95,7 +90,7 @@ impl Db {
             batch.ttls.push(ms(req.ttl.as_millis()));
             batch.graces.push(ms(self.grace_ms(req.ttl)));
         }
-        let deadline = Instant::now() + self.timeout;
+        let deadline = self.pooled.deadline_from_now();
         let span = tracing::debug_span!("postgres_lock", op = "prolong_many", locks = reqs.len());
         let replies = self
             .send(op, &Sql::Prolongs(&batch), deadline)
@@ -158,12 +153,16 @@ impl Db {
         deadline: Instant,
         form: Statements,
     ) -> Result<Vec<Reply>> {
-        self.within(op, deadline, self.ensure_schema(op)).await??;
+        self.pooled
+            .within(op, deadline, self.ensure_schema(op))
+            .await??;
         let rows = match self.statement(op, sql, deadline, form).await {
             Err(e) if is_missing_schema(&e) && self.auto_migrate => {
                 tracing::warn!(table = %self.table(), "lock table missing, creating it again");
                 self.schema.forget();
-                self.within(op, deadline, self.ensure_schema(op)).await??;
+                self.pooled
+                    .within(op, deadline, self.ensure_schema(op))
+                    .await??;
                 self.statement(op, sql, deadline, form).await
             }
             Err(e) if is_missing_schema(&e) => {
@@ -174,7 +173,7 @@ impl Db {
         }
         .map_err(|e| {
             if is_broken_connection(&e) {
-                self.discard_idle();
+                self.pooled.discard_idle();
             }
             map_error(op, e)
         })?;
@@ -191,7 +190,7 @@ impl Db {
         form: Statements,
     ) -> BoxFuture<'a, std::result::Result<Vec<PgRow>, sqlx::Error>> {
         Box::pin(async move {
-            let mut conn = self.connection(deadline).await?;
+            let mut conn = self.pooled.connection(deadline).await?;
             let text;
             let query = match (form, sql) {
                 (Statements::Simple, Sql::One(call)) => {
@@ -244,49 +243,12 @@ impl Db {
                         std::io::ErrorKind::TimedOut,
                         format!(
                             "no answer within the deadline of {:?} (PostgresBuilder::timeout / timeout=)",
-                            self.timeout
+                            self.pooled.deadline.timeout
                         ),
                     )))
                 }
             }
         })
-    }
-
-    /// A pooled connection by `deadline` ([`lock_sql::connection`]: a refused server is
-    /// said as such, not as the deadline).
-    pub(crate) async fn connection(
-        &self,
-        deadline: Instant,
-    ) -> std::result::Result<sqlx::pool::PoolConnection<sqlx::Postgres>, sqlx::Error> {
-        lock_sql::connection(&self.pool, deadline, |o| {
-            o.get_socket()
-                .is_none()
-                .then(|| (o.get_host().to_owned(), o.get_port()))
-        })
-        .await
-    }
-
-    /// Runs `fut` (schema checks) by `deadline`.
-    pub(crate) async fn within<T>(
-        &self,
-        op: Operation,
-        deadline: Instant,
-        fut: impl std::future::Future<Output = T>,
-    ) -> Result<T> {
-        let named = lock_sql::Deadline {
-            backend: NAME,
-            timeout: self.timeout,
-            setting: "PostgresBuilder::timeout / timeout=",
-        };
-        lock_sql::within(&named, op, deadline, fut).await
-    }
-
-    /// Closes every idle pooled connection: a statement found its connection dead, and
-    /// what killed it (a restart, `pg_terminate_backend`, a network cut) most likely killed
-    /// the idle ones too. The failed call itself returns a retry-safe `Unavailable`; the
-    /// next one opens a fresh connection.
-    fn discard_idle(&self) {
-        lock_sql::discard_idle(&self.pool);
     }
 }
 

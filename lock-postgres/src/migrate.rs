@@ -3,7 +3,6 @@
 
 use lock_core::{Error, ErrorKind, Operation, Result};
 use sqlx::Row;
-use tokio::time::Instant;
 
 use crate::error::{map_error, protocol};
 use crate::exec::{fetch_rows, Db};
@@ -17,9 +16,11 @@ impl Db {
 
     /// `PostgresBackend::migrate`, whose docs say what it does, by the deadline.
     pub(crate) async fn migrate(&self) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = self.pooled.deadline_from_now();
         let migrate = self.schema.again(|| self.migrate_now(Operation::Connect));
-        self.within(Operation::Connect, deadline, migrate).await?
+        self.pooled
+            .within(Operation::Connect, deadline, migrate)
+            .await?
     }
 
     /// The migration; the caller holds the schema's turn.
@@ -27,7 +28,8 @@ impl Db {
         tracing::debug!(table = %self.table(), "migrating the lock table and its functions");
         let migration = self.names.migration();
         let mut conn = self
-            .connection(Instant::now() + self.timeout)
+            .pooled
+            .connection(self.pooled.deadline_from_now())
             .await
             .map_err(|e| map_error(op, e))?;
         // The migration is BEGIN ... COMMIT: a connection left in the middle of it by a
@@ -58,7 +60,8 @@ impl Db {
         ];
         let query = self.names.shape_query();
         let mut conn = self
-            .connection(Instant::now() + self.timeout)
+            .pooled
+            .connection(self.pooled.deadline_from_now())
             .await
             .map_err(|e| map_error(op, e))?;
         let rows = fetch_rows(&mut conn, &query)
@@ -100,13 +103,9 @@ impl Db {
     /// reported as part of `op`, the call that needed it: calls that come meanwhile wait
     /// for that one and go on, rather than each migrate again in turn.
     pub(crate) async fn ensure_schema(&self, op: Operation) -> Result<()> {
+        let (migrate, check) = (|| self.migrate_now(op), || self.verify(op));
         self.schema
-            .ensure(|| async {
-                match self.auto_migrate {
-                    true => self.migrate_now(op).await,
-                    false => self.verify(op).await,
-                }
-            })
+            .migrate_or_check(self.auto_migrate, migrate, check)
             .await
     }
 
@@ -119,7 +118,8 @@ impl Db {
             crate::sql::text(&self.names.function_signature())
         );
         let mut conn = self
-            .connection(Instant::now() + self.timeout)
+            .pooled
+            .connection(self.pooled.deadline_from_now())
             .await
             .map_err(|e| map_error(op, e))?;
         let rows = fetch_rows(&mut conn, &query)

@@ -29,7 +29,6 @@ use lock_core::backend::{Grace, ProlongRequest};
 use lock_core::{Error, Key, Operation, ProlongOutcome, Result};
 use sqlx::postgres::PgRow;
 use sqlx::Row as _;
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{is_missing_schema, map_error, protocol};
@@ -52,18 +51,24 @@ impl Db {
             key = key.as_str(),
             shared = true
         );
-        let deadline = Instant::now() + self.timeout;
+        let deadline = self.pooled.deadline_from_now();
         async {
-            self.within(op, deadline, self.ensure_schema(op)).await??;
+            self.pooled
+                .within(op, deadline, self.ensure_schema(op))
+                .await??;
             let first = self
+                .pooled
                 .within(op, deadline, self.transaction(op, key, ask))
                 .await?;
             match first {
                 Err(e) if is_missing_schema(&e) && self.auto_migrate => {
                     tracing::warn!(table = %self.table(), "lock table missing, creating it again");
                     self.schema.forget();
-                    self.within(op, deadline, self.ensure_schema(op)).await??;
-                    self.within(op, deadline, self.transaction(op, key, ask))
+                    self.pooled
+                        .within(op, deadline, self.ensure_schema(op))
+                        .await??;
+                    self.pooled
+                        .within(op, deadline, self.transaction(op, key, ask))
                         .await?
                         .map_err(|e| map_error(op, e))?
                 }
@@ -96,7 +101,11 @@ impl Db {
         key: &Key,
         ask: Ask<'_, String, String>,
     ) -> std::result::Result<Result<Reply>, sqlx::Error> {
-        let mut tx = Open::new(self.connection(Instant::now() + self.timeout).await?);
+        let mut tx = Open::new(
+            self.pooled
+                .connection(self.pooled.deadline_from_now())
+                .await?,
+        );
         let read = self.names.shared_read(&self.session, key.as_str());
         let rows = fetch_rows(&mut tx.conn, &read).await?;
         let decided = match rows.last() {

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lock_conformance::table::{Seen, Who, CASES, FENCING, GRACE_MS};
+use lock_conformance::table::{Digests, Seen, SqlRow, CASES, GRACE_MS};
 use lock_core::backend::Token;
 use lock_core::Key;
 use lock_postgres::PostgresBackend;
@@ -45,18 +45,7 @@ async fn the_sql_function_keeps_the_decision_table() {
                 .unwrap()
         }
     };
-    let (da, db, dc) = (digest(&a).await, digest(&b).await, digest(&c).await);
-    let digest_of = |who: Who| match who {
-        Who::A => da.clone(),
-        Who::B => db.clone(),
-        Who::C => dc.clone(),
-    };
-    let who = |stored: &str| {
-        [(Who::A, &da), (Who::B, &db), (Who::C, &dc)]
-            .into_iter()
-            .find(|(_, d)| **d == stored)
-            .map(|(w, _)| w)
-    };
+    let digests = Digests::new(digest(&a).await, digest(&b).await, digest(&c).await);
     let holder_json = r#"{"host":"table","pid":1}"#;
     for (i, case) in CASES.iter().enumerate() {
         let key = Key::new(format!("case-{i}")).unwrap();
@@ -65,26 +54,7 @@ async fn the_sql_function_keeps_the_decision_table() {
                 .fetch_one(&admin)
                 .await
                 .unwrap();
-        // Shared holds as the backend stores them (lock-postgres/src/shared.rs): times in µs,
-        // token '' and the last hold's end in the row's own columns.
-        let shared = case.before.shared_at(now).map(|s| {
-            let row = s.columns(1000, digest_of, holder_json);
-            let (expires, forget) = (row.expires.unwrap_or(now), row.forget.unwrap_or(now));
-            (row.shares, row.writer, expires, forget)
-        });
-        if let Some(r) = case.before.row(now) {
-            let token = match (&shared, r.by) {
-                (Some(_), _) => Some(String::new()),
-                (None, by) => by.map(digest_of),
-            };
-            let holder = (r.by.is_some() || shared.is_some()).then_some(holder_json);
-            let holds = r.by.map(|_| i32::try_from(r.holds).unwrap());
-            let (shares, writer, expires, forget) = match &shared {
-                Some((shares, writer, expires, forget)) => {
-                    (Some(shares.clone()), writer.clone(), *expires, *forget)
-                }
-                None => (None, None, r.expires, r.forget),
-            };
+        if let Some(r) = case.before.sql_row(now, &digests, holder_json) {
             sqlx::query(&format!(
                 "INSERT INTO {table} (key, state, token, holder, fencing, holds, expires_at, \
                  forget_at, shares, writer) VALUES ($1, $2, $3, $4, $5, $6, \
@@ -92,14 +62,14 @@ async fn the_sql_function_keeps_the_decision_table() {
             ))
             .bind(key.as_str())
             .bind(r.state)
-            .bind(token)
-            .bind(holder)
-            .bind(i64::try_from(FENCING).unwrap())
-            .bind(holds)
-            .bind(expires as f64)
-            .bind(forget as f64)
-            .bind(shares)
-            .bind(writer)
+            .bind(r.token)
+            .bind(r.holder)
+            .bind(i64::try_from(r.fencing).unwrap())
+            .bind(r.holds.map(|n| i32::try_from(n).unwrap()))
+            .bind(r.expires as f64)
+            .bind(r.forget as f64)
+            .bind(r.shares)
+            .bind(r.writer)
             .execute(&admin)
             .await
             .unwrap();
@@ -120,34 +90,20 @@ async fn the_sql_function_keeps_the_decision_table() {
         .await
         .unwrap();
         let seen = stored.map_or(Seen::Nothing, |r| {
-            let fencing = u64::try_from(r.get::<i64, _>("fencing")).unwrap();
-            let expires = r.get::<i64, _>("expires") - now;
-            match r.get::<String, _>("state").as_str() {
-                "free" => Seen::Free { fencing },
-                "cooling" => Seen::Cooling {
-                    fencing,
-                    left_ms: expires,
-                },
-                "shared" => {
-                    let parse = |column: &str| {
-                        r.get::<Option<String>, _>(column)
-                            .map(|text| serde_json::from_str::<serde_json::Value>(&text).unwrap())
-                    };
-                    let (shares, writer) = (parse("shares").unwrap(), parse("writer"));
-                    Seen::shared_from_json(fencing, &shares, writer.as_ref(), 1000, now, who)
-                        .unwrap_or_else(|| panic!("shares of another shape: {shares}"))
-                }
-                _ => {
-                    let token: String = r.get("token");
-                    Seen::Held {
-                        by: who(&token),
-                        holds: u32::try_from(r.get::<i32, _>("holds")).unwrap(),
-                        fencing,
-                        expires_in_ms: expires,
-                        forget_in_ms: r.get::<i64, _>("forget") - now,
-                    }
-                }
+            SqlRow {
+                state: r.get("state"),
+                token: r.get("token"),
+                holder: None,
+                fencing: u64::try_from(r.get::<i64, _>("fencing")).unwrap(),
+                holds: r
+                    .get::<Option<i32>, _>("holds")
+                    .map(|n| u32::try_from(n).unwrap()),
+                expires: r.get("expires"),
+                forget: r.get("forget"),
+                shares: r.get("shares"),
+                writer: r.get("writer"),
             }
+            .seen(now, &digests)
         });
         if let Err(e) = case.check(&answer, &seen, SLACK_MS) {
             panic!("{e}");

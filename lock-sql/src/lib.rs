@@ -9,7 +9,11 @@
 //!   found dead;
 //! - [`within`]: a call's deadline, as a retry-safe `Unavailable` error naming the setting;
 //! - [`SchemaOnce`]: the schema made or checked once, concurrent calls waiting for it;
-//! - [`errors`]: the error kinds of the failures every driver shares.
+//! - [`errors`]: the error kinds of the failures every driver shares;
+//! - [`Common`] and [`common_setters!`]: the settings every builder has (deadline, grace,
+//!   migration on first use, pool size) with their URL options and setters;
+//!   [`pool_options`], the pool a builder makes from a URL; [`Pooled`], that pool with the
+//!   deadline of its calls.
 //!
 //! ```
 //! use std::time::Duration;
@@ -29,8 +33,12 @@
 mod conn;
 mod deadline;
 pub mod errors;
+mod pooled;
 mod schema;
+mod settings;
 
 pub use conn::{connection, discard_idle, Open};
 pub use deadline::{within, Deadline};
+pub use pooled::{Options, Pooled};
 pub use schema::SchemaOnce;
+pub use settings::{pool_options, Common};

@@ -39,6 +39,33 @@ impl SchemaOnce {
         Ok(())
     }
 
+    /// [`SchemaOnce::ensure`] with `migrate` when the backend makes its schema on first use
+    /// (`auto_migrate`), or with `check` when it may only check it (`migrate=false`).
+    ///
+    /// # Errors
+    /// `migrate`'s or `check`'s; the next call tries again.
+    ///
+    /// # Cancel safety
+    /// As [`SchemaOnce::ensure`]'s.
+    pub async fn migrate_or_check<M, C>(
+        &self,
+        auto_migrate: bool,
+        migrate: impl FnOnce() -> M,
+        check: impl FnOnce() -> C,
+    ) -> Result<()>
+    where
+        M: Future<Output = Result<()>>,
+        C: Future<Output = Result<()>>,
+    {
+        self.ensure(|| async move {
+            match auto_migrate {
+                true => migrate().await,
+                false => check().await,
+            }
+        })
+        .await
+    }
+
     /// Runs `make` whether or not the schema is known to be there, in turn with every
     /// other, and remembers it when `make` succeeds: an explicit `migrate()`.
     ///

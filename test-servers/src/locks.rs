@@ -122,6 +122,24 @@ pub async fn prolong_when_back(guard: &LockGuard) -> ProlongOutcome {
     .await
 }
 
+/// Prolongs each of `guards` for 30 s and releases it, after the server killed the pool's
+/// connections: the first call may find its connection dead and fail, retry-safe (and is
+/// asked again); it closes every dead idle connection, so no other call fails.
+pub async fn prolong_each_after_dead_connections(guards: Vec<LockGuard>) {
+    let mut failed = 0;
+    for guard in guards {
+        let p = match guard.prolongate(Duration::from_secs(30)).await {
+            Err(e) if e.is_retry_safe() && failed == 0 => {
+                failed += 1;
+                guard.prolongate(Duration::from_secs(30)).await.unwrap()
+            }
+            other => other.unwrap(),
+        };
+        assert_eq!(p, ProlongOutcome::Prolonged);
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}
+
 /// A backend that counts the obtain and prolong calls made through it (each a round trip
 /// on a real backend) and passes every call on to `inner`.
 #[derive(Debug)]
