@@ -54,6 +54,7 @@
 
 mod answer;
 pub mod columns;
+mod phase;
 mod record;
 mod shared;
 mod step;
@@ -61,62 +62,14 @@ mod step;
 mod tests;
 
 pub use answer::{Decision, Obtain, Obtained, Refusal, View, Wake};
+pub use phase::forgotten;
 pub use record::{Clock, Hold, Record, State, Writer};
 pub use shared::{Share, Shared};
-pub use step::{Answer, Ask, Reply};
+pub use step::{step, Answer, Ask, Reply};
+
+use phase::{last_fencing, live_writer, next_fencing, phase, Phase};
 
 use crate::{BusyReason, Fencing, Grace, Mode, ProlongOutcome, ReleaseOutcome, Ttl};
-
-/// Where a record stands at one instant.
-enum Phase<'r, T, H> {
-    /// No record, a free one, or one past its grace period (or its cooldown).
-    Free,
-    Cooling {
-        until: u64,
-    },
-    Live(&'r Hold<T, H>),
-    Expired(&'r Hold<T, H>),
-    /// Shared holds, at least one of them within its grace.
-    Shared(&'r Shared<T, H>),
-}
-
-fn phase<T, H>(record: Option<&Record<T, H>>, clock: Clock) -> Phase<'_, T, H> {
-    let now = clock.now();
-    match record.map(|r| &r.state) {
-        None | Some(State::Free) => Phase::Free,
-        Some(State::Cooling { until }) if *until > now => Phase::Cooling { until: *until },
-        Some(State::Cooling { .. }) => Phase::Free,
-        Some(State::Held(h)) if h.forget <= now => Phase::Free,
-        Some(State::Held(h)) if h.expires > now => Phase::Live(h),
-        Some(State::Held(h)) => Phase::Expired(h),
-        Some(State::Shared(s)) if s.remembered(clock) => Phase::Shared(s),
-        Some(State::Shared(_)) => Phase::Free,
-    }
-}
-
-/// The live writer's marker of `record`, if any.
-fn live_writer<T, H>(record: Option<&Record<T, H>>, clock: Clock) -> Option<&Writer<T>> {
-    record
-        .and_then(|r| r.writer.as_ref())
-        .filter(|w| w.until > clock.now())
-}
-
-/// Whether `record` says no more than a missing record would (free, past its grace period,
-/// or its cooldown over, and no writer waiting), apart from its fencing token: a backend
-/// that keeps fencing elsewhere may delete it.
-pub fn forgotten<T, H>(record: &Record<T, H>, clock: Clock) -> bool {
-    matches!(phase(Some(record), clock), Phase::Free) && live_writer(Some(record), clock).is_none()
-}
-
-/// The key's last fencing token (0 without a record).
-fn last_fencing<T, H>(record: Option<&Record<T, H>>) -> u64 {
-    record.map_or(0, |r| r.fencing)
-}
-
-/// The fencing token of a fresh admission.
-fn next_fencing<T, H>(record: Option<&Record<T, H>>, floor: u64) -> u64 {
-    last_fencing(record).saturating_add(1).max(floor)
-}
 
 /// The end of a hold taken or renewed now for `ttl`, and the end of its grace after it.
 fn hold_times(clock: Clock, ttl: Ttl, grace: Grace) -> (u64, u64) {
@@ -501,36 +454,5 @@ fn cooling<'r, H>(clock: Clock, until: u64) -> Obtained<'r, H> {
         remaining: clock.until(until),
         reason: BusyReason::Cooling,
         holders: 0,
-    }
-}
-
-/// Decides `ask` on `record` at `clock`: the one entry every operation goes through.
-///
-/// ```
-/// use lock_core::backend::rules::{step, Answer, Ask, Clock};
-/// use lock_core::{ReleaseOutcome, Ttl};
-///
-/// // Releasing a key nobody holds: `Lost`, nothing written, nobody woken.
-/// let d = step::<u32, &str>(None, Clock::millis(1_000), Ask::Release { token: &7, delay: None });
-/// assert_eq!(d.outcome, Answer::Release(ReleaseOutcome::Lost));
-/// assert!(d.write.is_none() && !d.frees());
-/// ```
-pub fn step<'r, T: Clone + PartialEq, H: Clone>(
-    record: Option<&'r Record<T, H>>,
-    clock: Clock,
-    ask: Ask<'_, T, H>,
-) -> Decision<Answer<'r, H>, T, H> {
-    match ask {
-        Ask::Obtain(o) => obtain(record, clock, o).map(|outcome| Answer::Obtain(outcome, o.ttl)),
-        Ask::Prolong { token, ttl, grace } => {
-            prolong(record, clock, token, ttl, grace).map(Answer::Prolong)
-        }
-        Ask::Release { token, delay } => release(record, clock, token, delay).map(Answer::Release),
-        Ask::Inspect => Decision {
-            outcome: Answer::State(view(record, clock)),
-            write: None,
-            wake: Wake::Nobody,
-        },
-        Ask::Force => force(record, clock).map(Answer::State),
     }
 }

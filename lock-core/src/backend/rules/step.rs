@@ -7,7 +7,8 @@
 //! `Decision::wake`, and hand [`Answer::try_into_reply`] to the caller. The storage
 //! adapter (`backend::storage`) does exactly that for any storage.
 
-use super::answer::{Obtain, Obtained, View};
+use super::answer::{Decision, Obtain, Obtained, View, Wake};
+use super::{force, obtain, prolong, release, view, Clock, Record};
 use crate::{
     Error, ErrorKind, Grace, HolderInfo, LockState, ObtainOutcome, Operation, ProlongOutcome,
     ReleaseOutcome, Ttl,
@@ -173,5 +174,36 @@ impl Reply {
             op,
             format!("the backend answered {self:?} to {op}"),
         )
+    }
+}
+
+/// Decides `ask` on `record` at `clock`: the one entry every operation goes through.
+///
+/// ```
+/// use lock_core::backend::rules::{step, Answer, Ask, Clock};
+/// use lock_core::{ReleaseOutcome, Ttl};
+///
+/// // Releasing a key nobody holds: `Lost`, nothing written, nobody woken.
+/// let d = step::<u32, &str>(None, Clock::millis(1_000), Ask::Release { token: &7, delay: None });
+/// assert_eq!(d.outcome, Answer::Release(ReleaseOutcome::Lost));
+/// assert!(d.write.is_none() && !d.frees());
+/// ```
+pub fn step<'r, T: Clone + PartialEq, H: Clone>(
+    record: Option<&'r Record<T, H>>,
+    clock: Clock,
+    ask: Ask<'_, T, H>,
+) -> Decision<Answer<'r, H>, T, H> {
+    match ask {
+        Ask::Obtain(o) => obtain(record, clock, o).map(|outcome| Answer::Obtain(outcome, o.ttl)),
+        Ask::Prolong { token, ttl, grace } => {
+            prolong(record, clock, token, ttl, grace).map(Answer::Prolong)
+        }
+        Ask::Release { token, delay } => release(record, clock, token, delay).map(Answer::Release),
+        Ask::Inspect => Decision {
+            outcome: Answer::State(view(record, clock)),
+            write: None,
+            wake: Wake::Nobody,
+        },
+        Ask::Force => force(record, clock).map(Answer::State),
     }
 }
