@@ -6,20 +6,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::{Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest};
+use lock_core::backend::storage::{self, Storage};
+use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest};
 use lock_core::{
-    Error, ErrorKind, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome,
-    ReleaseOutcome, Result,
+    Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
 };
 use sqlx::MySqlPool;
 
 use crate::exec::Db;
-use crate::NAME;
-use lock_core::backend::rules::{self, Ask};
 
 /// Locks in a MariaDB or MySQL database: one InnoDB row per key, each operation one
 /// transaction that locks the row, reads the server's clock, and writes what
-/// [`lock_core::backend::rules`] decide.
+/// [`lock_core::backend::rules`] decide (the backend is a storage of lock-core's adapter,
+/// [`lock_core::backend::storage`], plus batched prolongs and a sweep of old rows).
 ///
 /// Each operation is two round trips on one pooled connection, and holding a lock pins no
 /// connection (not `GET_LOCK`, which belongs to a connection: see the crate docs). Waiters
@@ -118,13 +117,7 @@ impl Drop for Sweeping {
 
 impl fmt::Debug for MySqlBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The pool's options hold the password: only names are shown.
-        f.debug_struct("MySqlBackend")
-            .field("table", &self.table())
-            .field("grace", &self.db.grace)
-            .field("timeout", &self.db.pooled.deadline.timeout)
-            .field("auto_migrate", &self.db.auto_migrate)
-            .finish_non_exhaustive()
+        fmt::Debug::fmt(&*self.db, f)
     }
 }
 
@@ -135,36 +128,11 @@ impl LockBackend for MySqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .cross_process(true)
-            .cross_host(true)
-            .prolong_batch(Self::BATCH)
-            .shared(true)
+        self.db.storage_capabilities().prolong_batch(Self::BATCH)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        req.mode.check(NAME)?;
-        let holder = serde_json::to_string(req.holder).map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                NAME,
-                Operation::Obtain,
-                format!("holder info: {e}"),
-            )
-        })?;
-        let token = req.token.digest();
-        let ask = Ask::Obtain(rules::Obtain {
-            token: &token,
-            holder: &holder,
-            ttl: req.ttl,
-            grace: Grace::or_ttl(self.db.grace, req.ttl),
-            // The server's clock, read in the transaction.
-            fencing_floor: 0,
-            mode: req.mode,
-            queue: req.queue,
-            change: req.change.map(|f| f.0),
-        });
-        let outcome = self.db.decide(req.key, ask).await?.into_obtain(NAME)?;
+        let outcome = storage::obtain(&*self.db, req).await?;
         if matches!(outcome, ObtainOutcome::Acquired { .. }) {
             self.maybe_sweep();
         }
@@ -172,15 +140,11 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        let token = req.token.digest();
-        let ask = Ask::Prolong {
-            token: &token,
-            ttl: req.ttl,
-            grace: Grace::or_ttl(self.db.grace, req.ttl),
-        };
-        self.db.decide(req.key, ask).await?.into_prolong(NAME)
+        storage::prolongate(&*self.db, req).await
     }
 
+    /// Up to [`MySqlBackend::BATCH`] locks per transaction: their rows read in primary-key
+    /// order, each decided by the rules, the changed ones written in one statement.
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
         let mut answers = Vec::with_capacity(reqs.len());
         for chunk in reqs.chunks(Self::BATCH) {
@@ -193,21 +157,14 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        let token = req.token.digest();
-        let ask = Ask::Release {
-            token: &token,
-            delay: req.delay_after,
-        };
-        self.db.decide(req.key, ask).await?.into_release(NAME)
+        storage::release(&*self.db, req).await
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
-        let reply = self.db.decide(key, Ask::Inspect).await?;
-        reply.into_state(NAME, Operation::Inspect)
+        storage::inspect(&*self.db, key).await
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
-        let reply = self.db.decide(key, Ask::Force).await?;
-        reply.into_state(NAME, Operation::ForceRelease)
+        storage::force_release(&*self.db, key).await
     }
 }

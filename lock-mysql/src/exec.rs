@@ -14,15 +14,14 @@ use futures_core::future::BoxFuture;
 use lock_core::backend::rules;
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::{Grace, ProlongRequest};
-use lock_core::{Key, Operation, ProlongOutcome, Result};
+use lock_core::{Operation, ProlongOutcome, Result};
 use lock_sql::{Open, SchemaOnce};
 use sqlx::mysql::MySqlRow;
 use tracing::Instrument;
 
-use crate::decide::{decide, Read, Stored};
 use crate::error::{is_broken_connection, is_missing_table, map_error, protocol};
-use crate::sql::{Names, Session, COMMIT, ROLLBACK};
-use lock_core::backend::rules::{Ask, Reply};
+use crate::read::{Read, Stored};
+use crate::sql::{Names, Session, COMMIT};
 
 /// What every transaction of a backend needs, shared by its clones.
 pub(crate) struct Db {
@@ -40,28 +39,11 @@ pub(crate) struct Db {
 }
 
 /// What follows message 1 of a transaction, given what it read: the answer, and the
-/// messages to send in order (the write, if any, and `COMMIT` with the last).
-type Plan<'p, T> = &'p (dyn Fn(&Read) -> Result<(T, Vec<String>)> + Sync);
+/// messages to send in order (the write, if any, and `COMMIT` with the last). Called once
+/// per transaction, so again if the transaction runs again (the table made anew).
+pub(crate) type Plan<'p, T> = &'p mut (dyn FnMut(&Read) -> Result<(T, Vec<String>)> + Send);
 
 impl Db {
-    /// Decides `ask` on `key` in a transaction of its own, by the backend's deadline.
-    pub(crate) async fn decide(&self, key: &Key, ask: Ask<'_, String, String>) -> Result<Reply> {
-        let op = ask.operation();
-        let span = tracing::debug_span!("mysql_lock", op = op.as_str(), key = key.as_str());
-        let create = matches!(ask, Ask::Obtain(_));
-        let read = self.names.read_one(&self.session, key.as_str(), create);
-        let name = key.as_str();
-        let plan = |read: &Read| {
-            let (answer, write) = decide(op, read.of(name), read, ask)?;
-            let sql = match write {
-                Some(record) => self.names.write([(name, &row(&record, read))].into_iter()),
-                None => vec![ROLLBACK.to_owned()],
-            };
-            Ok((answer, sql))
-        };
-        self.transaction(op, &read, &plan).instrument(span).await
-    }
-
     /// Prolongs up to a batch of locks in one transaction: their rows read in primary-key
     /// order, each decided by the rules, the changed ones written in one statement.
     pub(crate) async fn prolong_batch(
@@ -80,7 +62,7 @@ impl Db {
                 (r.key.as_str().to_owned(), r.token.digest(), r.ttl, grace)
             })
             .collect();
-        let plan = |read: &Read| {
+        let mut plan = |read: &Read| {
             let mut outcomes = Vec::with_capacity(asks.len());
             // A key asked twice sees the first answer's write.
             let mut written: Vec<(String, Stored)> = Vec::new();
@@ -109,7 +91,10 @@ impl Db {
             };
             Ok((outcomes, sql))
         };
-        let outcomes = self.transaction(op, &read, &plan).instrument(span).await?;
+        let outcomes = self
+            .transaction(op, &read, &mut plan)
+            .instrument(span)
+            .await?;
         if outcomes.len() != reqs.len() {
             return Err(protocol(op, "a batch answered another number of locks"));
         }
@@ -121,7 +106,7 @@ impl Db {
     pub(crate) async fn sweep(&self) -> Result<u64> {
         let op = Operation::Inspect;
         let read = self.names.read_old(&self.session);
-        let plan = |read: &Read| {
+        let mut plan = |read: &Read| {
             let old: Vec<&str> = read
                 .rows
                 .iter()
@@ -130,7 +115,7 @@ impl Db {
                 .collect();
             Ok((old.len() as u64, self.names.delete(old.into_iter())))
         };
-        self.transaction(op, &read, &plan)
+        self.transaction(op, &read, &mut plan)
             .instrument(tracing::debug_span!("mysql_lock", op = "sweep"))
             .await
     }
@@ -138,7 +123,7 @@ impl Db {
     /// One transaction by the deadline; if the table vanished (dropped under a running
     /// backend), made again once and the transaction retried: the rows are gone, so
     /// holders hear `Lost`, and fencing still grows (the server's clock floors it).
-    async fn transaction<T: Send>(
+    pub(crate) async fn transaction<T: Send>(
         &self,
         op: Operation,
         read: &str,
@@ -150,7 +135,7 @@ impl Db {
             .await??;
         let outcome = match self
             .pooled
-            .within(op, deadline, self.run(op, read, plan))
+            .within(op, deadline, self.run(op, read, &mut *plan))
             .await?
         {
             Err(e) if is_missing_table(&e) && self.auto_migrate => {
@@ -208,7 +193,7 @@ impl Db {
 }
 
 /// The row that stores `record` at the read's instant.
-fn row(record: &Stored, read: &Read) -> Columns {
+pub(crate) fn row(record: &Stored, read: &Read) -> Columns {
     Columns::of(record, read.now_us)
 }
 

@@ -2,11 +2,12 @@
 
 mod backend;
 mod builder;
-mod decide;
 mod error;
 mod exec;
 mod migrate;
+mod read;
 mod sql;
+mod storage;
 
 pub use backend::MySqlBackend;
 pub use builder::{MySqlBuilder, SCHEMES};

@@ -48,7 +48,7 @@ const SCHEMA: &str = include_str!("sql/schema.sql");
 /// conversion has no daylight saving hour to misread.
 pub(crate) const CLOCK: &str = "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)";
 
-/// The columns every read returns after the key, in this order (see `decide.rs`).
+/// The columns every read returns after the key, in this order (see `read.rs`).
 const COLUMNS: &str = "state, token, holder, fencing, holds, expires_us, forget_us, shares, writer";
 
 /// How many rows a sweep looks at in one transaction.

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::storage::{self, Storage};
 use lock_core::backend::{
     Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
 };
 use lock_core::{
-    Busy, Error, ErrorKind, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome,
-    ReleaseOutcome, Result, Ttl,
+    Busy, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome,
+    Result, Ttl,
 };
 use sqlx::PgPool;
 
@@ -19,7 +20,6 @@ use crate::notify::{Channels, Listing, Notifier};
 use crate::reply::Word;
 use crate::sql::{Args, Names, Session, Statements};
 use crate::NAME;
-use lock_core::backend::rules::{self, Ask};
 
 /// Locks in a Postgres database: a transaction-scoped advisory lock serializes each
 /// operation on a key, and a table holds the lock's state.
@@ -192,33 +192,15 @@ impl LockBackend for PostgresBackend {
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         req.mode.check(NAME)?;
+        // Shared requests and mode changes (rare: an upgrade) are decided in the client,
+        // by the rules (`shared.rs`), not by the function, which knows exclusive holds only.
+        if req.mode.is_shared() || req.change.is_some() {
+            return storage::obtain(&*self.db, req).await;
+        }
         let op = Operation::Obtain;
-        let holder = serde_json::to_string(req.holder).map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                NAME,
-                op,
-                format!("holder info: {e}"),
-            )
-        })?;
+        let holder = self.db.holder(req.holder, op)?;
         let token = req.token.digest();
         let grace = Grace::or_ttl(self.db.grace, req.ttl);
-        let shared = Ask::Obtain(rules::Obtain {
-            token: &token,
-            holder: &holder,
-            ttl: req.ttl,
-            grace,
-            // The server's clock, read in the transaction.
-            fencing_floor: 0,
-            mode: req.mode,
-            queue: req.queue,
-            change: req.change.map(|f| f.0),
-        });
-        // Shared requests and mode changes (rare: an upgrade) are decided here, by the
-        // rules, not by the function, which knows exclusive holds only.
-        if req.mode.is_shared() || req.change.is_some() {
-            return self.db.decide(req.key, shared).await?.into_obtain(NAME);
-        }
         let args = Args {
             token: Some(&token),
             ttl_ms: req.ttl.as_millis(),
@@ -228,7 +210,7 @@ impl LockBackend for PostgresBackend {
         };
         let r = self.db.call(op, "obtain", req.key, args).await?;
         match r.outcome {
-            Word::Defer => self.db.decide(req.key, shared).await?.into_obtain(NAME),
+            Word::Defer => storage::obtain(&*self.db, req).await,
             Word::Acquired => Ok(ObtainOutcome::Acquired {
                 fencing: r.fencing()?,
                 ttl: req.ttl,
@@ -253,7 +235,7 @@ impl LockBackend for PostgresBackend {
         let op = Operation::Prolongate;
         let r = self.db.call(op, "prolong", req.key, args).await?;
         if r.outcome == Word::Defer {
-            return self.db.prolong_deferred(&req).await;
+            return storage::prolongate(&*self.db, req).await;
         }
         r.prolong_outcome()
     }
@@ -283,13 +265,7 @@ impl LockBackend for PostgresBackend {
         let op = Operation::Release;
         let r = self.db.call(op, "release", req.key, args).await?;
         match r.outcome {
-            Word::Defer => {
-                let ask = Ask::Release {
-                    token: &token,
-                    delay: req.delay_after,
-                };
-                self.db.decide(req.key, ask).await?.into_release(NAME)
-            }
+            Word::Defer => storage::release(&*self.db, req).await,
             Word::Released => Ok(ReleaseOutcome::Released),
             Word::ReleasedLate => Ok(ReleaseOutcome::ReleasedLate),
             Word::Decremented => Ok(ReleaseOutcome::Decremented { holds: r.holds()? }),
@@ -302,11 +278,7 @@ impl LockBackend for PostgresBackend {
         let op = Operation::Inspect;
         let r = self.db.call(op, "inspect", key, Args::default()).await?;
         match r.outcome {
-            Word::Defer => self
-                .db
-                .decide(key, Ask::Inspect)
-                .await?
-                .into_state(NAME, op),
+            Word::Defer => storage::inspect(&*self.db, key).await,
             _ => r.state(),
         }
     }
@@ -315,7 +287,7 @@ impl LockBackend for PostgresBackend {
         let op = Operation::ForceRelease;
         let r = self.db.call(op, "force", key, Args::default()).await?;
         match r.outcome {
-            Word::Defer => self.db.decide(key, Ask::Force).await?.into_state(NAME, op),
+            Word::Defer => storage::force_release(&*self.db, key).await,
             _ => r.state(),
         }
     }

@@ -116,7 +116,9 @@ impl Db {
         // how many run together), in the order of the batch: one after the other, a
         // thousand semaphore permits would take longer than a late hold's grace.
         deferred.sort_unstable();
-        let decided = deferred.iter().map(|&i| self.prolong_deferred(&reqs[i]));
+        let decided = deferred
+            .iter()
+            .map(|&i| lock_core::backend::storage::prolongate(self, reqs[i]));
         for (i, answer) in deferred
             .iter()
             .zip(futures_util::future::join_all(decided).await)

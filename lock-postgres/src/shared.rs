@@ -1,5 +1,7 @@
 //! Shared holds (semaphores, read locks) and a waiting writer's marker: decided in the
-//! client by lock-core's rules, in one transaction that holds the key's advisory lock.
+//! client by lock-core's rules, in one transaction that holds the key's advisory lock. The
+//! backend is a storage of lock-core's adapter (`lock_core::backend::storage`) on this
+//! path: the adapter runs `rules::step`, this module reads and writes the row.
 //!
 //! The function of `schema.sql` keeps the mutex, one statement per operation. A shared
 //! request comes here straight away; any other comes here when the function answered
@@ -23,10 +25,14 @@
 //! mid-transaction: the connection is closed rather than returned to the pool, and the
 //! server rolls the transaction back (nothing half-written; the advisory lock goes with it).
 
+use std::borrow::Cow;
+use std::fmt;
+
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::rules::{self, Ask, Clock, Record, Reply, Wake};
-use lock_core::backend::{Grace, ProlongRequest};
-use lock_core::{Error, Key, Operation, ProlongOutcome, Result};
+use lock_core::backend::rules::{Clock, Record, Wake};
+use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
+use lock_core::backend::{Capabilities, Grace, Token};
+use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use tracing::Instrument;
@@ -41,10 +47,68 @@ use lock_sql::Open;
 /// nanoseconds of the server's clock (µs in the row, exact).
 type Stored = Record<String, String>;
 
-impl Db {
-    /// Decides `ask` on `key` in a transaction of its own, by the backend's deadline.
-    pub(crate) async fn decide(&self, key: &Key, ask: Ask<'_, String, String>) -> Result<Reply> {
-        let op = ask.operation();
+impl fmt::Debug for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The pool's options hold the password: only names are shown.
+        f.debug_struct("PostgresBackend")
+            .field("table", &self.table())
+            .field("grace", &self.grace)
+            .field("durable", &self.session.durable)
+            .field("timeout", &self.pooled.deadline.timeout)
+            .field("auto_migrate", &self.auto_migrate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The client's path as a storage of lock-core's adapter: the adapter runs
+/// [`lock_core::backend::rules::step`] on what [`Storage::transact`] read.
+impl Storage for Db {
+    /// The SHA-256 of the token, in hex: the token itself never reaches the server.
+    type Token = String;
+    /// The holder info as JSON.
+    type Holder = String;
+    const NAME: &'static str = NAME;
+
+    fn storage_capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .cross_process(true)
+            .cross_host(true)
+            .shared(true)
+    }
+
+    fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
+        Cow::Owned(token.digest())
+    }
+
+    fn holder<'h>(&self, holder: &'h HolderInfo, op: Operation) -> Result<Cow<'h, String>> {
+        serde_json::to_string(holder).map(Cow::Owned).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                NAME,
+                op,
+                format!("holder info: {e}"),
+            )
+        })
+    }
+
+    fn decode_holder(&self, stored: &String, op: Operation) -> Result<HolderInfo> {
+        parse_holder(op, stored)
+    }
+
+    fn grace(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
+    }
+
+    /// The two messages of the module's docs by the backend's deadline; if the table
+    /// vanished (dropped under a running backend), made again once and the transaction
+    /// sent again. The key's advisory lock makes every call wait its turn: never
+    /// [`Commit::Conflict`].
+    async fn transact(
+        &self,
+        key: &Key,
+        op: Operation,
+        decide: &mut Decide<'_, String, String>,
+    ) -> Result<Commit> {
         let span = tracing::debug_span!(
             "postgres_lock",
             op = op.as_str(),
@@ -58,7 +122,7 @@ impl Db {
                 .await??;
             let first = self
                 .pooled
-                .within(op, deadline, self.transaction(op, key, ask))
+                .within(op, deadline, self.transaction(op, key, &mut *decide))
                 .await?;
             match first {
                 Err(e) if is_missing_schema(&e) && self.auto_migrate => {
@@ -68,7 +132,7 @@ impl Db {
                         .within(op, deadline, self.ensure_schema(op))
                         .await??;
                     self.pooled
-                        .within(op, deadline, self.transaction(op, key, ask))
+                        .within(op, deadline, self.transaction(op, key, decide))
                         .await?
                         .map_err(|e| map_error(op, e))?
                 }
@@ -76,31 +140,20 @@ impl Db {
             }
         }
         .instrument(span)
-        .await
+        .await?;
+        Ok(Commit::Done)
     }
+}
 
-    /// Prolongs a lock whose row the function deferred, in the client's decision.
-    pub(crate) async fn prolong_deferred(
-        &self,
-        req: &ProlongRequest<'_>,
-    ) -> Result<ProlongOutcome> {
-        let token = req.token.digest();
-        let ask = Ask::Prolong {
-            token: &token,
-            ttl: req.ttl,
-            grace: Grace::or_ttl(self.grace, req.ttl),
-        };
-        self.decide(req.key, ask).await?.into_prolong(NAME)
-    }
-
+impl Db {
     /// The two messages; a failure of the decision itself (a corrupt row, a refused
     /// request) still commits the transaction, which wrote nothing.
     async fn transaction(
         &self,
         op: Operation,
         key: &Key,
-        ask: Ask<'_, String, String>,
-    ) -> std::result::Result<Result<Reply>, sqlx::Error> {
+        decide: &mut Decide<'_, String, String>,
+    ) -> std::result::Result<Result<()>, sqlx::Error> {
         let mut tx = Open::new(
             self.pooled
                 .connection(self.pooled.deadline_from_now())
@@ -109,39 +162,35 @@ impl Db {
         let read = self.names.shared_read(&self.session, key.as_str());
         let rows = fetch_rows(&mut tx.conn, &read).await?;
         let decided = match rows.last() {
-            Some(row) => decide(op, row, ask),
+            Some(row) => run_step(op, row, decide),
             None => Err(protocol(op, "the row's read answered nothing")),
         };
         let end = match &decided {
-            Ok((_, Some(row), wake)) => self.names.shared_write(key.as_str(), row, *wake),
+            Ok((Some(row), wake)) => self.names.shared_write(key.as_str(), row, *wake),
             _ => "COMMIT".to_owned(),
         };
         fetch_rows(&mut tx.conn, &end).await?;
         tx.open = false;
-        Ok(decided.map(|(answer, _, _)| answer))
+        Ok(decided.map(|_| ()))
     }
 }
 
-/// The rules' decision on the row read (`rules::step`, with the server's clock in µs as the
-/// fencing floor): the reply, the row to write, whom to wake.
-fn decide(
+/// The step on the row read, with the server's clock (in µs, also the fencing floor): the
+/// row to write, whom to wake.
+fn run_step(
     op: Operation,
     row: &PgRow,
-    ask: Ask<'_, String, String>,
-) -> Result<(Reply, Option<Columns>, Wake)> {
+    decide: &mut Decide<'_, String, String>,
+) -> Result<(Option<Columns>, Wake)> {
     let now_us: i64 = row.try_get(0).map_err(|e| protocol(op, e))?;
     let now_us = u64::try_from(now_us).map_err(|_| protocol(op, "a clock before 1970"))?;
-    let clock = Clock::nanos(now_us.saturating_mul(1000));
     let stored = read(op, row)?;
-    let mut ask = ask;
-    if let Ask::Obtain(obtain) = &mut ask {
-        obtain.fencing_floor = now_us;
-    }
-    let d = rules::step(stored.as_ref(), clock, ask);
-    let reply = d
-        .outcome
-        .try_into_reply(NAME, |json: &String| parse_holder(op, json))?;
-    Ok((reply, d.write.map(|r| Columns::of(&r, now_us)), d.wake))
+    let change = decide(Snapshot {
+        record: stored.as_ref(),
+        clock: Clock::nanos(now_us.saturating_mul(1000)),
+        fencing_floor: now_us,
+    })?;
+    Ok((change.write.map(|r| Columns::of(&r, now_us)), change.wake))
 }
 
 fn corrupt(op: Operation, what: &str) -> Error {

@@ -1,14 +1,13 @@
-//! The rules of [`lock_core::backend::rules`] on the rows a transaction read: the answer in
-//! the one outcome vocabulary, and the rows to write.
+//! What message 1 of a transaction read, decoded: each row's record as the rules see it,
+//! and the server's clock.
 
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::rules::{self, Ask, Clock, Record, Reply};
+use lock_core::backend::rules::{Clock, Record};
 use lock_core::{HolderInfo, Operation, Result};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row as _;
 
 use crate::error::{corrupt, protocol};
-use crate::NAME;
 
 /// A record as the rules see it here: the token's digest, the holder info as JSON, times in
 /// nanoseconds of the server's clock (µs in the row, exact).
@@ -78,25 +77,7 @@ fn record(op: Operation, row: &MySqlRow) -> Result<(String, Stored)> {
     Ok((key, record))
 }
 
-/// The rules' decision on `record` at `read`'s instant (`rules::step`, with the server's
-/// clock in µs as the fencing floor): the reply and the record to write.
-pub(crate) fn decide(
-    op: Operation,
-    record: Option<&Stored>,
-    read: &Read,
-    ask: Ask<'_, String, String>,
-) -> Result<(Reply, Option<Stored>)> {
-    let mut ask = ask;
-    if let Ask::Obtain(obtain) = &mut ask {
-        obtain.fencing_floor = read.now_us;
-    }
-    let d = rules::step(record, read.clock(), ask);
-    let reply = d
-        .outcome
-        .try_into_reply(NAME, |json: &String| parse_holder(op, json))?;
-    Ok((reply, d.write))
-}
-
-fn parse_holder(op: Operation, json: &str) -> Result<HolderInfo> {
+/// The holder info stored as JSON, decoded.
+pub(crate) fn parse_holder(op: Operation, json: &str) -> Result<HolderInfo> {
     serde_json::from_str(json).map_err(|_| corrupt(op, "holder"))
 }
