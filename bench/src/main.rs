@@ -5,6 +5,7 @@
 //! cargo run --release -p lock-bench -- --quick # fewer cycles, for a smoke run
 //! cargo run --release -p lock-bench -- --only=redis,postgres
 //! cargo run --release -p lock-bench -- --watched-only # just the locks held with the watchdog
+//! cargo run --release -p lock-bench -- --instructions  # the client's instructions per cycle
 //! ```
 //!
 //! Redis is `REDIS_URL` (default `redis://127.0.0.1:6379/0`), Postgres `DATABASE_URL`
@@ -46,12 +47,20 @@
 //!   client memory per held lock (bytes allocated and not freed, counted by the bench's
 //!   allocator).
 //!
+//! - **instructions per cycle** (`--instructions`, alone; `--only=memory-trait,...` picks
+//!   kinds): the client's instructions for one cycle of the memory backend (on the trait
+//!   and through the client layer) and of Redis (raw redis-rs, rslock, the Lua variant on
+//!   the trait and through the client layer), counted by callgrind (`apt-get install
+//!   valgrind`) in children of this binary with N and 2N cycles, so start-up cancels: the
+//!   same figure on every run whatever else the machine does, the one to hold a change to.
+//!
 //! Each measurement runs one uncounted round first, which creates the keys (files, records,
 //! rows) the counted rounds reuse: a running service locks the same keys again and again.
 
 mod alloc;
 mod baselines;
 mod cpu;
+mod instructions;
 mod on_mysql;
 mod on_postgres;
 mod on_redis;
@@ -92,6 +101,18 @@ pub(crate) const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const WAITERS: [usize; 3] = [2, 8, 32];
 
 fn main() {
+    let redis_url =
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
+    if let Some(spec) =
+        std::env::args().find_map(|a| a.strip_prefix("--count-cycles=").map(str::to_owned))
+    {
+        let (kind, n) = spec
+            .split_once(':')
+            .and_then(|(k, n)| Some((k.to_owned(), n.parse::<usize>().ok()?)))
+            .expect("--count-cycles=KIND:N");
+        instructions::child(&kind, n, &redis_url);
+        return;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let watched_only = std::env::args().any(|a| a == "--watched-only");
     // `--only=redis,postgres`: just those backends.
@@ -99,6 +120,13 @@ fn main() {
         a.strip_prefix("--only=")
             .map(|l| l.split(',').map(String::from).collect())
     });
+    if std::env::args().any(|a| a == "--instructions") {
+        instructions::report(
+            only.as_deref().unwrap_or_default(),
+            if quick { 500 } else { 2_000 },
+        );
+        return;
+    }
     let wanted = |name: &str| only.as_ref().is_none_or(|l| l.iter().any(|n| n == name));
     let size = if quick {
         Size {
@@ -119,8 +147,6 @@ fn main() {
             watched_only,
         }
     };
-    let redis_url =
-        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
     let pg_url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let my_url =

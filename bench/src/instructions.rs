@@ -1,0 +1,139 @@
+//! Instructions per cycle (`--instructions`): the client's instructions for one cycle of
+//! each kind, counted by callgrind, so that a change in the client's work shows without a
+//! quiet machine. Each kind runs twice in a child of this binary under
+//! `valgrind --tool=callgrind` (`--count-cycles=KIND:N`), with N and with 2N cycles on one
+//! task of a current-thread runtime; (I(2N) - I(N)) / N cancels start-up, connecting and
+//! the first round's warm-up. The figure is the client process's: for Redis, the server's
+//! work is not in it (see the CPU rows of the main run for that).
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use lock_core::{LockBackend, Locker, MemoryBackend};
+use test_servers::bench::{backend_cycles, locker_cycles};
+
+use crate::baselines;
+
+/// Each kind a child counts: its name on the command line and what it measures.
+pub(crate) const KINDS: &[(&str, &str)] = &[
+    (
+        "memory-trait",
+        "memory: obtain + release on the trait, called directly",
+    ),
+    (
+        "memory-client",
+        "memory: try_obtain() + release through the client layer",
+    ),
+    (
+        "redis-raw",
+        "redis: SET NX PX + compare-and-delete (redis-rs)",
+    ),
+    ("rslock", "redis: rslock lock + unlock"),
+    (
+        "redis-lua-trait",
+        "redis-lua: obtain + release on the trait",
+    ),
+    (
+        "redis-lua-client",
+        "redis-lua: try_obtain() + release through the client layer",
+    ),
+];
+
+/// The child's side: runs `n` cycles of `kind` on one task, then returns.
+///
+/// # Panics
+/// On an unknown kind or a failed cycle: the parent reports the child's failure.
+pub(crate) fn child(kind: &str, n: usize, redis_url: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let prefix = "count-".to_owned();
+        match kind {
+            "memory-trait" => {
+                let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+                backend_cycles(backend, prefix, n).await;
+            }
+            "memory-client" => {
+                let locker = Locker::new(Arc::new(MemoryBackend::new()));
+                locker_cycles(locker, prefix, n, false).await;
+            }
+            "redis-raw" => {
+                let client = redis::Client::open(redis_url).expect("a Redis URL");
+                let conn = redis::aio::ConnectionManager::new(client)
+                    .await
+                    .expect("a Redis server (REDIS_URL)");
+                baselines::redis_cycles(conn, prefix, n).await;
+            }
+            "rslock" => {
+                let manager = rslock::LockManager::new(vec![redis_url.to_owned()]);
+                baselines::rslock_cycles(manager, prefix, n).await;
+            }
+            "redis-lua-trait" | "redis-lua-client" => {
+                let backend = lock_redis::RedisBackend::builder(redis_url)
+                    .prefix("bench:")
+                    .connect()
+                    .await
+                    .expect("a Redis server (REDIS_URL)");
+                let backend: Arc<dyn LockBackend> = Arc::new(backend);
+                if kind == "redis-lua-trait" {
+                    backend_cycles(backend, prefix, n).await;
+                } else {
+                    locker_cycles(Locker::new(backend), prefix, n, false).await;
+                }
+            }
+            other => panic!("no cycle kind {other:?}: one of {KINDS:?}"),
+        }
+    });
+}
+
+/// The parent's side: each kind's instructions per cycle (`kinds` empty: every kind), one
+/// line each; a kind that cannot be counted says why.
+pub(crate) fn report(kinds: &[String], n: usize) {
+    let exe = std::env::current_exe().expect("this binary's path");
+    println!(
+        "### Client instructions per cycle (callgrind, {n} and {} cycles, one task)\n",
+        2 * n
+    );
+    println!("| kind | what | instructions per cycle |");
+    println!("|---|---|---:|");
+    for (kind, what) in KINDS {
+        if !kinds.is_empty() && !kinds.iter().any(|k| k == kind) {
+            continue;
+        }
+        let count = |cycles: usize| instructions(&exe, kind, cycles);
+        let figure = match (count(n), count(2 * n)) {
+            (Ok(one), Ok(two)) => format!("{:.0}", two.saturating_sub(one) as f64 / n as f64),
+            (Err(why), _) | (_, Err(why)) => format!("not counted: {why}"),
+        };
+        println!("| {kind} | {what} | {figure} |");
+    }
+}
+
+/// The instructions a child running `cycles` cycles of `kind` executed, in all.
+fn instructions(exe: &Path, kind: &str, cycles: usize) -> Result<u64, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let out = dir.path().join("callgrind.out");
+    let run = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(exe)
+        .arg(format!("--count-cycles={kind}:{cycles}"))
+        .output()
+        .map_err(|e| format!("valgrind did not start ({e}): `apt-get install valgrind`"))?;
+    if !run.status.success() {
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+        return Err(format!("the child failed: {}", last.unwrap_or("no output")));
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|n| n.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| "no instruction total in callgrind's output".to_owned())
+}
