@@ -31,7 +31,10 @@ fn a_lock_is_taken_and_released_under_valgrind() {
                 .unwrap()
                 .obtained()
                 .expect("a free key");
-            guard.release().await.unwrap();
+            assert_eq!(
+                guard.release().await.unwrap(),
+                lock_core::ReleaseOutcome::Released
+            );
         });
         return;
     }
