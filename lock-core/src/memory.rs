@@ -40,7 +40,9 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct MemoryBackend {
     store: Arc<Mutex<Store>>,
-    namespace: String,
+    /// The store's prefix of this view's keys: the namespace's length, `:`, the namespace
+    /// (so that `app` + `x:y` and `appx:` + `y` never meet).
+    prefix: Arc<str>,
     grace: Option<Grace>,
 }
 
@@ -80,7 +82,7 @@ impl MemoryBackend {
     pub fn new() -> Self {
         MemoryBackend {
             store: Arc::default(),
-            namespace: String::new(),
+            prefix: Arc::from("0:"),
             grace: None,
         }
     }
@@ -114,8 +116,9 @@ impl MemoryBackend {
     /// The same store seen under another key prefix: keys of different namespaces never
     /// meet.
     pub fn namespaced(&self, namespace: impl Into<String>) -> Self {
+        let namespace = namespace.into();
         MemoryBackend {
-            namespace: namespace.into(),
+            prefix: Arc::from(format!("{}:{namespace}", namespace.len())),
             ..self.clone()
         }
     }
@@ -142,13 +145,10 @@ impl MemoryBackend {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The store's name of `key`: the namespace's length, then the namespace, then the key,
-    /// so that `app` + `x:y` and `appx:` + `y` never meet.
+    /// The store's name of `key`: this view's prefix, then the key.
     fn full_key(&self, key: &Key) -> String {
-        let mut full = String::with_capacity(self.namespace.len() + key.as_str().len() + 8);
-        full.push_str(&self.namespace.len().to_string());
-        full.push(':');
-        full.push_str(&self.namespace);
+        let mut full = String::with_capacity(self.prefix.len() + key.as_str().len());
+        full.push_str(&self.prefix);
         full.push_str(key.as_str());
         full
     }
@@ -169,22 +169,29 @@ impl Store {
     }
 
     /// Stores what a decision wrote (a free record is dropped: the counter keeps fencing
-    /// growing) and wakes the key's waiters the decision names.
-    fn apply(&mut self, key: &str, decision: Change<Token, HolderInfo>) {
+    /// growing) and wakes the key's waiters the decision names. The wake comes first only
+    /// so that the key can move into the map: a woken waiter takes the store's mutex, so it
+    /// sees the write either way.
+    fn apply(&mut self, key: String, decision: Change<Token, HolderInfo>) {
+        match decision.wake {
+            Wake::Nobody => {}
+            Wake::One => self.waiters.wake_one(&key),
+            Wake::All => self.waiters.wake_key(&key),
+        }
         match decision.write {
             Some(record) if record.state == rules::State::Free && record.writer.is_none() => {
-                self.records.remove(key);
+                self.records.remove(&key);
             }
             Some(record) => {
                 self.fencing = self.fencing.max(record.fencing);
-                self.records.insert(key.to_owned(), record);
+                match self.records.get_mut(&key) {
+                    Some(stored) => *stored = record,
+                    None => {
+                        self.records.insert(key, record);
+                    }
+                }
             }
             None => {}
-        }
-        match decision.wake {
-            Wake::Nobody => {}
-            Wake::One => self.waiters.wake_one(key),
-            Wake::All => self.waiters.wake_key(key),
         }
     }
 
@@ -244,7 +251,7 @@ impl Storage for MemoryBackend {
             clock,
             fencing_floor: store.fencing + 1,
         })?;
-        store.apply(&key, change);
+        store.apply(key, change);
         Ok(Commit::Done)
     }
 
