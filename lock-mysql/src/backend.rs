@@ -65,9 +65,9 @@ impl MySqlBackend {
     /// Bounded by the backend's deadline ([`MySqlBuilder::timeout`](crate::MySqlBuilder::timeout)).
     ///
     /// # Errors
-    /// [`ErrorKind::PermissionDenied`] when the user may not create it,
-    /// [`ErrorKind::Config`] when a table of that name exists with another shape or
-    /// engine, or the URL names no database, [`ErrorKind::Unavailable`] past the deadline.
+    /// [`ErrorKind::PermissionDenied`](lock_core::ErrorKind::PermissionDenied) when the user may not create it,
+    /// [`ErrorKind::Config`](lock_core::ErrorKind::Config) when a table of that name exists with another shape or
+    /// engine, or the URL names no database, [`ErrorKind::Unavailable`](lock_core::ErrorKind::Unavailable) past the deadline.
     ///
     /// # Cancel safety
     /// Cancel safe: the migration is one `CREATE TABLE IF NOT EXISTS`, which the server

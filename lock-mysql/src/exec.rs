@@ -8,6 +8,7 @@
 //! statement still waiting for a row lock on the server ends by the server's own copy of
 //! the deadline (`innodb_lock_wait_timeout`, see `sql.rs`).
 
+use std::fmt;
 use std::sync::atomic::AtomicBool;
 
 use futures_core::future::BoxFuture;
@@ -36,6 +37,18 @@ pub(crate) struct Db {
     pub(crate) schema: SchemaOnce,
     /// A sweep is under way (one at a time).
     pub(crate) sweeping: AtomicBool,
+}
+
+impl fmt::Debug for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The pool's options hold the password: only names are shown.
+        f.debug_struct("MySqlBackend")
+            .field("table", &self.names.table)
+            .field("grace", &self.grace)
+            .field("timeout", &self.pooled.deadline.timeout)
+            .field("auto_migrate", &self.auto_migrate)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What follows message 1 of a transaction, given what it read: the answer, and the

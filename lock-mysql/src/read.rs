@@ -3,7 +3,7 @@
 
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::rules::{Clock, Record};
-use lock_core::{HolderInfo, Operation, Result};
+use lock_core::{Operation, Result};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row as _;
 
@@ -75,9 +75,4 @@ fn record(op: Operation, row: &MySqlRow) -> Result<(String, Stored)> {
     };
     let record = columns.into_record().map_err(|what| corrupt(op, what))?;
     Ok((key, record))
-}
-
-/// The holder info stored as JSON, decoded.
-pub(crate) fn parse_holder(op: Operation, json: &str) -> Result<HolderInfo> {
-    serde_json::from_str(json).map_err(|_| corrupt(op, "holder"))
 }

@@ -2,68 +2,17 @@
 //! transaction reads the key's row under its row lock with the server's clock, the
 //! adapter's step decides, and the same transaction writes the row it returns.
 
-use std::borrow::Cow;
-use std::fmt;
-
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{Capabilities, Grace, Token};
-use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
+use lock_core::{Key, Operation, Result};
 use tracing::Instrument;
 
 use crate::exec::{row, Db};
-use crate::read::{parse_holder, Read};
+use crate::read::Read;
 use crate::sql::ROLLBACK;
-use crate::NAME;
-
-impl fmt::Debug for Db {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The pool's options hold the password: only names are shown.
-        f.debug_struct("MySqlBackend")
-            .field("table", &self.names.table)
-            .field("grace", &self.grace)
-            .field("timeout", &self.pooled.deadline.timeout)
-            .field("auto_migrate", &self.auto_migrate)
-            .finish_non_exhaustive()
-    }
-}
 
 impl Storage for Db {
-    /// The SHA-256 of the token, in hex: the token itself never reaches the server.
-    type Token = String;
-    /// The holder info as JSON.
-    type Holder = String;
-    const NAME: &'static str = NAME;
-
-    fn storage_capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .cross_process(true)
-            .cross_host(true)
-            .shared(true)
-    }
-
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
-        Cow::Owned(token.digest())
-    }
-
-    fn holder<'h>(&self, holder: &'h HolderInfo, op: Operation) -> Result<Cow<'h, String>> {
-        serde_json::to_string(holder).map(Cow::Owned).map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                NAME,
-                op,
-                format!("holder info: {e}"),
-            )
-        })
-    }
-
-    fn decode_holder(&self, stored: &String, op: Operation) -> Result<HolderInfo> {
-        parse_holder(op, stored)
-    }
-
-    fn grace(&self, ttl: Ttl) -> Grace {
-        Grace::or_ttl(self.grace, ttl)
-    }
+    lock_sql::storage_encoding!(crate::NAME);
 
     /// One transaction: the row read under its row lock (an obtain makes a placeholder row
     /// first, so that two obtains of a new key queue on one row lock), the server's clock

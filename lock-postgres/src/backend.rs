@@ -129,9 +129,9 @@ impl PostgresBackend {
     /// waiting for another migration included.
     ///
     /// # Errors
-    /// [`ErrorKind::PermissionDenied`] when the user may not create them,
-    /// [`ErrorKind::Config`] when a table of that name exists with another shape,
-    /// [`ErrorKind::Unavailable`] past the deadline (nothing half-made stays: the migration
+    /// [`ErrorKind::PermissionDenied`](lock_core::ErrorKind::PermissionDenied) when the user may not create them,
+    /// [`ErrorKind::Config`](lock_core::ErrorKind::Config) when a table of that name exists with another shape,
+    /// [`ErrorKind::Unavailable`](lock_core::ErrorKind::Unavailable) past the deadline (nothing half-made stays: the migration
     /// is one transaction).
     ///
     /// # Cancel safety

@@ -1,6 +1,8 @@
 //! Sending statements: one operation, or one batch of prolongs, as one statement on a
 //! pooled connection, by the backend's deadline, in the backend's form of statement.
 
+use std::fmt;
+
 use futures_core::future::BoxFuture;
 use lock_core::backend::{Grace, ProlongRequest};
 use lock_core::{Key, Operation, ProlongOutcome, Result, Ttl};
@@ -27,6 +29,19 @@ pub(crate) struct Db {
     pub(crate) auto_migrate: bool,
     /// The table and functions of this version were found or made, once.
     pub(crate) schema: SchemaOnce,
+}
+
+impl fmt::Debug for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The pool's options hold the password: only names are shown.
+        f.debug_struct("PostgresBackend")
+            .field("table", &self.table())
+            .field("grace", &self.grace)
+            .field("durable", &self.session.durable)
+            .field("timeout", &self.pooled.deadline.timeout)
+            .field("auto_migrate", &self.auto_migrate)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Db {

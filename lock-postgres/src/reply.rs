@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, ErrorKind, Fencing, LockState, Operation, ProlongOutcome, Result};
+use lock_core::{Error, Fencing, LockState, Operation, ProlongOutcome, Result};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
@@ -147,14 +147,7 @@ impl Reply {
 
 /// Holder info stored as JSON in a row.
 pub(crate) fn parse_holder(op: Operation, json: &str) -> Result<lock_core::HolderInfo> {
-    serde_json::from_str(json).map_err(|e| {
-        Error::new(
-            ErrorKind::Corrupt,
-            NAME,
-            op,
-            format!("the row's holder is not holder info ({e}); force-release the lock"),
-        )
-    })
+    lock_sql::holder_from_json(NAME, json, op)
 }
 
 #[cfg(test)]

@@ -25,21 +25,16 @@
 //! mid-transaction: the connection is closed rather than returned to the pool, and the
 //! server rolls the transaction back (nothing half-written; the advisory lock goes with it).
 
-use std::borrow::Cow;
-use std::fmt;
-
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::rules::{Clock, Record, Wake};
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{Capabilities, Grace, Token};
-use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
+use lock_core::{Error, Key, Operation, Result};
 use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use tracing::Instrument;
 
 use crate::error::{is_missing_schema, map_error, protocol};
 use crate::exec::{fetch_rows, Db};
-use crate::reply::parse_holder;
 use crate::NAME;
 use lock_sql::Open;
 
@@ -47,57 +42,10 @@ use lock_sql::Open;
 /// nanoseconds of the server's clock (µs in the row, exact).
 type Stored = Record<String, String>;
 
-impl fmt::Debug for Db {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The pool's options hold the password: only names are shown.
-        f.debug_struct("PostgresBackend")
-            .field("table", &self.table())
-            .field("grace", &self.grace)
-            .field("durable", &self.session.durable)
-            .field("timeout", &self.pooled.deadline.timeout)
-            .field("auto_migrate", &self.auto_migrate)
-            .finish_non_exhaustive()
-    }
-}
-
 /// The client's path as a storage of lock-core's adapter: the adapter runs
 /// [`lock_core::backend::rules::step`] on what [`Storage::transact`] read.
 impl Storage for Db {
-    /// The SHA-256 of the token, in hex: the token itself never reaches the server.
-    type Token = String;
-    /// The holder info as JSON.
-    type Holder = String;
-    const NAME: &'static str = NAME;
-
-    fn storage_capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .cross_process(true)
-            .cross_host(true)
-            .shared(true)
-    }
-
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
-        Cow::Owned(token.digest())
-    }
-
-    fn holder<'h>(&self, holder: &'h HolderInfo, op: Operation) -> Result<Cow<'h, String>> {
-        serde_json::to_string(holder).map(Cow::Owned).map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                NAME,
-                op,
-                format!("holder info: {e}"),
-            )
-        })
-    }
-
-    fn decode_holder(&self, stored: &String, op: Operation) -> Result<HolderInfo> {
-        parse_holder(op, stored)
-    }
-
-    fn grace(&self, ttl: Ttl) -> Grace {
-        Grace::or_ttl(self.grace, ttl)
-    }
+    lock_sql::storage_encoding!(crate::NAME);
 
     /// The two messages of the module's docs by the backend's deadline; if the table
     /// vanished (dropped under a running backend), made again once and the transaction

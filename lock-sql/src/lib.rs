@@ -13,7 +13,9 @@
 //! - [`Common`] and [`common_setters!`]: the settings every builder has (deadline, grace,
 //!   migration on first use, pool size) with their URL options and setters;
 //!   [`pool_options`], the pool a builder makes from a URL; [`Pooled`], that pool with the
-//!   deadline of its calls.
+//!   deadline of its calls;
+//! - [`encoding`] and [`storage_encoding!`]: the token's digest and the holder's JSON, and
+//!   the items of lock-core's `Storage` every SQL backend writes alike.
 //!
 //! ```
 //! use std::time::Duration;
@@ -32,6 +34,7 @@
 
 mod conn;
 mod deadline;
+pub mod encoding;
 pub mod errors;
 mod pooled;
 mod schema;
@@ -39,6 +42,10 @@ mod settings;
 
 pub use conn::{connection, discard_idle, Open};
 pub use deadline::{within, Deadline};
+pub use encoding::{holder_from_json, holder_json};
+
+#[doc(hidden)]
+pub use lock_core as __lock_core;
 pub use pooled::{Options, Pooled};
 pub use schema::SchemaOnce;
 pub use settings::{pool_options, Common};
