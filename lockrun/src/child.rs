@@ -111,14 +111,16 @@ pub(crate) struct Command {
 }
 
 impl Command {
-    /// Starts `program` with `args`, in a group of its own unless standard input is a
-    /// terminal, watched by a guardian.
+    /// Starts `program` with `args` and the variables `env` added to lockrun's own
+    /// environment, in a group of its own unless standard input is a terminal, watched by
+    /// a guardian.
     ///
     /// # Errors
     /// The error of the spawn (COMMAND not found, not executable).
     pub(crate) fn spawn(
         program: &std::ffi::OsStr,
         args: &[std::ffi::OsString],
+        env: &[(&str, String)],
     ) -> std::io::Result<Command> {
         let isolate = !std::io::stdin().is_terminal();
         // With /proc, the guardian's own group, told to the guardian before COMMAND runs
@@ -134,6 +136,7 @@ impl Command {
         };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         match group {
             Some(pgid) => cmd.process_group(pgid.as_raw()),
             None if isolate => cmd.process_group(0),

@@ -50,7 +50,10 @@ pub(crate) const EXIT_CONFIG: u8 = 78;
                   status.\n\nCOMMAND runs in a process group of its own (unless standard \
                   input is a terminal): signals reach its children too, processes it leaves \
                   behind are stopped before the release, and if lockrun is killed a guardian \
-                  kills the group.\n\nExit status: COMMAND's own (128+N if signal N ended it); 75 lock \
+                  kills the group.\n\nCOMMAND's environment gains LOCKRUN_KEY (the key), \
+                  LOCKRUN_FENCING (the hold's fencing token: higher than any earlier holder's \
+                  of the key; hand it to the resource COMMAND writes to, so that it refuses a \
+                  write with a lower one) and LOCKRUN_MODE (exclusive, read or semaphore).\n\nExit status: COMMAND's own (128+N if signal N ended it); 75 lock \
                   not obtained in time; 76 lock lost while COMMAND ran (COMMAND got SIGTERM, \
                   then SIGKILL after --kill-after); 78 configuration error; 69 backend \
                   failure; 127/126 COMMAND not found / not executable; 2 usage error.",

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_config::LockConfig;
 use lock_core::observe::Observer;
-use lock_core::{Attempt, Busy, BusyReason, Key, ReleaseOutcome, Ttl};
+use lock_core::{Attempt, Busy, BusyReason, Key, Mode, ReleaseOutcome, Ttl};
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -126,7 +126,22 @@ async fn run_locked(
         }
     };
     let (program, rest) = command.split_first().expect("clap requires COMMAND");
-    let mut child = match Command::spawn(program, rest) {
+    let mode = match guard.mode() {
+        Mode::Exclusive => "exclusive",
+        Mode::Shared {
+            capacity: Mode::UNBOUNDED,
+            ..
+        } => "read",
+        Mode::Shared { .. } => "semaphore",
+    };
+    // What COMMAND needs to fence its writes: the token to hand the resource, which
+    // refuses any lower one (see `--help`).
+    let env = [
+        ("LOCKRUN_KEY", key.as_str().to_owned()),
+        ("LOCKRUN_FENCING", guard.fencing().0.to_string()),
+        ("LOCKRUN_MODE", mode.to_owned()),
+    ];
+    let mut child = match Command::spawn(program, rest, &env) {
         Ok(c) => c,
         Err(e) => {
             let status = if e.kind() == std::io::ErrorKind::NotFound {

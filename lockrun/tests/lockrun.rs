@@ -210,6 +210,46 @@ fn exit_status_passes_through(backend: &str) {
     );
 }
 
+/// COMMAND learns its key, its fencing token and its mode from the environment: the token
+/// of a later hold of the key is higher, whatever the mode.
+fn the_command_gets_its_key_and_fencing_token(backend: &str) {
+    let env = Env::new(backend);
+    let said = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend([
+            "--",
+            "sh",
+            "-c",
+            r#"printf '%s %s %s' "$LOCKRUN_KEY" "$LOCKRUN_FENCING" "$LOCKRUN_MODE""#,
+        ]);
+        let out = env.output(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let [key, fencing, mode] = text.split(' ').collect::<Vec<_>>()[..] else {
+            panic!("COMMAND printed {text:?}")
+        };
+        assert_eq!(key, env.key);
+        (
+            fencing.parse::<u64>().expect("a fencing token"),
+            mode.to_owned(),
+        )
+    };
+    let (first, mode) = said(&[]);
+    assert_eq!(mode, "exclusive");
+    let (second, mode) = said(&["--shared"]);
+    assert_eq!(mode, "read");
+    let (third, mode) = said(&["--permits", "2"]);
+    assert_eq!(mode, "semaphore");
+    assert!(
+        first > 0 && first < second && second < third,
+        "{first} {second} {third}"
+    );
+}
+
 fn a_second_run_gets_75_or_waits(backend: &str) {
     let env = Env::new(backend);
     let mut first = env.spawn(&["--metadata", "first run", "--", "sleep", "3"]);
@@ -309,6 +349,7 @@ macro_rules! on_each_backend {
 
 on_each_backend!(
     exit_status_passes_through,
+    the_command_gets_its_key_and_fencing_token,
     a_second_run_gets_75_or_waits,
     a_lost_lock_kills_the_command_with_76,
     sigterm_is_forwarded_and_the_lock_released,
