@@ -468,8 +468,77 @@ impl<S: Storage + 'static> LockBackend for S {
 
 #[cfg(test)]
 mod tests {
-    use super::conflict_pause;
-    use std::time::Duration;
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A storage whose every write loses to a concurrent writer: it runs the step, then
+    /// answers a conflict and stores nothing.
+    #[derive(Debug, Default)]
+    struct AlwaysConflicts {
+        transactions: AtomicU32,
+    }
+
+    impl Storage for AlwaysConflicts {
+        type Token = Token;
+        type Holder = HolderInfo;
+        const NAME: &'static str = "always-conflicts";
+
+        fn storage_capabilities(&self) -> Capabilities {
+            Capabilities::none()
+        }
+        fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
+            Cow::Borrowed(token)
+        }
+        fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
+            Ok(Cow::Borrowed(holder))
+        }
+        fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
+            Ok(stored.clone())
+        }
+        fn conflicts_within(&self) -> Duration {
+            Duration::from_millis(50)
+        }
+
+        async fn transact(
+            &self,
+            _: &Key,
+            _: Operation,
+            decide: &mut Decide<'_, Token, HolderInfo>,
+        ) -> Result<Commit> {
+            self.transactions.fetch_add(1, Ordering::Relaxed);
+            decide(Snapshot {
+                record: None,
+                clock: Clock::millis(1_000),
+                fencing_floor: 1,
+            })?;
+            Ok(Commit::Conflict)
+        }
+    }
+
+    /// A call that loses every transaction gives up once `conflicts_within` has passed,
+    /// with a retry-safe error that says nothing was written, rather than an outcome the
+    /// storage never stored or a loop without end.
+    #[tokio::test]
+    async fn a_call_that_always_conflicts_gives_up_retry_safe() {
+        let storage = AlwaysConflicts::default();
+        let (key, token) = (Key::new("k").unwrap(), Token::generate().unwrap());
+        let holder = HolderInfo::current();
+        let ttl = Ttl::from_millis(30_000).unwrap();
+        let started = std::time::Instant::now();
+        let call = obtain(&storage, ObtainRequest::new(&key, &token, ttl, &holder));
+        let err = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the call gave up in time")
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(err.is_retry_safe(), "{err}");
+        assert!(err.to_string().contains("nothing was written"), "{err}");
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(
+            storage.transactions.load(Ordering::Relaxed) > 1,
+            "the step ran again after a conflict"
+        );
+    }
 
     #[test]
     fn conflict_pauses_grow_with_jitter_and_stay_under_the_cap() {
