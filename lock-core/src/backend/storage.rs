@@ -20,7 +20,10 @@
 //! - **wake-ups**: [`Change::wake`] says whom a write frees room for.
 //!
 //! Every type that implements [`Storage`] is a [`LockBackend`]: hold it as
-//! `Arc<dyn LockBackend>`. The memory backend and the file backend are storages.
+//! `Arc<dyn LockBackend>`. The memory backend and the file backend are storages; Redis's
+//! WATCH variant, MariaDB and Postgres's client path run [`obtain`], [`prolongate`],
+//! [`release`], [`inspect`] and [`force_release`] with a storage of their own, beside what
+//! they do differently (a batch of prolongs in one transaction, a second variant).
 //!
 //! # A complete backend
 //! A map behind a mutex, with release notifications: the whole contract (mutexes,
