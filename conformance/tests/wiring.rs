@@ -1,8 +1,9 @@
 //! Nothing forgotten: every backend (and variant) declared in the workspace runs the suite.
 //!
 //! A backend declares each name it reports as `const ..NAME: &'static str = "...";` in a
-//! source file (or an example) that implements `LockBackend`, `Storage` or `Layer`; a test file (or
-//! the example's tests) wires it with `suite!("...", ..)`.
+//! source file (or an example) that implements `LockBackend`, `Storage` or `Layer`, above
+//! any `#[cfg(test)]` item (what follows is unit-test code); a test file (or the example's
+//! tests) wires it with `suite!("...", ..)`.
 //! The suite's own `backend_reports_its_name` case checks that the wired name is the one the
 //! backend reports, so the two cannot drift apart.
 
@@ -47,9 +48,12 @@ fn every_backend_in_the_workspace_runs_the_suite() {
         rust_files(&crate_dir.join("examples"), &mut tests);
         for file in sources {
             let text = std::fs::read_to_string(&file).expect("source");
-            // Code only: a backend in a doc comment is an illustration (its doctest runs it).
+            // Code only: a backend in a doc comment is an illustration (its doctest runs it),
+            // and one in a unit-test module (`#[cfg(test)] mod tests`, the end of a file) is
+            // a fixture of that module's own tests (a storage that always conflicts, say).
             let text: String = text
                 .lines()
+                .take_while(|line| line.trim() != "#[cfg(test)]")
                 .filter(|line| !line.trim_start().starts_with("//"))
                 .map(|line| format!("{line}\n"))
                 .collect();
