@@ -40,36 +40,51 @@ pub(crate) const KINDS: &[(&str, &str)] = &[
     ),
 ];
 
-/// The child's side: runs `n` cycles of `kind` on one task, then returns.
+/// The child's side: runs `n` cycles of `kind` on one task of a current-thread runtime,
+/// then returns. With `tasks` above one (`--count-cycles=KIND:N:TASKS`, for `perf record`
+/// rather than callgrind), `n` cycles in all on `tasks` tasks of the benches' two-thread
+/// runtime, as the main run's rows with that many tasks.
 ///
 /// # Panics
 /// On an unknown kind or a failed cycle: the parent reports the child's failure.
-pub(crate) fn child(kind: &str, n: usize, redis_url: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+pub(crate) fn child(kind: &str, n: usize, tasks: usize, redis_url: &str) {
+    let rt = if tasks > 1 {
+        test_servers::bench::runtime()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    };
     rt.block_on(async {
-        let prefix = "count-".to_owned();
         match kind {
             "memory-trait" => {
                 let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
-                backend_cycles(backend, prefix, n).await;
+                spread(tasks, n, move |p, n| backend_cycles(backend.clone(), p, n)).await;
             }
             "memory-client" => {
                 let locker = Locker::new(Arc::new(MemoryBackend::new()));
-                locker_cycles(locker, prefix, n, false).await;
+                spread(tasks, n, move |p, n| {
+                    locker_cycles(locker.clone(), p, n, false)
+                })
+                .await;
             }
             "redis-raw" => {
                 let client = redis::Client::open(redis_url).expect("a Redis URL");
                 let conn = redis::aio::ConnectionManager::new(client)
                     .await
                     .expect("a Redis server (REDIS_URL)");
-                baselines::redis_cycles(conn, prefix, n).await;
+                spread(tasks, n, move |p, n| {
+                    baselines::redis_cycles(conn.clone(), p, n)
+                })
+                .await;
             }
             "rslock" => {
                 let manager = rslock::LockManager::new(vec![redis_url.to_owned()]);
-                baselines::rslock_cycles(manager, prefix, n).await;
+                spread(tasks, n, move |p, n| {
+                    baselines::rslock_cycles(manager.clone(), p, n)
+                })
+                .await;
             }
             "redis-lua-trait" | "redis-lua-client" => {
                 let backend = lock_redis::RedisBackend::builder(redis_url)
@@ -79,14 +94,32 @@ pub(crate) fn child(kind: &str, n: usize, redis_url: &str) {
                     .expect("a Redis server (REDIS_URL)");
                 let backend: Arc<dyn LockBackend> = Arc::new(backend);
                 if kind == "redis-lua-trait" {
-                    backend_cycles(backend, prefix, n).await;
+                    spread(tasks, n, move |p, n| backend_cycles(backend.clone(), p, n)).await;
                 } else {
-                    locker_cycles(Locker::new(backend), prefix, n, false).await;
+                    let locker = Locker::new(backend);
+                    spread(tasks, n, move |p, n| {
+                        locker_cycles(locker.clone(), p, n, false)
+                    })
+                    .await;
                 }
             }
             other => panic!("no cycle kind {other:?}: one of {KINDS:?}"),
         }
     });
+}
+
+/// `n` cycles of `cycles` in all: on this task when `tasks` is one, else spread over
+/// `tasks` spawned tasks, each on keys of its own.
+async fn spread<F, Fut>(tasks: usize, n: usize, cycles: F)
+where
+    F: Fn(String, usize) -> Fut,
+    Fut: std::future::Future<Output = Vec<std::time::Duration>> + Send + 'static,
+{
+    if tasks <= 1 {
+        cycles("count-".to_owned(), n).await;
+    } else {
+        test_servers::bench::run(tasks, n, cycles).await;
+    }
 }
 
 /// The parent's side: each kind's instructions per cycle (`kinds` empty: every kind), one

@@ -106,11 +106,13 @@ fn main() {
     if let Some(spec) =
         std::env::args().find_map(|a| a.strip_prefix("--count-cycles=").map(str::to_owned))
     {
-        let (kind, n) = spec
-            .split_once(':')
-            .and_then(|(k, n)| Some((k.to_owned(), n.parse::<usize>().ok()?)))
-            .expect("--count-cycles=KIND:N");
-        instructions::child(&kind, n, &redis_url);
+        // KIND:N, or KIND:N:TASKS.
+        let mut parts = spec.split(':');
+        let kind = parts.next().unwrap_or_default().to_owned();
+        let mut number = || parts.next().map(|n| n.parse::<usize>().expect("a number"));
+        let n = number().expect("--count-cycles=KIND:N[:TASKS]");
+        let tasks = number().unwrap_or(1);
+        instructions::child(&kind, n, tasks, &redis_url);
         return;
     }
     let quick = std::env::args().any(|a| a == "--quick");

@@ -66,18 +66,24 @@ impl Link {
         op: Operation,
     ) -> Result<(Vec<String>, Option<u32>)> {
         let acks = self.acks;
+        // The cluster's and the sentinels' calls are boxed: their futures are six times the
+        // size of the one server's, and every layer above this one (the deadline, the span,
+        // the trait's box) would otherwise carry and copy that size on every call.
         match &self.kind {
             LinkKind::Server { conn, .. } => {
                 evalsha_then_wait(call, script, acks, &mut conn.clone()).await
             }
-            LinkKind::Cluster(c) => cluster_evalsha(call, script, acks, keys, c).await,
+            LinkKind::Cluster(c) => Box::pin(cluster_evalsha(call, script, acks, keys, c)).await,
             LinkKind::Sentinel(s) => {
-                let mut conn = s.connection(name, op).await?;
-                let reply = evalsha_then_wait(call, script, acks, &mut conn).await;
-                if let Err(e) = &reply {
-                    s.failed(e);
-                }
-                reply
+                return Box::pin(async {
+                    let mut conn = s.connection(name, op).await?;
+                    let reply = evalsha_then_wait(call, script, acks, &mut conn).await;
+                    if let Err(e) = &reply {
+                        s.failed(e);
+                    }
+                    reply.map_err(|e| map_error(name, op, e))
+                })
+                .await
             }
         }
         .map_err(|e| map_error(name, op, e))
