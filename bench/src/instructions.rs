@@ -26,6 +26,14 @@ pub(crate) const KINDS: &[(&str, &str)] = &[
         "memory: try_obtain() + release through the client layer",
     ),
     (
+        "file-trait",
+        "file: obtain + release on the trait, called directly",
+    ),
+    (
+        "file-raw",
+        "file: one flocked read-modify-write (the file rows' baseline)",
+    ),
+    (
         "redis-raw",
         "redis: SET NX PX + compare-and-delete (redis-rs)",
     ),
@@ -66,6 +74,21 @@ pub(crate) fn child(kind: &str, n: usize, tasks: usize, redis_url: &str) {
                 let locker = Locker::new(Arc::new(MemoryBackend::new()));
                 spread(tasks, n, move |p, n| {
                     locker_cycles(locker.clone(), p, n, false)
+                })
+                .await;
+            }
+            "file-trait" => {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                let backend: Arc<dyn LockBackend> = Arc::new(
+                    lock_file::FileBackend::new(dir.path().join("locks")).expect("a directory"),
+                );
+                spread(tasks, n, move |p, n| backend_cycles(backend.clone(), p, n)).await;
+            }
+            "file-raw" => {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                let raw = dir.path().to_owned();
+                spread(tasks, n, move |p, n| {
+                    baselines::file_cycles(raw.clone(), p, n)
                 })
                 .await;
             }

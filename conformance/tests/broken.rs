@@ -17,6 +17,8 @@ use lock_core::{
 
 #[derive(Debug, Clone, Copy)]
 enum Bug {
+    /// An obtain of a key someone else holds is granted anyway: no exclusion.
+    BusyAsAcquired,
     ReleaseIgnoresToken,
     ProlongSucceedsAfterSteal,
     LostReportedAsLate,
@@ -97,6 +99,12 @@ impl Layer for Broken {
                 seen.entry(req.key.clone()).or_insert(fencing);
                 ObtainOutcome::Acquired {
                     fencing: shown,
+                    ttl: asked,
+                }
+            }
+            ObtainOutcome::Busy(_) if matches!(self.bug, Bug::BusyAsAcquired) => {
+                ObtainOutcome::Acquired {
+                    fencing: Fencing(u64::MAX / 2),
                     ttl: asked,
                 }
             }
@@ -227,6 +235,11 @@ macro_rules! catches {
     };
 }
 
+catches!(by_name
+    lock_all_over_a_backend_without_exclusion_is_caught,
+    BusyAsAcquired,
+    lock_all_takes_every_key_or_none
+);
 catches!(by_name
     understated_busy_remaining_is_caught,
     BusyRemainingUnderstated,

@@ -81,7 +81,7 @@ pub(crate) use backend::{
 };
 pub use client::detached::settle;
 pub use client::guard::{LockGuard, LostFuture};
-pub use client::locker::{Attempt, HeldLock, LockBuilder, Locker};
+pub use client::locker::{Attempt, HeldLock, LockAllBuilder, LockBuilder, Locker, MultiGuard};
 pub use client::retry::Retry;
 pub use duration::parse_duration;
 pub use error::{Error, ErrorKind, Operation, Result};

@@ -64,6 +64,72 @@ pub async fn exclusion_under_contention(suite: &Suite) -> CaseResult {
     Ok(())
 }
 
+/// `Locker::lock_all`, all or nothing: a set with a busy key leaves none of its other keys
+/// held; four tasks taking overlapping sets in opposite orders all finish (no deadlock)
+/// and no key ever has two holders.
+pub async fn lock_all_takes_every_key_or_none(suite: &Suite) -> CaseResult {
+    const ROUNDS: usize = 5;
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(backend).with_retry(Retry::exponential(ms(1), ms(20)).notified());
+    let b = take(&locker, "all-b", LONG, false).await?;
+    let attempt = locker
+        .lock_all(["all-a", "all-b", "all-c"])
+        .ttl(LONG)
+        .try_obtain()
+        .await?;
+    ensure!(attempt.is_busy(), "lock_all took a set with a held key");
+    for key in ["all-a", "all-c"] {
+        let other = take(&locker, key, LONG, false).await?;
+        let r = other.release().await?;
+        ensure!(
+            r == ReleaseOutcome::Released,
+            "{key} after a busy lock_all: {r:?}"
+        );
+    }
+    let r = b.release().await?;
+    ensure!(
+        r == ReleaseOutcome::Released,
+        "the busy key's release: {r:?}"
+    );
+
+    let inside: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
+    let sets: [&'static [usize]; 4] = [&[0, 1], &[1, 0], &[2, 1, 0], &[0, 2]];
+    let mut tasks = Vec::new();
+    for set in sets {
+        let (locker, inside) = (locker.clone(), Arc::clone(&inside));
+        tasks.push(tokio::spawn(async move {
+            let keys: Vec<String> = set.iter().map(|i| format!("all-{i}")).collect();
+            for _ in 0..ROUNDS {
+                let held = match locker
+                    .lock_all(&keys)
+                    .ttl(LONG)
+                    .wait(ms(60_000))
+                    .obtain()
+                    .await?
+                {
+                    Attempt::Obtained(held) => held,
+                    Attempt::Busy(b) => return Err(Failure(format!("gave up waiting: {b}"))),
+                };
+                for &i in set {
+                    ensure!(
+                        inside[i].fetch_add(1, Ordering::SeqCst) == 0,
+                        "all-{i} held by two sets at once"
+                    );
+                }
+                tokio::task::yield_now().await;
+                for &i in set {
+                    inside[i].fetch_sub(1, Ordering::SeqCst);
+                }
+                held.release().await?;
+            }
+            Ok::<(), Failure>(())
+        }));
+    }
+    tokio::time::timeout(ms(120_000), join_tasks(tasks))
+        .await
+        .map_err(|_| Failure("lock_all of overlapping sets did not finish in 120 s".into()))?
+}
+
 /// Many locks held at once (distinct keys), then all released: no pool exhaustion, no leak.
 pub async fn many_locks_held_at_once(suite: &Suite) -> CaseResult {
     let backend = suite.harness.backend().await;

@@ -1,9 +1,11 @@
 //! The client API over any backend: the locker with its defaults, `with_lock`,
 //! release-all; the obtain builder and its plan are in `obtain`.
 
+mod all;
 mod marker;
 mod obtain;
 
+pub use all::{LockAllBuilder, MultiGuard};
 pub use obtain::LockBuilder;
 
 use std::fmt;
@@ -253,6 +255,42 @@ impl Locker {
             capacity: permits,
             weight: 1,
         })
+    }
+
+    /// Starts an obtain of every key of `keys` at once, all or nothing (exclusive holds):
+    /// one guard for the set, one wait and one retry strategy for the whole set, a fencing
+    /// token per key. Keys are taken in one global order and never waited for while any is
+    /// held, so two callers with overlapping sets never deadlock; a key that stays busy, a
+    /// failed call or a cancelled caller leaves none of them held. Repeated keys count once.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// let both = locker
+    ///     .lock_all(["account:17", "account:4"])
+    ///     .try_obtain()
+    ///     .await?
+    ///     .obtained()
+    ///     .expect("both free");
+    /// for (key, fencing) in both.fencing() {
+    ///     println!("{key}: write with fencing token {fencing}");
+    /// }
+    /// // Another caller wanting either key gets Busy, and takes nothing.
+    /// assert!(locker.lock_all(["account:4", "account:99"]).try_obtain().await?.is_busy());
+    /// assert!(locker.lock("account:99").try_obtain().await?.obtained().is_some());
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_all<I, K>(&self, keys: I) -> LockAllBuilder<'_>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        let keys = keys.into_iter().map(|k| k.as_ref().to_owned()).collect();
+        LockAllBuilder::new(self, keys)
     }
 
     /// The full key for `key`, validated.
