@@ -43,7 +43,7 @@
 //! | `cooldown_blocks_everyone_then_frees`, `decrement_ignores_cooldown` | `delay_after` |
 //! | `fencing_grows_across_everything`, `force_release_then_retake_fences_the_old_holder`, `paused_holder_is_fenced_out` | fencing tokens only grow; a stale holder is fenced out |
 //! | `holder_info_round_trips`, `odd_keys_are_independent_locks`, `namespaces_never_interfere`, `invalid_input_is_refused_before_io` | data and names |
-//! | `exclusion_under_contention`, `many_locks_held_at_once`, `lock_all_takes_every_key_or_none`, `waiting_obtain_honours_release_and_deadline`, `cancelled_wait_leaves_nothing_behind`, `lost_signal_fires_only_when_lost`, `dropped_guard_does_not_hold_forever` | the client layer over this backend |
+//! | `exclusion_under_contention`, `many_locks_held_at_once`, `lock_all_takes_every_key_or_none`, `leaders_never_overlap_and_terms_grow`, `waiting_obtain_honours_release_and_deadline`, `cancelled_wait_leaves_nothing_behind`, `lost_signal_fires_only_when_lost`, `dropped_guard_does_not_hold_forever` | the client layer over this backend |
 //! | `data_loss_is_lost_and_fencing_still_grows`, `dropped_connections_leave_a_safe_state` | faults |
 //! | `multiprocess_exclusion`, `killed_holder_frees_after_ttl` | separate OS processes |
 //! | `shared_holds_keep_the_contract`, `semaphore_capacity_holds_under_contention`, `multiprocess_semaphore_stays_within_its_permits` | shared holds: permits by weight, capacity and weight mismatches, readers and a waiting writer, late and lost per hold, tasks and processes never above the capacity |
@@ -205,6 +205,7 @@ macro_rules! for_each_case {
             exclusion_under_contention,
             many_locks_held_at_once,
             lock_all_takes_every_key_or_none,
+            leaders_never_overlap_and_terms_grow,
             waiting_obtain_honours_release_and_deadline,
             cancelled_wait_leaves_nothing_behind,
             lost_signal_fires_only_when_lost,

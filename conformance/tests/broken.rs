@@ -241,6 +241,11 @@ catches!(by_name
     lock_all_takes_every_key_or_none
 );
 catches!(by_name
+    leader_election_over_a_backend_without_exclusion_is_caught,
+    BusyAsAcquired,
+    leaders_never_overlap_and_terms_grow
+);
+catches!(by_name
     understated_busy_remaining_is_caught,
     BusyRemainingUnderstated,
     busy_remaining_is_exact_both_ways

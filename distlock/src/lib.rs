@@ -1,7 +1,8 @@
 //! Distributed locks with one contract on every backend: the crate to depend on.
 //!
 //! - **Taking locks**: [`Locker`] and its [`LockBuilder`] ([`Locker::lock_all`] and its
-//!   [`LockAllBuilder`] for several keys at once, all or nothing), the [`LockGuard`] with its
+//!   [`LockAllBuilder`] for several keys at once, all or nothing; [`Locker::elect`] for
+//!   leader election), the [`LockGuard`] with its
 //!   fencing token and lost signal, [`Attempt`] and [`Busy`], [`Retry`] strategies, the
 //!   outcomes ([`ReleaseOutcome`], [`LockState`], ...) and [`Error`] with its [`ErrorKind`].
 //! - **Choosing a backend** by URL: [`connect`] or [`LockConfig`]; or by type, each behind a
@@ -46,10 +47,11 @@
 // The user's items, by name. What only a backend author needs is under [`backend`].
 pub use lock_config::{connect, parse_retry, LockConfig};
 pub use lock_core::{
-    backend, contract, observe, parse_duration, redact_url, Attempt, Busy, BusyReason, Error,
-    ErrorKind, Fencing, HeldLock, HolderInfo, Key, LockAllBuilder, LockBackend, LockBuilder,
-    LockGuard, LockState, Locker, LockerStats, LostFuture, MemoryBackend, Mode, MultiGuard,
-    ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result, Retry, SharedHold, Ttl,
+    backend, contract, observe, parse_duration, redact_url, Attempt, Busy, BusyReason, Campaign,
+    Error, ErrorKind, Fencing, HeldLock, HolderInfo, Key, Leader, Leadership, LockAllBuilder,
+    LockBackend, LockBuilder, LockGuard, LockState, Locker, LockerStats, LostFuture, MemoryBackend,
+    Mode, MultiGuard, Observation, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome,
+    Result, Retry, SharedHold, Ttl,
 };
 
 pub use lock_core::settle;

@@ -81,7 +81,10 @@ pub(crate) use backend::{
 };
 pub use client::detached::settle;
 pub use client::guard::{LockGuard, LostFuture};
-pub use client::locker::{Attempt, HeldLock, LockAllBuilder, LockBuilder, Locker, MultiGuard};
+pub use client::locker::{
+    Attempt, Campaign, HeldLock, Leader, Leadership, LockAllBuilder, LockBuilder, Locker,
+    MultiGuard, Observation,
+};
 pub use client::retry::Retry;
 pub use duration::parse_duration;
 pub use error::{Error, ErrorKind, Operation, Result};

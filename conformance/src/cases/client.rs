@@ -130,6 +130,104 @@ pub async fn lock_all_takes_every_key_or_none(suite: &Suite) -> CaseResult {
         .map_err(|_| Failure("lock_all of overlapping sets did not finish in 120 s".into()))?
 }
 
+/// Leader election (`Locker::elect`): three candidates elected twice each, never two
+/// leaders at once, every term above the one before; an observer (`Locker::observe`) sees
+/// only terms that leaders had, in increasing order.
+pub async fn leaders_never_overlap_and_terms_grow(suite: &Suite) -> CaseResult {
+    const CANDIDATES: usize = 3;
+    const TERMS: usize = 2;
+    let backend = suite.harness.backend().await;
+    let locker = Locker::new(backend).with_retry(Retry::exponential(ms(1), ms(20)).notified());
+    let mut observer = locker.observe("leader")?.every(ms(10));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let observing = {
+        let seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            loop {
+                match observer.changed().await {
+                    Ok(Some(leader)) => seen
+                        .lock()
+                        .map_err(|_| Failure("poisoned".into()))?
+                        .push(leader.term),
+                    Ok(None) => {}
+                    Err(e) => return Err::<(), _>(Failure(format!("observing: {e}"))),
+                }
+            }
+        })
+    };
+    let leading = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..CANDIDATES {
+        let (locker, leading, terms) = (locker.clone(), Arc::clone(&leading), Arc::clone(&terms));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..TERMS {
+                let leader = match locker
+                    .elect("leader")
+                    .ttl(LONG)
+                    .identity(format!("candidate {i}"))
+                    .wait(ms(60_000))
+                    .lead()
+                    .await?
+                {
+                    Attempt::Obtained(leader) => leader,
+                    Attempt::Busy(b) => return Err(Failure(format!("never elected: {b}"))),
+                };
+                let ran = leader
+                    .while_leading(|term| {
+                        let (leading, terms) = (Arc::clone(&leading), Arc::clone(&terms));
+                        async move {
+                            if leading.fetch_add(1, Ordering::SeqCst) != 0 {
+                                return Err(Failure("two leaders at once".into()));
+                            }
+                            terms
+                                .lock()
+                                .map_err(|_| Failure("poisoned".into()))?
+                                .push(term);
+                            // Long enough for the observer to see this term.
+                            tokio::time::sleep(ms(40)).await;
+                            leading.fetch_sub(1, Ordering::SeqCst);
+                            Ok(())
+                        }
+                    })
+                    .await;
+                match ran {
+                    Some(result) => result?,
+                    None => return Err(Failure("a leadership was lost under contention".into())),
+                }
+                let r = leader.resign().await?;
+                ensure!(r == ReleaseOutcome::Released, "resign: {r:?}");
+            }
+            Ok::<(), Failure>(())
+        }));
+    }
+    join_tasks(tasks).await?;
+    let terms = terms
+        .lock()
+        .map_err(|_| Failure("poisoned".into()))?
+        .clone();
+    ensure!(
+        terms.windows(2).all(|w| w[0] < w[1]),
+        "terms not increasing in election order: {terms:?}"
+    );
+    // Every term lasted 40 ms, four times the observer's pace; on a loaded machine it may
+    // still miss one, so it must see at least one, and nothing but the leaders' terms.
+    tokio::time::sleep(ms(50)).await;
+    observing.abort();
+    // An observer that ended before the abort ended on an error.
+    if let Ok(Err(failure)) = observing.await {
+        return Err(failure);
+    }
+    let seen = seen.lock().map_err(|_| Failure("poisoned".into()))?.clone();
+    ensure!(
+        !seen.is_empty()
+            && seen.windows(2).all(|w| w[0] < w[1])
+            && seen.iter().all(|t| terms.contains(t)),
+        "the observer saw {seen:?}; the leaders had {terms:?}"
+    );
+    Ok(())
+}
+
 /// Many locks held at once (distinct keys), then all released: no pool exhaustion, no leak.
 pub async fn many_locks_held_at_once(suite: &Suite) -> CaseResult {
     let backend = suite.harness.backend().await;

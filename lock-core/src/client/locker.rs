@@ -2,10 +2,12 @@
 //! release-all; the obtain builder and its plan are in `obtain`.
 
 mod all;
+mod elect;
 mod marker;
 mod obtain;
 
 pub use all::{LockAllBuilder, MultiGuard};
+pub use elect::{Campaign, Leader, Leadership, Observation};
 pub use obtain::LockBuilder;
 
 use std::fmt;
@@ -291,6 +293,46 @@ impl Locker {
     {
         let keys = keys.into_iter().map(|k| k.as_ref().to_owned()).collect();
         LockAllBuilder::new(self, keys)
+    }
+
+    /// Starts a campaign for the leadership of `key`: leader election over this locker's
+    /// backend. The leader is the holder of `key`'s lock, kept by the watchdog; its term is
+    /// the lock's fencing token (a successor's is higher). See [`Leadership`] for when a
+    /// leadership ends; a leader that lost it does not campaign again by itself.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// let leader = locker
+    ///     .elect("scheduler")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .identity("10.0.0.7:8080")
+    ///     .lead()
+    ///     .await?
+    ///     .obtained()
+    ///     .expect("nobody else campaigns");
+    /// let mut who = locker.observe("scheduler")?;
+    /// let now = who.changed().await?.expect("a leader");
+    /// assert_eq!(now.term, leader.term());
+    /// assert_eq!(now.holder.metadata.as_deref(), Some("10.0.0.7:8080"));
+    /// leader.resign().await?;
+    /// assert_eq!(who.changed().await?, None); // nobody leads now
+    /// # Ok(()) }
+    /// ```
+    pub fn elect(&self, key: impl AsRef<str>) -> Campaign<'_> {
+        Campaign::new(self, key.as_ref())
+    }
+
+    /// Follows who leads `key` (see [`Locker::elect`]), from any process.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key.
+    pub fn observe(&self, key: impl AsRef<str>) -> Result<Observation> {
+        Ok(Observation::new(Arc::clone(&self.backend), self.key(key)?))
     }
 
     /// The full key for `key`, validated.

@@ -1,0 +1,172 @@
+//! Leader election (`Locker::elect`, `Locker::observe`) on the memory backend.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{Fencing, LockBackend, Locker, MemoryBackend, ReleaseOutcome, Retry};
+
+fn locker(backend: Arc<MemoryBackend>) -> Locker {
+    Locker::new(backend).with_retry(
+        Retry::exponential(Duration::from_millis(1), Duration::from_millis(20)).notified(),
+    )
+}
+
+/// Four candidates, each elected three times: never two leaders at once, and every term
+/// higher than the one before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_at_a_time_and_terms_only_grow() {
+    let locker = locker(Arc::new(MemoryBackend::new()));
+    let leading = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(Mutex::new(Vec::<Fencing>::new()));
+    let mut candidates = Vec::new();
+    for i in 0..4 {
+        let (locker, leading, terms) = (locker.clone(), leading.clone(), terms.clone());
+        candidates.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let leader = locker
+                    .elect("scheduler")
+                    .identity(format!("candidate {i}"))
+                    .lead()
+                    .await
+                    .unwrap()
+                    .obtained()
+                    .expect("elected in the end");
+                let ran = leader
+                    .while_leading(|term| {
+                        let (leading, terms) = (leading.clone(), terms.clone());
+                        async move {
+                            assert_eq!(leading.fetch_add(1, Ordering::SeqCst), 0, "two leaders");
+                            terms.lock().unwrap().push(term);
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            leading.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    })
+                    .await;
+                assert!(ran.is_some(), "the leadership lasted");
+                assert_eq!(leader.resign().await.unwrap(), ReleaseOutcome::Released);
+            }
+        }));
+    }
+    for c in candidates {
+        tokio::time::timeout(Duration::from_secs(60), c)
+            .await
+            .expect("every candidate is elected in time")
+            .unwrap();
+    }
+    let terms = terms.lock().unwrap().clone();
+    assert_eq!(terms.len(), 12);
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+}
+
+/// A leadership taken away (an operator force-releases the key) is lost: the work running
+/// while leading is dropped, and a new candidate leads with a higher term.
+#[tokio::test]
+async fn a_lost_leadership_stops_the_work_and_a_successor_leads_higher() {
+    let backend = Arc::new(MemoryBackend::new());
+    let locker = locker(backend.clone());
+    let leader = locker
+        .elect("jobs")
+        .ttl(Duration::from_millis(600))
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let key = leader.key().clone();
+    let forced = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            backend.force_release(&key).await.unwrap();
+        })
+    };
+    let work = leader.while_leading(|_| std::future::pending::<()>());
+    let ran = tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .expect("the loss is noticed within the ttl");
+    assert!(ran.is_none(), "work stopped when the leadership was lost");
+    assert!(leader.is_lost());
+    assert!(
+        leader.while_leading(|_| async {}).await.is_none(),
+        "no new work"
+    );
+    forced.await.unwrap();
+    let successor = locker
+        .elect("jobs")
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert!(successor.term() > leader.term());
+    let _ = leader.resign().await;
+    assert_eq!(successor.resign().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// An observer sees the leader, the time without one, and the next leader, with its
+/// identity and a higher term.
+#[tokio::test]
+async fn an_observer_follows_every_leader() {
+    let locker = locker(Arc::new(MemoryBackend::new()));
+    let mut who = locker
+        .observe("api")
+        .unwrap()
+        .every(Duration::from_millis(10));
+    assert_eq!(who.changed().await.unwrap(), None, "nobody leads yet");
+    let first = locker
+        .elect("api")
+        .identity("a")
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let seen = who.changed().await.unwrap().expect("a leader");
+    assert_eq!(seen.term, first.term());
+    assert_eq!(seen.holder.metadata.as_deref(), Some("a"));
+    let first_term = first.term();
+    assert_eq!(first.resign().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        who.changed().await.unwrap(),
+        None,
+        "the resignation is seen"
+    );
+    let second = locker
+        .elect("api")
+        .identity("b")
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let seen = who.changed().await.unwrap().expect("the next leader");
+    assert_eq!(seen.holder.metadata.as_deref(), Some("b"));
+    assert!(seen.term > first_term);
+    assert_eq!(second.resign().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// A candidate with a wait that runs out while another leads gets Busy, naming the leader.
+#[tokio::test]
+async fn a_campaign_that_waits_too_little_names_the_leader() {
+    let locker = locker(Arc::new(MemoryBackend::new()));
+    let leader = locker
+        .elect("cron")
+        .identity("first")
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let busy = locker
+        .elect("cron")
+        .wait(Duration::from_millis(30))
+        .lead()
+        .await
+        .unwrap()
+        .into_result()
+        .expect_err("another leads");
+    let holder = busy.holder.expect("the leader");
+    assert_eq!(holder.metadata.as_deref(), Some("first"));
+    assert_eq!(leader.resign().await.unwrap(), ReleaseOutcome::Released);
+}
