@@ -35,6 +35,11 @@ pub enum ErrorKind {
     /// Release the guard and obtain the lock anew, and treat what was read under it as
     /// possibly stale.
     Lost,
+    /// A fenced write was refused: its fencing token is below the highest one the resource
+    /// has seen, so a newer holder of the lock has written since (see [`crate::fence`]).
+    /// Nothing was written. The lock this token came from is not yours any more: stop, and
+    /// obtain it anew before writing again. [`Error::stale_token`] names both tokens.
+    StaleToken,
 }
 
 impl ErrorKind {
@@ -49,6 +54,7 @@ impl ErrorKind {
             ErrorKind::ExpiredOnArrival => "lock expired before the grant arrived",
             ErrorKind::Config => "configuration error",
             ErrorKind::Lost => "lock lost",
+            ErrorKind::StaleToken => "stale fencing token",
         }
     }
 }
@@ -79,6 +85,8 @@ pub enum Operation {
     ForceRelease,
     /// [`LockBackend::subscribe`](crate::LockBackend::subscribe).
     Subscribe,
+    /// A fenced write at a resource (see [`crate::fence`]).
+    Fence,
 }
 
 impl Operation {
@@ -93,6 +101,7 @@ impl Operation {
             Operation::Inspect => "inspect",
             Operation::ForceRelease => "force_release",
             Operation::Subscribe => "subscribe",
+            Operation::Fence => "fence",
         }
     }
 }
@@ -197,6 +206,12 @@ impl Error {
     /// The human-readable detail, without kind, backend or operation.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The tokens of a refused fenced write ([`ErrorKind::StaleToken`]); `None` for any other
+    /// error.
+    pub fn stale_token(&self) -> Option<&crate::fence::StaleToken> {
+        self.source.as_deref()?.downcast_ref()
     }
 
     /// Whether repeating the same call is safe and may succeed.

@@ -60,6 +60,7 @@ pub mod backend;
 mod client;
 mod duration;
 mod error;
+pub mod fence;
 mod holder;
 mod key;
 mod memory;

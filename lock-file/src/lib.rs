@@ -2,6 +2,7 @@
 
 mod backend;
 mod clock;
+pub mod fence;
 mod names;
 mod record;
 mod slots;

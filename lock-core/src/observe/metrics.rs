@@ -362,6 +362,7 @@ fn kind_label(kind: ErrorKind) -> &'static str {
         ErrorKind::ExpiredOnArrival => "expired_on_arrival",
         ErrorKind::Config => "config",
         ErrorKind::Lost => "lost",
+        ErrorKind::StaleToken => "stale_token",
     }
 }
 
