@@ -1,0 +1,113 @@
+//! `lock_postgres::fence`: fenced writes inside the caller's transaction, on the shared
+//! server (`DATABASE_URL`, else the local one, else a private one).
+
+use lock_core::{ErrorKind, Fencing};
+use lock_postgres::fence::PgFence;
+use sqlx::PgPool;
+
+async fn pool() -> PgPool {
+    let url = test_servers::servers::postgres::shared_url();
+    PgPool::connect(&url)
+        .await
+        .expect("the shared Postgres server")
+}
+
+fn resource(what: &str) -> String {
+    format!(
+        "{what}-{}",
+        lock_core::backend::Token::generate().unwrap().to_hex()
+    )
+}
+
+/// A holder paused past its ttl writes after its successor: refused with both tokens, and
+/// its transaction's write does not land; the successor's does.
+#[tokio::test]
+async fn a_stale_token_is_refused_inside_the_transaction() {
+    let pool = pool().await;
+    let fence = PgFence::table("public", "distlock_fence_test").unwrap();
+    fence.migrate(&pool).await.unwrap();
+    fence.migrate(&pool).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS distlock_fence_data (resource text PRIMARY KEY, v text)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let r = resource("account");
+    let write = |token: u64, value: &'static str| {
+        let (pool, fence, r) = (pool.clone(), fence.clone(), r.clone());
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            fence.check(&mut tx, &r, Fencing(token)).await?;
+            sqlx::query(
+                "INSERT INTO distlock_fence_data VALUES ($1, $2) \
+                 ON CONFLICT (resource) DO UPDATE SET v = EXCLUDED.v",
+            )
+            .bind(&r)
+            .bind(value)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            Ok::<(), lock_core::Error>(())
+        }
+    };
+    write(7, "old holder").await.unwrap();
+    write(9, "new holder").await.unwrap();
+    write(9, "new holder again").await.unwrap();
+    let e = write(7, "late").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StaleToken);
+    let tokens = e.stale_token().expect("both tokens");
+    assert_eq!((tokens.presented, tokens.highest), (Fencing(7), Fencing(9)));
+    let v: String = sqlx::query_scalar("SELECT v FROM distlock_fence_data WHERE resource = $1")
+        .bind(&r)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(v, "new holder again");
+    assert_eq!(fence.highest(&pool, &r).await.unwrap(), Some(Fencing(9)));
+}
+
+/// Two transactions of two holders at once: the older one's check waits for the newer
+/// one's row lock and is then refused, never both written.
+#[tokio::test]
+async fn a_check_waits_for_a_newer_holder_s_transaction() {
+    let pool = pool().await;
+    let fence = PgFence::new();
+    fence.migrate(&pool).await.unwrap();
+    let r = resource("concurrent");
+    let mut newer = pool.begin().await.unwrap();
+    fence.check(&mut newer, &r, Fencing(20)).await.unwrap();
+    let older = {
+        let (pool, fence, r) = (pool.clone(), fence.clone(), r.clone());
+        tokio::spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            fence.check(&mut tx, &r, Fencing(10)).await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(
+        !older.is_finished(),
+        "the older check waits for the newer transaction"
+    );
+    newer.commit().await.unwrap();
+    let e = older.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StaleToken);
+}
+
+#[tokio::test]
+async fn a_bad_table_name_or_a_huge_token_is_refused() {
+    assert_eq!(
+        PgFence::table("public", "Bad Name").unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    let pool = pool().await;
+    let fence = PgFence::new();
+    fence.migrate(&pool).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let e = fence
+        .check(&mut tx, "huge", Fencing(u64::MAX))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+}
