@@ -4,6 +4,7 @@ mod backend;
 mod builder;
 mod conn;
 mod error;
+pub mod fence;
 mod keys;
 mod lua;
 mod notify;

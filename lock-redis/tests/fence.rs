@@ -1,0 +1,117 @@
+//! `lock_redis::fence`: fenced writes on one server and on a cluster.
+
+use lock_core::{ErrorKind, Fencing};
+use redis::AsyncCommands;
+
+fn unique(what: &str) -> String {
+    format!(
+        "fence-test:{what}:{}",
+        &lock_core::backend::Token::generate().unwrap().to_hex()[..12]
+    )
+}
+
+async fn server() -> redis::aio::MultiplexedConnection {
+    let url = test_servers::servers::redis::shared_url();
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the shared Redis server")
+}
+
+/// A holder paused past its ttl writes after its successor: refused with both tokens, and
+/// the successor's value stays.
+#[tokio::test]
+async fn a_stale_token_is_refused_and_the_value_stays() {
+    let mut conn = server().await;
+    let key = unique("report");
+    lock_redis::fence::set(
+        &mut conn,
+        &key,
+        "old holder",
+        Fencing(1_795_765_480_421_037),
+    )
+    .await
+    .unwrap();
+    lock_redis::fence::set(
+        &mut conn,
+        &key,
+        "new holder",
+        Fencing(1_795_765_480_421_099),
+    )
+    .await
+    .unwrap();
+    lock_redis::fence::set(&mut conn, &key, "new again", Fencing(1_795_765_480_421_099))
+        .await
+        .unwrap();
+    let e = lock_redis::fence::set(&mut conn, &key, "late", Fencing(1_795_765_480_421_037))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StaleToken);
+    let tokens = e.stale_token().expect("both tokens");
+    assert_eq!(tokens.highest, Fencing(1_795_765_480_421_099));
+    let value: String = conn.get(&key).await.unwrap();
+    assert_eq!(value, "new again");
+    // Tokens compare exactly above 2^53, where Lua's numbers would not.
+    let big = unique("big");
+    lock_redis::fence::set(&mut conn, &big, "a", Fencing(u64::MAX))
+        .await
+        .unwrap();
+    let e = lock_redis::fence::set(&mut conn, &big, "b", Fencing(u64::MAX - 1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StaleToken);
+    let _: () = conn
+        .del(&[
+            key.clone(),
+            lock_redis::fence::fence_key(&key).unwrap(),
+            big.clone(),
+            lock_redis::fence::fence_key(&big).unwrap(),
+        ])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_fence_key_that_holds_no_token_is_corrupt() {
+    let mut conn = server().await;
+    let key = unique("corrupt");
+    let fence = lock_redis::fence::fence_key(&key).unwrap();
+    let _: () = conn.set(&fence, "not a token").await.unwrap();
+    let e = lock_redis::fence::set(&mut conn, &key, "x", Fencing(1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    let exists: bool = conn.exists(&key).await.unwrap();
+    assert!(!exists, "nothing written");
+    let _: () = conn.del(&fence).await.unwrap();
+}
+
+/// On a cluster, the key and its fence share a slot: keys spread over every shard work.
+#[tokio::test]
+async fn fenced_writes_work_on_a_cluster() {
+    let url = test_servers::servers::cluster::shared_url();
+    let seeds: Vec<String> = url
+        .trim_start_matches("redis+cluster://")
+        .trim_end_matches('/')
+        .split(',')
+        .map(|node| format!("redis://{node}"))
+        .collect();
+    let client = redis::cluster::ClusterClient::new(seeds).unwrap();
+    let mut conn = client.get_async_connection().await.unwrap();
+    for i in 0..20 {
+        let key = format!("fence-cluster-{i}");
+        lock_redis::fence::set(&mut conn, &key, "v", Fencing(10))
+            .await
+            .unwrap();
+        let e = lock_redis::fence::set(&mut conn, &key, "w", Fencing(9))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::StaleToken, "{key}");
+        let _: () = conn.del(&key).await.unwrap();
+        let _: () = conn
+            .del(lock_redis::fence::fence_key(&key).unwrap())
+            .await
+            .unwrap();
+    }
+}
