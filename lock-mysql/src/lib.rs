@@ -4,6 +4,7 @@ mod backend;
 mod builder;
 mod error;
 mod exec;
+pub mod fence;
 mod migrate;
 mod read;
 mod sql;

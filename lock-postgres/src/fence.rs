@@ -78,35 +78,19 @@ impl PgFence {
                  ([a-z_][a-z0-9_]{0,47})",
             ));
         }
-        let name = match schema {
+        let name_sql = match schema {
             Some(schema) => format!("\"{schema}\".\"{table}\""),
             None => format!("\"{table}\""),
         };
-        // A statement is the code lines (not `--` comments) after its marker's comment,
-        // up to the next marker or the file's end, without its closing `;`.
-        let statement = |marker: &str| {
-            let start = SQL.find(marker).expect("every statement is in fence.sql");
-            // From the line after the marker's.
-            let rest = &SQL[start..];
-            let rest = &rest[rest.find('\n').map_or(rest.len(), |n| n + 1)..];
-            let end = ["-- migrate:", "-- check:", "-- highest:"]
-                .iter()
-                .filter_map(|m| rest.find(m))
-                .min()
-                .unwrap_or(rest.len());
-            rest[..end]
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
-                .collect::<Vec<_>>()
-                .join("\n")
-                .trim_end()
-                .trim_end_matches(';')
-                .replace("{table}", &name)
+        let statement = |name: &str| {
+            lock_sql::sql_file::statement(SQL, name)
+                .expect("every statement is in fence.sql")
+                .replace("{table}", &name_sql)
         };
         Ok(PgFence {
-            migrate: statement("-- migrate:"),
-            check: statement("-- check:"),
-            highest: statement("-- highest:"),
+            migrate: statement("migrate"),
+            check: statement("check"),
+            highest: statement("highest"),
         })
     }
 

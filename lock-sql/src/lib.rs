@@ -39,6 +39,7 @@ pub mod errors;
 mod pooled;
 mod schema;
 mod settings;
+pub mod sql_file;
 
 pub use conn::{connection, discard_idle, Open};
 pub use deadline::{within, Deadline};

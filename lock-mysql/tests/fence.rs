@@ -1,0 +1,119 @@
+//! `lock_mysql::fence`: fenced writes inside the caller's transaction, on the shared
+//! server (`MYSQL_URL`, else the local one, else a private one).
+
+use lock_core::{ErrorKind, Fencing};
+use lock_mysql::fence::MySqlFence;
+use sqlx::MySqlPool;
+
+async fn pool() -> MySqlPool {
+    let url = test_servers::servers::mysql::shared_url();
+    MySqlPool::connect(&url)
+        .await
+        .expect("the shared MariaDB server")
+}
+
+fn resource(what: &str) -> String {
+    format!(
+        "{what}-{}",
+        lock_core::backend::Token::generate().unwrap().to_hex()
+    )
+}
+
+/// A holder paused past its ttl writes after its successor: refused with both tokens, and
+/// its transaction's write does not land; the successor's does.
+#[tokio::test]
+async fn a_stale_token_is_refused_inside_the_transaction() {
+    let pool = pool().await;
+    let fence = MySqlFence::table("distlock_fence_test").unwrap();
+    fence.migrate(&pool).await.unwrap();
+    fence.migrate(&pool).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS distlock_fence_data (resource VARCHAR(200) PRIMARY KEY, v TEXT)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let r = resource("account");
+    let write = |token: u64, value: &'static str| {
+        let (pool, fence, r) = (pool.clone(), fence.clone(), r.clone());
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            fence.check(&mut tx, &r, Fencing(token)).await?;
+            sqlx::query(
+                "INSERT INTO distlock_fence_data VALUES (?, ?) \
+                 ON DUPLICATE KEY UPDATE v = VALUES(v)",
+            )
+            .bind(&r)
+            .bind(value)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            Ok::<(), lock_core::Error>(())
+        }
+    };
+    write(7, "old holder").await.unwrap();
+    write(9, "new holder").await.unwrap();
+    write(9, "new holder again").await.unwrap();
+    let e = write(7, "late").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StaleToken);
+    let tokens = e.stale_token().expect("both tokens");
+    assert_eq!((tokens.presented, tokens.highest), (Fencing(7), Fencing(9)));
+    let v: String = sqlx::query_scalar("SELECT v FROM distlock_fence_data WHERE resource = ?")
+        .bind(&r)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(v, "new holder again");
+    assert_eq!(fence.highest(&pool, &r).await.unwrap(), Some(Fencing(9)));
+}
+
+/// Two transactions of two holders at once: the older one's check waits for the newer
+/// one's row lock and is then refused, never both written.
+#[tokio::test]
+async fn a_check_waits_for_a_newer_holder_s_transaction() {
+    let pool = pool().await;
+    let fence = MySqlFence::new();
+    fence.migrate(&pool).await.unwrap();
+    let r = resource("concurrent");
+    let mut newer = pool.begin().await.unwrap();
+    fence.check(&mut newer, &r, Fencing(20)).await.unwrap();
+    let older = {
+        let (pool, fence, r) = (pool.clone(), fence.clone(), r.clone());
+        tokio::spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            fence.check(&mut tx, &r, Fencing(10)).await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(
+        !older.is_finished(),
+        "the older check waits for the newer transaction"
+    );
+    newer.commit().await.unwrap();
+    let e = older.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StaleToken);
+}
+
+#[tokio::test]
+async fn a_bad_table_name_or_a_long_resource_is_refused() {
+    assert_eq!(
+        MySqlFence::table("Bad Name").unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    let pool = pool().await;
+    let fence = MySqlFence::new();
+    fence.migrate(&pool).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let long = "r".repeat(lock_mysql::fence::MAX_RESOURCE + 1);
+    let e = fence.check(&mut tx, &long, Fencing(1)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    // The full range of tokens: u64::MAX is kept exactly.
+    let r = resource("max");
+    fence.check(&mut tx, &r, Fencing(u64::MAX)).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        fence.highest(&pool, &r).await.unwrap(),
+        Some(Fencing(u64::MAX))
+    );
+}
