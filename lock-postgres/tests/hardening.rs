@@ -512,9 +512,14 @@ async fn a_read_only_server_says_what_to_do() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_queued_past_its_deadline_gives_up_in_time() {
     let f = Fresh::new().await;
+    // Set up with the default deadline: on a loaded machine, connecting and migrating
+    // may take longer than the short deadline under test.
+    let setup = f.migrated(f.builder()).await;
     let b = f
-        .migrated(f.builder().timeout(Duration::from_millis(300)))
-        .await;
+        .builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
     let tx = f.hold_key("k").await;
     let started = Instant::now();
     let err = b.inspect(&Key::new("k").unwrap()).await.unwrap_err();
@@ -525,7 +530,7 @@ async fn a_call_queued_past_its_deadline_gives_up_in_time() {
     tx.rollback().await.unwrap();
     // The key is usable again at once.
     assert_eq!(
-        b.inspect(&Key::new("k").unwrap()).await.unwrap(),
+        setup.inspect(&Key::new("k").unwrap()).await.unwrap(),
         LockState::Free
     );
     f.drop_schema().await;
@@ -539,14 +544,18 @@ async fn a_call_queued_past_its_deadline_gives_up_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_batch_queued_key_after_key_ends_on_the_server_by_its_deadline() {
     let f = Fresh::new().await;
+    // Set up with the default deadline (see above); only the batch runs on the short one.
+    let setup = f.migrated(f.builder()).await;
     let b = f
-        .migrated(f.builder().timeout(Duration::from_millis(400)))
-        .await;
+        .builder()
+        .timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
     let token = Token::generate().unwrap();
     let keys: Vec<Key> = (0..8).map(|i| Key::new(format!("q{i}")).unwrap()).collect();
     for key in &keys {
         assert!(matches!(
-            obtain(&b, key, &token, 30_000).await,
+            obtain(&setup, key, &token, 30_000).await,
             ObtainOutcome::Acquired { .. }
         ));
     }
@@ -633,7 +642,11 @@ async fn a_migration_queued_behind_another_gives_up_at_the_deadline() {
         started.elapsed()
     );
     tx.rollback().await.unwrap();
-    b.migrate()
+    // With the default deadline: on a loaded machine, the short one may cut it.
+    f.builder()
+        .build()
+        .unwrap()
+        .migrate()
         .await
         .expect("the migration goes through once it is its turn");
     f.drop_schema().await;
