@@ -77,6 +77,33 @@ pub use lock_postgres::{self as postgres, PostgresBackend};
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use lock_mysql::{self as mysql, MySqlBackend};
 
+/// Fencing checked where the write lands: the rule and its typed error
+/// (`lock_core::fence`), and a ready fence for each store, behind its backend's feature:
+/// `fence::file`, `fence::redis`, `fence::postgres`, `fence::mysql`.
+pub mod fence {
+    pub use lock_core::fence::*;
+
+    /// Fenced replacement of a file's content.
+    #[cfg(feature = "file")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+    pub use lock_file::fence as file;
+
+    /// Fenced `SET` of a Redis key, one script.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub use lock_redis::fence as redis;
+
+    /// A fence table checked inside your Postgres transaction.
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub use lock_postgres::fence as postgres;
+
+    /// A fence table checked inside your MySQL or MariaDB transaction.
+    #[cfg(feature = "mysql")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+    pub use lock_mysql::fence as mysql;
+}
+
 /// The conformance suite: `distlock::conformance::suite!("mine", MyHarness)`.
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
