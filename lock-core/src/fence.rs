@@ -22,7 +22,7 @@
 //! For any other store: keep `highest` per resource next to the data, and in one
 //! transaction (or under one lock) read it, refuse with [`stale`] when [`admits`] says no,
 //! else write the data and store the new highest token. A refused write is an
-//! [`ErrorKind::StaleToken`](crate::ErrorKind::StaleToken) error; [`Error::stale_token`]
+//! [`ErrorKind::StaleToken`] error; [`Error::stale_token`]
 //! names both tokens.
 //!
 //! ```

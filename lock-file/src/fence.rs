@@ -13,7 +13,7 @@
 //! 3. the content replaces `F` the same way (`F.fence-write`, `fsync`, `rename`, `fsync`
 //!    of the directory): a reader sees the old content or the new one, never a mix.
 //!
-//! Every writer of `F` must go through [`write`]: a plain write to `F` is not fenced.
+//! Every writer of `F` must go through [`write()`]: a plain write to `F` is not fenced.
 //! Readers just read `F`. The lock file only serializes writers of one machine's file
 //! system; on a network file system, `flock` is as good as the file system makes it.
 
@@ -72,10 +72,10 @@ pub fn write(path: &Path, token: Fencing, contents: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// [`write`] on tokio's blocking pool.
+/// [`write()`] on tokio's blocking pool.
 ///
 /// # Errors
-/// As for [`write`].
+/// As for [`write()`].
 ///
 /// # Cancel safety
 /// Dropping the future does not stop the write: it runs to its end on the blocking pool.
@@ -92,10 +92,10 @@ pub async fn write_async(path: PathBuf, token: Fencing, contents: Vec<u8>) -> Re
         })?
 }
 
-/// The highest token that wrote to the file at `path` through [`write`], if any.
+/// The highest token that wrote to the file at `path` through [`write()`], if any.
 ///
 /// # Errors
-/// As for [`write`]'s reading of `F.fence`.
+/// As for [`write()`]'s reading of `F.fence`.
 pub fn highest(path: &Path) -> Result<Option<Fencing>> {
     read_token(&Names::of(path)?.fence)
 }
