@@ -5,6 +5,7 @@
 //! LOCK_URL=redis://cache:6379/0 lockrun --key nightly-report -- ./report.sh
 //! lockrun inspect --key nightly-report
 //! lockrun release --key nightly-report --force
+//! ./report.sh | lockrun fence --file /srv/reports/today.json   # inside COMMAND
 //! ```
 //!
 //! COMMAND runs in a process group of its own (unless standard input is a terminal, so that
@@ -17,7 +18,7 @@
 //! obtained within `--wait` (like `flock -E 75`); 76 when the lock was lost while COMMAND ran
 //! (COMMAND got SIGTERM, then SIGKILL after `--kill-after`); 78 for a configuration error;
 //! 69 when the backend failed; 127 / 126 when COMMAND cannot be found / run; 2 for a usage
-//! error.
+//! error. `lockrun fence` exits 77 when it refused a stale fencing token.
 
 mod child;
 mod metrics_file;
@@ -39,6 +40,9 @@ pub(crate) const EXIT_LOST: u8 = 76;
 pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 /// Exit status for a configuration error (bad URL, bad option).
 pub(crate) const EXIT_CONFIG: u8 = 78;
+/// Exit status of `lockrun fence` when it refused a stale fencing token (sysexits'
+/// EX_NOPERM: the write is not this holder's to make any more).
+pub(crate) const EXIT_STALE: u8 = 77;
 
 #[derive(Parser)]
 #[command(
@@ -59,13 +63,15 @@ pub(crate) const EXIT_CONFIG: u8 = 78;
                   failure; 127/126 COMMAND not found / not executable; 2 usage error.",
     override_usage = "lockrun --key KEY [OPTIONS] -- COMMAND [ARGS]...\n       \
                       lockrun inspect --key KEY [--backend URL]\n       \
-                      lockrun release --key KEY --force [--backend URL]",
+                      lockrun release --key KEY --force [--backend URL]\n       \
+                      lockrun fence --file PATH [--token N] < CONTENT",
     after_help = "Examples:\n  \
                   lockrun --key nightly-report --ttl 30s --wait 10s -- ./report.sh --full\n  \
                   LOCK_URL=redis://cache:6379/0 lockrun --key nightly-report --delay-after 1h -- ./report.sh\n  \
                   lockrun --key exports --permits 4 -- ./export.sh\n  \
                   lockrun inspect --key nightly-report\n  \
-                  lockrun release --key nightly-report --force",
+                  lockrun release --key nightly-report --force\n  \
+                  lockrun --key report -- sh -c './report.sh | lockrun fence --file out.json'",
     subcommand_negates_reqs = true
 )]
 struct Cli {
@@ -154,6 +160,19 @@ enum Sub {
         /// Confirms breaking a lock that someone else may hold.
         #[arg(long)]
         force: bool,
+    },
+    /// Replace the content of a file with standard input, only if the fencing token is not
+    /// below the highest one that wrote to the file this way (kept in FILE.fence): run it
+    /// inside COMMAND, where LOCKRUN_FENCING holds the token, so that a lockrun that lost
+    /// its lock (paused past its ttl, cut off) cannot overwrite its successor's output.
+    /// Crash-safe (a synced rename). Exits 77, writing nothing, for a stale token.
+    Fence {
+        /// The file to replace.
+        #[arg(long, value_name = "PATH")]
+        file: std::path::PathBuf,
+        /// The fencing token (default: $LOCKRUN_FENCING, which lockrun gives COMMAND).
+        #[arg(long, env = "LOCKRUN_FENCING", value_name = "N")]
+        token: u64,
     },
     /// Internal: the guardian that kills COMMAND's process group if lockrun dies.
     #[command(hide = true)]
@@ -246,8 +265,10 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    if let Some(Sub::Guard) = cli.sub {
-        return child::guard();
+    match &cli.sub {
+        Some(Sub::Guard) => return child::guard(),
+        Some(Sub::Fence { file, token }) => return fence(file, *token),
+        _ => {}
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -261,8 +282,8 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.sub {
-            // Answered above, before the runtime starts (the guardian runs none of lockrun's).
-            Some(Sub::Guard) => ExitCode::SUCCESS,
+            // Answered above, before the runtime starts (neither needs the lock's backend).
+            Some(Sub::Guard | Sub::Fence { .. }) => ExitCode::SUCCESS,
             Some(Sub::Inspect) => look(&cli.common, Look::Inspect).await,
             Some(Sub::Release { force }) => {
                 if !force {
@@ -312,6 +333,23 @@ async fn look(common: &Common, how: Look) -> ExitCode {
         Ok(json) => {
             println!("{json}");
             ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `lockrun fence`: standard input replaces `file` if `token` is not stale for it.
+fn fence(file: &std::path::Path, token: u64) -> ExitCode {
+    let mut contents = Vec::new();
+    if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin(), &mut contents) {
+        eprintln!("lockrun: fence: cannot read standard input: {e}");
+        return ExitCode::from(EXIT_UNAVAILABLE);
+    }
+    match lock_file::fence::write(file, lock_core::Fencing(token), &contents) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == ErrorKind::StaleToken => {
+            eprintln!("lockrun: fence: {}", e.message());
+            ExitCode::from(EXIT_STALE)
         }
         Err(e) => fail(&e),
     }

@@ -7,6 +7,7 @@
 //! default servers, else private ones started for this test process; a server that cannot
 //! be had fails these tests, it never skips them.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -250,6 +251,46 @@ fn the_command_gets_its_key_and_fencing_token(backend: &str) {
     );
 }
 
+/// COMMAND writes its output through `lockrun fence` with the token lockrun gave it; a
+/// later write with an older token (a holder that lost its lock) exits 77 and changes
+/// nothing.
+fn the_command_writes_through_the_fence(backend: &str) {
+    let env = Env::new(backend);
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("report.txt");
+    let script = format!(
+        "printf 'run %s' \"$LOCKRUN_FENCING\" | {LOCKRUN} fence --file {}",
+        out_file.display()
+    );
+    for _ in 0..2 {
+        let out = env.output(&["--", "sh", "-c", &script]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let written = std::fs::read_to_string(&out_file).unwrap();
+    let newest: u64 = written
+        .strip_prefix("run ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("the file holds {written:?}"));
+    let mut late = Command::new(LOCKRUN)
+        .args(["fence", "--file"])
+        .arg(&out_file)
+        .args(["--token", &(newest - 1).to_string()])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    late.stdin.take().unwrap().write_all(b"late").unwrap();
+    let late = late.wait_with_output().unwrap();
+    assert_eq!(late.status.code(), Some(77));
+    let said = String::from_utf8_lossy(&late.stderr);
+    assert!(said.contains(&newest.to_string()), "{said}");
+    assert_eq!(std::fs::read_to_string(&out_file).unwrap(), written);
+}
+
 fn a_second_run_gets_75_or_waits(backend: &str) {
     let env = Env::new(backend);
     let mut first = env.spawn(&["--metadata", "first run", "--", "sleep", "3"]);
@@ -350,6 +391,7 @@ macro_rules! on_each_backend {
 on_each_backend!(
     exit_status_passes_through,
     the_command_gets_its_key_and_fencing_token,
+    the_command_writes_through_the_fence,
     a_second_run_gets_75_or_waits,
     a_lost_lock_kills_the_command_with_76,
     sigterm_is_forwarded_and_the_lock_released,
