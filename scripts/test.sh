@@ -170,6 +170,14 @@ cargo run --locked -q -p examples --example cron_report
 cargo run --locked -q -p examples --example custom_backend
 cargo run --locked -q -p examples --example storage_backend
 cargo run --locked -q -p examples --example dev_prod_swap
+# The recipes above the lock: a leader killed and succeeded, transfers under two locks, a
+# frozen holder's late write refused by the fence.
+cargo run --locked -q -p examples --example leader
+LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example leader
+cargo run --locked -q -p examples --example transfer
+LOCK_URL=$DATABASE_URL cargo run --locked -q -p examples --example transfer
+cargo run --locked -q -p examples --example fenced_write
+LOCK_URL=$MYSQL_URL cargo run --locked -q -p examples --example fenced_write
 LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$DATABASE_URL cargo run --locked -q -p examples --example dev_prod_swap
 LOCK_URL=$MYSQL_URL cargo run --locked -q -p examples --example dev_prod_swap
