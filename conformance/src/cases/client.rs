@@ -395,19 +395,23 @@ pub async fn dropped_guard_does_not_hold_forever(suite: &Suite) -> CaseResult {
 pub async fn paused_holder_is_fenced_out(suite: &Suite) -> CaseResult {
     let backend = suite.harness.backend().await;
     let locker = Locker::new(backend);
+    // The resource checks tokens with the fence's one rule (`lock_core::fence`).
+    let fence = lock_core::fence::MemoryFence::new();
     let stale = take(&locker, "paused", ms(300), false).await?;
+    fence.write("paused", stale.fencing(), || ())?;
     tokio::time::sleep(ms(500)).await;
     let fresh = take(&locker, "paused", LONG, false).await?;
-    let mut resource = Fencing(0);
-    let mut write = |f: Fencing| {
-        let ok = f >= resource;
-        resource = resource.max(f);
-        ok
-    };
-    ensure!(write(fresh.fencing()), "the new holder's write");
+    let wrote = fence.write("paused", fresh.fencing(), || ());
+    ensure!(wrote.is_ok(), "the new holder's write: {wrote:?}");
+    // The paused holder resumes and writes: refused, naming both tokens.
+    let refused = fence.write("paused", stale.fencing(), || ());
     ensure!(
-        !write(stale.fencing()),
-        "the stale holder's token must be lower: {} vs {}",
+        refused
+            .as_ref()
+            .err()
+            .and_then(|e| e.stale_token())
+            .is_some_and(|t| t.presented == stale.fencing() && t.highest == fresh.fencing()),
+        "the stale holder's write must be refused (tokens {} then {}): {refused:?}",
         stale.fencing(),
         fresh.fencing()
     );
