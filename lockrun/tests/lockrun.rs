@@ -352,6 +352,90 @@ fn a_lost_lock_kills_the_command_with_76(backend: &str) {
     assert!(metrics.value("distlock_renewal_batch_size_count", &[("key", key)]) >= 1.0);
 }
 
+/// Three lockruns of one key as leader candidates (each waits as long as it takes; the
+/// one holding the lock runs COMMAND, the leader's work). The leader's lockrun is killed
+/// with SIGKILL: its guardian kills COMMAND, and another candidate leads within the ttl
+/// and a margin, with a higher term, never while the old leader's COMMAND still runs.
+/// COMMAND appends `TERM PID` to a shared log when it starts.
+fn a_killed_leader_is_succeeded_and_never_overlapped(backend: &str) {
+    let env = Env::new(backend);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("leaders.log");
+    let script = format!(
+        "echo \"$LOCKRUN_FENCING $$\" >> {}; exec sleep 120",
+        log.display()
+    );
+    let candidate = || env.spawn(&["--ttl", "2s", "--wait", "120s", "--", "sh", "-c", &script]);
+    let mut candidates: Vec<Child> = (0..3).map(|_| candidate()).collect();
+    let leaders = || -> Vec<(u64, i32)> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (term, pid) = l.split_once(' ')?;
+                Some((term.parse().ok()?, pid.parse().ok()?))
+            })
+            .collect()
+    };
+    let until = |n: usize, within: Duration| {
+        let deadline = Instant::now() + within;
+        while leaders().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} leaders within {within:?}: {:?}",
+                leaders()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    until(1, Duration::from_secs(30));
+    // Which lockrun leads: the one whose COMMAND is the first leader's.
+    let (first_term, first_pid) = leaders()[0];
+    let parent_of = |pid: i32| -> i32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        after.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    let leader_lockrun = parent_of(first_pid);
+    let i = candidates
+        .iter()
+        .position(|c| c.id() as i32 == leader_lockrun)
+        .expect("the leader's COMMAND is a child of a candidate");
+    let killed = Instant::now();
+    kill(Pid::from_raw(leader_lockrun), Signal::SIGKILL).unwrap();
+    let _ = candidates[i].wait();
+    // A successor within the ttl (2 s) and a generous margin for a loaded machine.
+    until(2, Duration::from_secs(20));
+    let took = killed.elapsed();
+    let (second_term, _) = leaders()[1];
+    assert!(second_term > first_term, "{:?}", leaders());
+    // Never two at once: the old leader's COMMAND was gone when the successor started.
+    // (A zombie waiting for a reaper that is slow or missing counts as gone: it runs
+    // nothing.)
+    let runs = std::fs::read_to_string(format!("/proc/{first_pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after = stat[stat.rfind(')')? + 2..].to_owned();
+            after.chars().next()
+        })
+        .is_some_and(|state| state != 'Z' && state != 'X');
+    assert!(
+        !runs,
+        "the killed leader's COMMAND still runs beside its successor"
+    );
+    assert_eq!(
+        leaders().len(),
+        2,
+        "one successor, not more: {:?}",
+        leaders()
+    );
+    eprintln!("{backend}: a SIGKILLed lockrun leader was succeeded {took:?} after the kill");
+    for mut c in candidates {
+        let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+        wait_exit(&mut c, Duration::from_secs(30));
+    }
+}
+
 fn sigterm_is_forwarded_and_the_lock_released(backend: &str) {
     let env = Env::new(backend);
     let mut run = env.spawn(&["--", "sh", "-c", "trap 'exit 42' TERM; sleep 60 & wait"]);
@@ -394,6 +478,7 @@ on_each_backend!(
     the_command_writes_through_the_fence,
     a_second_run_gets_75_or_waits,
     a_lost_lock_kills_the_command_with_76,
+    a_killed_leader_is_succeeded_and_never_overlapped,
     sigterm_is_forwarded_and_the_lock_released,
     delay_after_leaves_a_cooldown,
 );
