@@ -9,7 +9,9 @@ use lock_mysql::MySqlBackend;
 use test_servers::bench::{rounds, run};
 
 use crate::report::Table;
-use crate::{baselines, handoffs, shared_holds, through, watched, Batching, Size, CONCURRENCY};
+use crate::{
+    baselines, handoffs, several_keys, shared_holds, through, watched, Batching, Size, CONCURRENCY,
+};
 
 pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     // 24 connections: 64 tasks queue for them, as they would in a service.
@@ -67,6 +69,7 @@ pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<()
         ..size
     };
     shared_holds(table, "mysql", &locker, my_size).await;
+    several_keys(table, "mysql", &locker, my_size).await;
     handoffs(table, "mysql", backend.clone(), size).await;
     let batch = Some(Batching {
         locks: MySqlBackend::BATCH,

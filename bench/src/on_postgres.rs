@@ -8,7 +8,9 @@ use lock_postgres::{PostgresBackend, Statements};
 use test_servers::bench::{rounds, run};
 
 use crate::report::Table;
-use crate::{baselines, handoffs, shared_holds, through, watched, Batching, Size, CONCURRENCY};
+use crate::{
+    baselines, handoffs, several_keys, shared_holds, through, watched, Batching, Size, CONCURRENCY,
+};
 
 pub(crate) async fn postgres(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
     // Two pools of 24 (durable, async commit) stay inside the server's default 100
@@ -101,6 +103,7 @@ pub(crate) async fn postgres(table: &mut Table, size: Size, url: &str) -> Result
         ..size
     };
     shared_holds(table, "postgres", &d, pg_size).await;
+    several_keys(table, "postgres", &d, pg_size).await;
     handoffs(table, "postgres", durable.clone(), size).await;
     let batch = Some(Batching {
         locks: PostgresBackend::BATCH,

@@ -10,7 +10,8 @@ use test_servers::bench::{rounds, run};
 
 use crate::report::Table;
 use crate::{
-    baselines, cpu, handoffs, shared_holds, through, watched, Batching, Size, CONCURRENCY,
+    baselines, cpu, handoffs, several_keys, shared_holds, through, watched, Batching, Size,
+    CONCURRENCY,
 };
 
 pub(crate) async fn redis(table: &mut Table, size: Size, url: &str) -> Result<(), String> {
@@ -130,6 +131,7 @@ pub(crate) async fn redis(table: &mut Table, size: Size, url: &str) -> Result<()
         }
     }
     shared_holds(table, "redis-lua", &lua_locker, size).await;
+    several_keys(table, "redis-lua", &lua_locker, size).await;
     shared_holds(table, "redis-watch", &watch_locker, size).await;
     handoffs(table, "redis-lua", lua.clone(), size).await;
     handoffs(table, "redis-watch", watch, size).await;

@@ -55,11 +55,13 @@ pub async fn prolong_extends_the_lock(suite: &Suite) -> CaseResult {
 /// same holds) and ReleasedLate (freed whatever the hold count).
 pub async fn late_calls_when_untaken_are_late(suite: &Suite) -> CaseResult {
     let (_, a, b) = pair(suite, "late").await;
-    let fencing = acquired(a.obtain(ms(400)).await?, "obtain")?;
-    let _ = a.obtain(ms(400)).await?;
+    // Each late call lands 120 ms after the ttl, 480 ms before the grace (the ttl) ends:
+    // room for a loaded machine.
+    let fencing = acquired(a.obtain(ms(600)).await?, "obtain")?;
+    let _ = a.obtain(ms(600)).await?;
     let answered = Instant::now();
-    tokio::time::sleep_until(answered + ms(520)).await;
-    let p = a.prolong(ms(400)).await?;
+    tokio::time::sleep_until(answered + ms(720)).await;
+    let p = a.prolong(ms(600)).await?;
     ensure!(
         p == ProlongOutcome::ProlongedLate,
         "late prolong, untaken: expected ProlongedLate, got {p:?}"
@@ -69,7 +71,7 @@ pub async fn late_calls_when_untaken_are_late(suite: &Suite) -> CaseResult {
         "ProlongedLate must keep fencing and holds"
     );
     let answered = Instant::now();
-    tokio::time::sleep_until(answered + ms(520)).await;
+    tokio::time::sleep_until(answered + ms(720)).await;
     let r = a.release(None).await?;
     ensure!(
         r == ReleaseOutcome::ReleasedLate,
