@@ -39,6 +39,14 @@ pub(crate) const KINDS: &[(&str, &str)] = &[
     ),
     ("rslock", "redis: rslock lock + unlock"),
     (
+        "postgres-trait",
+        "postgres: obtain + release on the trait (for perf; not counted by default)",
+    ),
+    (
+        "postgres-pair",
+        "postgres: a durable single-row upsert + update (for perf; not counted by default)",
+    ),
+    (
         "redis-lua-trait",
         "redis-lua: obtain + release on the trait",
     ),
@@ -109,6 +117,29 @@ pub(crate) fn child(kind: &str, n: usize, tasks: usize, redis_url: &str) {
                 })
                 .await;
             }
+            "postgres-trait" | "postgres-pair" => {
+                let url = std::env::var("DATABASE_URL")
+                    .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+                let backend = lock_postgres::PostgresBackend::builder(&url)
+                    .table("public", "distlock_bench")
+                    .build()
+                    .expect("a Postgres URL");
+                backend
+                    .migrate()
+                    .await
+                    .expect("a Postgres server (DATABASE_URL)");
+                if kind == "postgres-pair" {
+                    let pool = backend.pool().clone();
+                    baselines::pg_rows_table(&pool).await;
+                    spread(tasks, n, move |p, n| {
+                        baselines::pg_write_cycles(pool.clone(), p, n)
+                    })
+                    .await;
+                } else {
+                    let backend: Arc<dyn LockBackend> = Arc::new(backend);
+                    spread(tasks, n, move |p, n| backend_cycles(backend.clone(), p, n)).await;
+                }
+            }
             "redis-lua-trait" | "redis-lua-client" => {
                 let backend = lock_redis::RedisBackend::builder(redis_url)
                     .prefix("bench:")
@@ -156,7 +187,10 @@ pub(crate) fn report(kinds: &[String], n: usize) {
     println!("| kind | what | instructions per cycle |");
     println!("|---|---|---:|");
     for (kind, what) in KINDS {
-        if !kinds.is_empty() && !kinds.iter().any(|k| k == kind) {
+        let asked = kinds.iter().any(|k| k == kind);
+        // The Postgres kinds are for `perf record` of the server: callgrind counts only the
+        // client, whose work there is not what a Postgres cycle is about.
+        if (!kinds.is_empty() && !asked) || (kinds.is_empty() && kind.starts_with("postgres")) {
             continue;
         }
         let count = |cycles: usize| instructions(&exe, kind, cycles);

@@ -59,15 +59,7 @@ impl MySqlFence {
     /// # Errors
     /// [`ErrorKind::InvalidInput`] for another name.
     pub fn table(table: &str) -> Result<Self> {
-        let plain = (1..=48).contains(&table.len())
-            && table
-                .bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-            && table
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !plain {
+        if !lock_sql::sql_file::plain_identifier(table) {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
                 NAME,

@@ -70,14 +70,7 @@ pub(crate) struct Names {
 impl Names {
     /// `None` unless `table` matches `[a-z_][a-z0-9_]{0,47}`.
     pub(crate) fn new(table: &str) -> Option<Self> {
-        let ok = (1..=48).contains(&table.len())
-            && table
-                .bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-            && table
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        let ok = lock_sql::sql_file::plain_identifier(table);
         let update: Vec<String> = COLUMNS
             .split(", ")
             .map(|c| format!("{c} = VALUES({c})"))

@@ -61,14 +61,7 @@ impl PgFence {
     }
 
     fn in_table(schema: Option<&str>, table: &str) -> Result<Self> {
-        let plain = |s: &str| {
-            (1..=48).contains(&s.len())
-                && s.bytes()
-                    .next()
-                    .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        };
+        let plain = lock_sql::sql_file::plain_identifier;
         if !plain(table) || !schema.is_none_or(plain) {
             return Err(Error::new(
                 ErrorKind::InvalidInput,

@@ -68,14 +68,7 @@ pub(crate) struct Names {
 impl Names {
     /// `None` unless both names match `[a-z_][a-z0-9_]{0,47}`.
     pub(crate) fn new(schema: &str, table: &str) -> Option<Self> {
-        let ok = |s: &str| {
-            (1..=48).contains(&s.len())
-                && s.bytes()
-                    .next()
-                    .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        };
+        let ok = lock_sql::sql_file::plain_identifier;
         if !ok(schema) || !ok(table) {
             return None;
         }

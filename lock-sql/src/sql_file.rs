@@ -1,6 +1,7 @@
 //! Statements read from a `.sql` file that a reviewer reads top to bottom: each statement
 //! follows a comment line that names it (`-- name: what it does`, more comment lines may
-//! follow), and ends with the first line that ends with `;`.
+//! follow), and ends with the first line that ends with `;`. And the one rule for the
+//! names a user gives to the tables and schemas those statements use.
 
 /// The statement named `name` in `file`: its code lines (comment and empty lines left
 /// out), without the closing `;`. `None` when no line starts with `-- name:` or no
@@ -29,4 +30,24 @@ pub fn statement(file: &str, name: &str) -> Option<String> {
         code.push(line);
     }
     None
+}
+
+/// Whether `name` may name a table or a schema: a plain lowercase identifier,
+/// `[a-z_][a-z0-9_]{0,47}`, which needs no quoting rules of any server to be safe inside a
+/// statement (it is still quoted there).
+///
+/// ```
+/// assert!(lock_sql::sql_file::plain_identifier("distlock_locks"));
+/// assert!(!lock_sql::sql_file::plain_identifier("Locks"));
+/// assert!(!lock_sql::sql_file::plain_identifier("locks; DROP TABLE x"));
+/// ```
+pub fn plain_identifier(name: &str) -> bool {
+    (1..=48).contains(&name.len())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
