@@ -32,7 +32,7 @@ const SCHEMA: &str = include_str!("sql/schema.sql");
 // The functions' names after the table's, with the version each last changed in (see the
 // top of schema.sql): a backend never runs another version's body.
 /// Every operation.
-const OP_FN: &str = "op_v5";
+const OP_FN: &str = "op_v6";
 /// Deletes rows nobody needs any more.
 const SWEEP_FN: &str = "sweep_v3";
 /// Raises when a write touched no row.
@@ -455,7 +455,7 @@ mod tests {
                 "{placeholder} left in the migration"
             );
         }
-        assert!(m.contains("\"s\".\"t_op_v5\""));
+        assert!(m.contains("\"s\".\"t_op_v6\""));
         assert!(
             m.contains("'s.t '"),
             "the sweep hashes the ids the client does"

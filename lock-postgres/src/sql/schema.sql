@@ -5,7 +5,7 @@
 -- notifications, and {lock_prefix}, what a key's advisory lock id is the hash of (with the
 -- key appended).
 --
--- The functions' names carry a version (`_op_v5`, `_sweep_v3`, `_check_v2`, `_waits_v1`: the
+-- The functions' names carry a version (`_op_v6`, `_sweep_v3`, `_check_v2`, `_waits_v1`: the
 -- version a function last changed in; sql.rs names them): a backend never runs the body of another version, and
 -- backends of two versions on one table still exclude each other (same rows, same advisory
 -- lock ids). A migration leaves the functions of older versions in place for the backends
@@ -271,7 +271,8 @@ BEGIN
                SET state = 'free', token = NULL, holder = NULL, holds = NULL,
                    expires_at = now_ts, forget_at = now_ts + keep
              WHERE t.key = p_key;
-            IF r.waiters > 0 OR {schema}.{waits}(r.waiting, now_ts) <> '{}'::jsonb THEN
+            IF r.waiters > 0 OR (r.waiting <> '{}'::jsonb
+                                AND {schema}.{waits}(r.waiting, now_ts) <> '{}'::jsonb) THEN
                 PERFORM pg_notify({channel}, p_key);
             END IF;
         END IF;
@@ -357,8 +358,11 @@ BEGIN
                 PERFORM {schema}.{check}(FOUND);
             END IF;
             -- pg_notify takes a lock that serializes every notifying commit of the cluster
-            -- until its WAL is flushed: only when some process waits.
-            IF r.waiters > 0 OR {schema}.{waits}(r.waiting, now_ts) <> '{}'::jsonb THEN
+            -- until its WAL is flushed: only when some process waits. ({waits} is a SQL
+            -- function, parsed and planned again at every call: not called on an empty
+            -- `waiting`, the common case, where it could only answer '{}'. Since op_v6.)
+            IF r.waiters > 0 OR (r.waiting <> '{}'::jsonb
+                                AND {schema}.{waits}(r.waiting, now_ts) <> '{}'::jsonb) THEN
                 PERFORM pg_notify({channel}, p_key);
             END IF;
             o_outcome := CASE WHEN phase = 'live' THEN 'released' ELSE 'released_late' END;
