@@ -65,6 +65,7 @@ mod on_mysql;
 mod on_postgres;
 mod on_redis;
 mod report;
+mod several;
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
@@ -74,13 +75,14 @@ use std::time::{Duration, Instant};
 
 use lock_core::observe::metrics::MetricsObserver;
 use lock_core::observe::{Event, Observer};
-use lock_core::{LockBackend, Locker, MemoryBackend, Mode, ReleaseOutcome, Retry};
+use lock_core::{LockBackend, Locker, MemoryBackend, Mode, Retry};
 use lock_file::FileBackend;
 use test_servers::bench::{
     backend_cycles, handoff, locker_cycles, mode_cycles, rounds, run, runtime, rw_handoff, Run,
 };
 
 use report::Table;
+pub(crate) use several::several_keys;
 use test_servers::locks::Counting;
 
 /// How much work each measurement does.
@@ -325,78 +327,6 @@ pub(crate) async fn shared_holds(table: &mut Table, name: &str, locker: &Locker,
             semaphore,
         );
     }
-}
-
-/// `Locker::lock_all` of 2, 8 and 32 keys (one task) next to the same keys taken one by
-/// one with `try_obtain()` and released one by one, in the same rounds. The rates count
-/// sets, not keys.
-pub(crate) async fn several_keys(table: &mut Table, name: &str, locker: &Locker, size: Size) {
-    for keys in [2, 8, 32] {
-        let sets = (size.cycles / keys).max(16);
-        let [one_by_one, together] = rounds(size.rounds, async || {
-            let cycles = |together: bool| {
-                let locker = locker.clone();
-                run(1, sets, move |p, n| {
-                    set_cycles(locker.clone(), p, n, keys, together)
-                })
-            };
-            [cycles(false).await, cycles(true).await]
-        })
-        .await;
-        table.cycles(
-            name,
-            &format!("lock_all of {keys} keys: try_obtain()+release"),
-            1,
-            "the same keys one by one: try_obtain()+release each",
-            one_by_one,
-            together,
-        );
-    }
-}
-
-/// `n` sets of `keys` keys under `prefix`: with `lock_all` when `together`, else one by
-/// one. Returns each set's time.
-async fn set_cycles(
-    locker: Locker,
-    prefix: String,
-    n: usize,
-    keys: usize,
-    together: bool,
-) -> Vec<std::time::Duration> {
-    let names: Vec<String> = (0..keys).map(|k| format!("{prefix}set-{k}")).collect();
-    let mut times = Vec::with_capacity(n);
-    for _ in 0..n {
-        let started = std::time::Instant::now();
-        if together {
-            let set = locker
-                .lock_all(&names)
-                .try_obtain()
-                .await
-                .expect("lock_all")
-                .obtained()
-                .expect("free keys");
-            let released = set.release().await.expect("release");
-            assert!(released.iter().all(|(_, r)| *r == ReleaseOutcome::Released));
-        } else {
-            let mut guards = Vec::with_capacity(keys);
-            for key in &names {
-                let guard = locker
-                    .lock(key)
-                    .try_obtain()
-                    .await
-                    .expect("obtain")
-                    .obtained()
-                    .expect("a free key");
-                guards.push(guard);
-            }
-            for guard in guards.into_iter().rev() {
-                let released = guard.release().await.expect("release");
-                assert_eq!(released, ReleaseOutcome::Released);
-            }
-        }
-        times.push(started.elapsed());
-    }
-    times
 }
 
 /// `cycles` obtain+release cycles through `locker` by `tasks` tasks: `obtain()` when

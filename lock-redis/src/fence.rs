@@ -19,6 +19,9 @@ const NAME: &str = "redis fence";
 
 const SCRIPT: &str = include_str!("scripts/fence.lua");
 
+/// The script, hashed once for `EVALSHA` (not on every write).
+static FENCED_SET: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(SCRIPT));
+
 /// The fence key of `key`: in the same hash slot, so that one script reaches both on a
 /// cluster. `key:fence` when `key` has a hash tag (`{user:1}:balance` →
 /// `{user:1}:balance:fence`), else `{key}:fence`.
@@ -93,7 +96,7 @@ where
     C: ConnectionLike + Send,
     V: redis::ToRedisArgs + Send + Sync,
 {
-    let reply: Vec<String> = Script::new(SCRIPT)
+    let reply: Vec<String> = FENCED_SET
         .key(fence)
         .key(key)
         .arg(token.0)
