@@ -241,3 +241,90 @@ async fn an_empty_set_or_a_bad_key_is_refused_before_any_call() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert!(is_free(&locker, "ok").await, "nothing taken");
 }
+
+/// `read()`: every key a read hold. Readers of overlapping sets share, a writer of any of
+/// the keys waits, and readers and writers of overlapping sets in opposite orders never
+/// deadlock nor overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_sets_share_with_readers_and_exclude_writers() {
+    let locker = Arc::new(locker());
+    let a = locker
+        .lock_all(["x", "y"])
+        .read()
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .expect("free");
+    let b = locker
+        .lock_all(["y", "z"])
+        .read()
+        .try_obtain()
+        .await
+        .unwrap()
+        .obtained()
+        .expect("readers share y");
+    assert!(b.guards().iter().all(|g| g.mode().is_shared()));
+    assert!(locker.lock_all(["z"]).try_obtain().await.unwrap().is_busy());
+    assert!(locker.lock("y").try_obtain().await.unwrap().is_busy());
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+
+    // Writers count who is inside each key; a reader must never meet a writer inside.
+    let writers: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
+    let readers: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
+    let mut tasks = Vec::new();
+    for t in 0..8usize {
+        let (locker, writers, readers) = (
+            Arc::clone(&locker),
+            Arc::clone(&writers),
+            Arc::clone(&readers),
+        );
+        tasks.push(tokio::spawn(async move {
+            let names = ["p", "q", "r"];
+            let set: Vec<usize> = if t % 2 == 0 {
+                vec![0, 1, 2]
+            } else {
+                vec![2, 1]
+            };
+            for _ in 0..20 {
+                let read = t % 3 != 0;
+                let builder = locker.lock_all(set.iter().map(|&i| names[i]));
+                let builder = if read { builder.read() } else { builder };
+                let held = builder
+                    .wait(Duration::from_secs(30))
+                    .obtain()
+                    .await
+                    .unwrap()
+                    .obtained()
+                    .expect("within 30 s");
+                for &i in &set {
+                    let (mine, theirs) = match read {
+                        true => (&readers[i], &writers[i]),
+                        false => (&writers[i], &readers[i]),
+                    };
+                    let before = mine.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(theirs.load(Ordering::SeqCst), 0, "a reader met a writer");
+                    assert!(read || before == 0, "two writers of one key");
+                }
+                tokio::task::yield_now().await;
+                for &i in &set {
+                    match read {
+                        true => readers[i].fetch_sub(1, Ordering::SeqCst),
+                        false => writers[i].fetch_sub(1, Ordering::SeqCst),
+                    };
+                }
+                held.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("no deadlock")
+            .unwrap();
+    }
+    for key in ["p", "q", "r"] {
+        assert!(is_free(&locker, key).await, "{key} left held");
+    }
+}

@@ -1,6 +1,7 @@
 //! The client layer as a whole, under proof: random sequences of obtain (write and read),
 //! reenter, downgrade, upgrade, prolong (any ttl, longer or shorter), release, drop,
-//! cancelled calls, a watchdog on or off, another process stealing what it can, and a
+//! `lock_all` of both keys (write or read) and its release or drop, leader election
+//! (campaign, resign, drop) and observers of the leader, cancelled calls, a watchdog on or off, another process stealing what it can, and a
 //! backend that delays, fails, loses replies, hangs, panics and reorders (each call held
 //! back a random time, so that a later call of the same guard or another lands first, as
 //! two pooled connections make happen); time paused, so every run is exact and repeatable.
@@ -17,6 +18,10 @@
 //! 4. `held_count()` equals the guards alive;
 //! 5. `stats()` counts no obtain in progress, and at least one held lock per acquisition
 //!    alive (more while a release is still on its way);
+//! 6. every key of a `lock_all` set and every leadership is held as 1. says, and 3. holds
+//!    for them: a set's `lost()` has fired once any of its keys' validity ended, and a
+//!    set's `remaining()` is its shortest key's;
+//! 7. an observer's terms only grow;
 //!
 //! and at the end, with every guard given back: nothing is held by nobody beyond one ttl,
 //! and `stats()` counts nothing held.
@@ -37,8 +42,9 @@ use lock_core::backend::{
     async_trait, Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest,
 };
 use lock_core::{
-    Error, ErrorKind, Key, LockBackend, LockGuard, LockState, Locker, MemoryBackend, ObtainOutcome,
-    Operation, ProlongOutcome, ReleaseOutcome, Result,
+    Error, ErrorKind, Fencing, Key, Leadership, LockBackend, LockGuard, LockState, Locker,
+    MemoryBackend, Mode, MultiGuard, Observation, ObtainOutcome, Operation, ProlongOutcome,
+    ReleaseOutcome, Result,
 };
 use proptest::prelude::*;
 use tokio::time::Instant;
@@ -200,6 +206,44 @@ enum Step {
     Drop {
         guard: usize,
     },
+    /// `lock_all` of every key, write or read.
+    LockAll {
+        ttl_ms: u16,
+        watchdog: bool,
+        read: bool,
+        cut_ms: Option<u16>,
+    },
+    /// One key of a `lock_all` set prolonged by hand (so that its keys' validities differ).
+    ProlongSet {
+        set: usize,
+        key: usize,
+        ttl_ms: u16,
+        cut_ms: Option<u16>,
+    },
+    /// A `lock_all` set released (or, with `drop`, dropped).
+    ReleaseSet {
+        set: usize,
+        drop: bool,
+        cut_ms: Option<u16>,
+    },
+    /// A campaign for the leadership of a key, waiting up to `wait_ms`.
+    Elect {
+        key: usize,
+        ttl_ms: u16,
+        wait_ms: u16,
+        cut_ms: Option<u16>,
+    },
+    /// A leadership resigned (or, with `drop`, dropped).
+    Resign {
+        lead: usize,
+        drop: bool,
+        cut_ms: Option<u16>,
+    },
+    /// An observer of a key's leader waits for the next change, up to `cut_ms`.
+    Observe {
+        key: usize,
+        cut_ms: u16,
+    },
     /// Another process tries the key (to write, or to read) and holds it briefly if it
     /// gets it.
     Steal {
@@ -242,7 +286,13 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (guard.clone(), cut()).prop_map(|(guard, cut_ms)| Step::Reenter { guard, cut_ms }),
         3 => (guard.clone(), 1u16..1500, cut()).prop_map(|(guard, ttl_ms, cut_ms)| Step::Prolong { guard, ttl_ms, cut_ms }),
         2 => (guard.clone(), cut()).prop_map(|(guard, cut_ms)| Step::Release { guard, cut_ms }),
-        1 => guard.prop_map(|guard| Step::Drop { guard }),
+        1 => guard.clone().prop_map(|guard| Step::Drop { guard }),
+        2 => (1u16..1500, any::<bool>(), any::<bool>(), cut()).prop_map(|(ttl_ms, watchdog, read, cut_ms)| Step::LockAll { ttl_ms, watchdog, read, cut_ms }),
+        1 => (guard.clone(), any::<bool>(), cut()).prop_map(|(set, drop, cut_ms)| Step::ReleaseSet { set, drop, cut_ms }),
+        1 => (guard.clone(), 0..KEYS.len(), 1u16..1500, cut()).prop_map(|(set, key, ttl_ms, cut_ms)| Step::ProlongSet { set, key, ttl_ms, cut_ms }),
+        2 => (0..KEYS.len(), 3u16..1500, 0u16..300, cut()).prop_map(|(key, ttl_ms, wait_ms, cut_ms)| Step::Elect { key, ttl_ms, wait_ms, cut_ms }),
+        1 => (guard, any::<bool>(), cut()).prop_map(|(lead, drop, cut_ms)| Step::Resign { lead, drop, cut_ms }),
+        1 => (0..KEYS.len(), 0u16..600).prop_map(|(key, cut_ms)| Step::Observe { key, cut_ms }),
         1 => (0..KEYS.len(), any::<bool>()).prop_map(|(key, read)| Step::Steal { key, read }),
         4 => (0u16..2000).prop_map(|ms| Step::Wait { ms }),
         1 => (fault(), fault(), fault()).prop_map(|(obtain, prolong, release)| Step::Faults { obtain, prolong, release }),
@@ -260,11 +310,29 @@ struct Held {
     detached: bool,
 }
 
+/// A `lock_all` set of the sequence, with its keys' lost signals taken when it was made.
+struct HeldSet {
+    set: MultiGuard,
+    lost: Vec<CancellationToken>,
+    id: String,
+}
+
+/// A leadership of the sequence, with its lost signal taken when it was won.
+struct HeldLead {
+    lead: Leadership,
+    lost: CancellationToken,
+    id: String,
+}
+
 struct World {
     chaos: Arc<Layered<Chaos>>,
     locker: Locker,
     other: Locker,
     held: Vec<Held>,
+    sets: Vec<HeldSet>,
+    leads: Vec<HeldLead>,
+    /// One observer per key, and the last term each reported.
+    observers: Vec<(Observation, Option<Fencing>)>,
     longest_ttl: Duration,
     /// Obtains made so far: each gets its own holder metadata.
     obtains: usize,
@@ -273,6 +341,8 @@ struct World {
     /// The holder metadata of tokens with a guard dropped, or a release that failed or was
     /// cut off: what they hold may outlive their guards until its ttl ends.
     tainted: HashSet<String>,
+    /// What a step itself found broken (an observer's term going back).
+    broken: Option<String>,
 }
 
 /// Runs `call`, cut off after `cut_ms` if given; `None` when cut off or when it panicked
@@ -294,16 +364,30 @@ impl World {
         let locker = Locker::new(Arc::clone(&chaos) as Arc<dyn LockBackend>);
         let other =
             Locker::new(Arc::new(Layered(ChaosFree(Arc::clone(&chaos)))) as Arc<dyn LockBackend>);
+        let observers = KEYS
+            .iter()
+            .map(|k| (locker.observe(k).unwrap(), None))
+            .collect();
         World {
             chaos,
             locker,
             other,
             held: Vec::new(),
+            sets: Vec::new(),
+            leads: Vec::new(),
+            observers,
             longest_ttl: Duration::ZERO,
             obtains: 0,
             released: HashSet::new(),
             tainted: HashSet::new(),
+            broken: None,
         }
+    }
+
+    /// The holder metadata of the next acquisition: each has its own.
+    fn next_id(&mut self) -> String {
+        self.obtains += 1;
+        format!("g{}", self.obtains)
     }
 
     fn pick(&self, guard: usize) -> Option<usize> {
@@ -336,8 +420,7 @@ impl World {
             } => {
                 let ttl = Duration::from_millis(u64::from(ttl_ms));
                 self.longest_ttl = self.longest_ttl.max(ttl);
-                self.obtains += 1;
-                let id = format!("g{}", self.obtains);
+                let id = self.next_id();
                 let builder = match step {
                     Step::Read { .. } => self.locker.read(KEYS[key]),
                     _ => self.locker.lock(KEYS[key]),
@@ -407,6 +490,116 @@ impl World {
                 self.tainted.insert(held.id.clone());
                 drop(held);
             }
+            Step::LockAll {
+                ttl_ms,
+                watchdog,
+                read,
+                cut_ms,
+            } => {
+                let ttl = Duration::from_millis(u64::from(ttl_ms));
+                self.longest_ttl = self.longest_ttl.max(ttl);
+                let id = self.next_id();
+                let mut builder = self.locker.lock_all(KEYS).ttl(ttl).metadata(id.clone());
+                if read {
+                    builder = builder.read();
+                }
+                if watchdog {
+                    builder = builder.watchdog();
+                }
+                if let Some(Ok(attempt)) = run(cut_ms, builder.try_obtain()).await {
+                    if let Some(set) = attempt.obtained() {
+                        let lost = set.guards().iter().map(LockGuard::lost_token).collect();
+                        self.sets.push(HeldSet { set, lost, id });
+                    }
+                }
+            }
+            Step::ProlongSet {
+                set,
+                key,
+                ttl_ms,
+                cut_ms,
+            } => {
+                if self.sets.is_empty() {
+                    return;
+                }
+                let ttl = Duration::from_millis(u64::from(ttl_ms));
+                self.longest_ttl = self.longest_ttl.max(ttl);
+                let guards = self.sets[set % self.sets.len()].set.guards();
+                let _ = run(cut_ms, guards[key % guards.len()].prolongate(ttl)).await;
+            }
+            Step::ReleaseSet { set, drop, cut_ms } => {
+                if self.sets.is_empty() {
+                    return;
+                }
+                let held = self.sets.swap_remove(set % self.sets.len());
+                if drop {
+                    self.tainted.insert(held.id);
+                    return;
+                }
+                match run(cut_ms, held.set.release()).await {
+                    Some(Ok(_)) => {
+                        self.released.insert(held.id);
+                    }
+                    _ => {
+                        self.tainted.insert(held.id);
+                    }
+                }
+            }
+            Step::Elect {
+                key,
+                ttl_ms,
+                wait_ms,
+                cut_ms,
+            } => {
+                let ttl = Duration::from_millis(u64::from(ttl_ms));
+                self.longest_ttl = self.longest_ttl.max(ttl);
+                let id = self.next_id();
+                let campaign = self
+                    .locker
+                    .elect(KEYS[key])
+                    .ttl(ttl)
+                    .wait(Duration::from_millis(u64::from(wait_ms)))
+                    .identity(id.clone());
+                if let Some(Ok(attempt)) = run(cut_ms, campaign.lead()).await {
+                    if let Some(lead) = attempt.obtained() {
+                        let lost = lead.lost_token();
+                        self.leads.push(HeldLead { lead, lost, id });
+                    }
+                }
+            }
+            Step::Resign { lead, drop, cut_ms } => {
+                if self.leads.is_empty() {
+                    return;
+                }
+                let held = self.leads.swap_remove(lead % self.leads.len());
+                if drop {
+                    self.tainted.insert(held.id);
+                    return;
+                }
+                match run(cut_ms, held.lead.resign()).await {
+                    Some(Ok(_)) => {
+                        self.released.insert(held.id);
+                    }
+                    _ => {
+                        self.tainted.insert(held.id);
+                    }
+                }
+            }
+            Step::Observe { key, cut_ms } => {
+                let (observer, last) = &mut self.observers[key];
+                let wait = Duration::from_millis(u64::from(cut_ms));
+                if let Ok(Ok(now)) = tokio::time::timeout(wait, observer.changed()).await {
+                    if let Some(leader) = now {
+                        if let Some(before) = last.filter(|t| leader.term < *t) {
+                            self.broken = Some(format!(
+                                "the observer of {} saw term {} after term {before}",
+                                KEYS[key], leader.term
+                            ));
+                        }
+                        *last = Some(leader.term);
+                    }
+                }
+            }
             Step::Steal { key, read } => {
                 let ttl = Duration::from_millis(50);
                 let builder = match read {
@@ -451,7 +644,13 @@ impl World {
         for _ in 0..20 {
             tokio::task::yield_now().await;
         }
-        let alive = self.held.iter().filter(|h| !h.detached).count();
+        let alive = self.held.iter().filter(|h| !h.detached).count()
+            + self
+                .sets
+                .iter()
+                .map(|h| h.set.guards().len())
+                .sum::<usize>()
+            + self.leads.len();
         if self.locker.held_count() != alive {
             return Err(format!(
                 "after {after:?}: held_count() is {} with {alive} guards alive",
@@ -465,6 +664,17 @@ impl World {
             .iter()
             .filter(|h| !h.detached)
             .map(|h| (h.guard.key().to_string(), h.guard.fencing().0))
+            .chain(self.sets.iter().flat_map(|h| {
+                h.set
+                    .guards()
+                    .iter()
+                    .map(|g| (g.key().to_string(), g.fencing().0))
+            }))
+            .chain(
+                self.leads
+                    .iter()
+                    .map(|h| (h.lead.key().to_string(), h.lead.term().0)),
+            )
             .collect();
         let stats = self.locker.stats();
         if stats.held < holds.len() as u64 || stats.waiting != 0 {
@@ -491,60 +701,121 @@ impl World {
                 }
             }
         }
+        if let Some(broken) = &self.broken {
+            return Err(format!("after {after:?}: {broken}"));
+        }
         for (i, held) in self.held.iter().enumerate() {
             let guard = &held.guard;
             // Read before is_lost(), which would fire the signal itself.
             let remaining = guard.remaining();
-            if remaining.is_zero() && !held.lost.is_cancelled() {
+            let view = View {
+                what: format!("guard {i}"),
+                key: guard.key(),
+                fencing: guard.fencing(),
+                claims: guard.mode(),
+                remaining,
+                fired: held.lost.is_cancelled(),
+                lost: guard.is_lost(),
+                id: &held.id,
+            };
+            self.check_hold(after, view).await?;
+        }
+        for (i, held) in self.sets.iter().enumerate() {
+            let mut ended = false;
+            for (guard, lost) in held.set.guards().iter().zip(&held.lost) {
+                let remaining = guard.remaining();
+                ended |= remaining.is_zero();
+                let view = View {
+                    what: format!("set {i}'s guard"),
+                    key: guard.key(),
+                    fencing: guard.fencing(),
+                    claims: guard.mode(),
+                    remaining,
+                    fired: lost.is_cancelled(),
+                    lost: guard.is_lost(),
+                    id: &held.id,
+                };
+                self.check_hold(after, view).await?;
+            }
+            if ended && held.set.lost().now_or_never().is_none() {
                 return Err(format!(
-                    "after {after:?}: guard {i} on {} outlived its validity and lost() has not fired",
-                    guard.key()
+                    "after {after:?}: set {i} has a key past its validity and its lost() has not fired"
                 ));
             }
-            if guard.is_lost() || remaining.is_zero() {
-                continue;
-            }
-            let state = self.chaos.inner.inspect(guard.key()).await.unwrap();
-            let ours = |h: &lock_core::HolderInfo| h.metadata.as_deref() == Some(held.id.as_str());
-            let claims = guard.mode();
-            // The backend's time for the guard's token, if the record lets it hold in the
-            // mode the guard counts: a write guard alone, with its fencing token; a read
-            // guard shared with its fencing token, or alone (a downgrade or an upgrade whose
-            // answer never came may have left it so, with either token).
-            let theirs = match &state {
-                LockState::Held {
-                    holder,
-                    fencing,
-                    remaining,
-                    ..
-                } if ours(holder) && (claims.is_shared() || *fencing == guard.fencing()) => {
-                    Some(*remaining)
-                }
-                LockState::Shared { holds, .. } if claims.is_shared() => holds
-                    .iter()
-                    .find(|h| ours(&h.holder) && h.fencing == guard.fencing())
-                    .map(|h| h.remaining),
-                _ => None,
-            };
-            match theirs {
-                // The backend counts whole milliseconds.
-                Some(theirs) if theirs + Duration::from_millis(1) < remaining => {
-                    return Err(format!(
-                        "after {after:?}: guard {i} on {} believes it has {remaining:?}, the backend gives it {theirs:?}",
-                        guard.key()
-                    ));
-                }
-                Some(_) => {}
-                None => {
-                    return Err(format!(
-                        "after {after:?}: guard {i} on {} ({claims}, fencing {}) believes it holds with {remaining:?} left, but the backend has {state:?}",
-                        guard.key(),
-                        guard.fencing()
-                    ))
-                }
+            let shortest = held.set.guards().iter().map(LockGuard::remaining).min();
+            if Some(held.set.remaining()) > shortest {
+                return Err(format!(
+                    "after {after:?}: set {i} claims {:?}, its shortest key has {shortest:?}",
+                    held.set.remaining()
+                ));
             }
         }
+        for (i, held) in self.leads.iter().enumerate() {
+            let remaining = held.lead.remaining();
+            let view = View {
+                what: format!("leadership {i}"),
+                key: held.lead.key(),
+                fencing: held.lead.term(),
+                claims: Mode::Exclusive,
+                remaining,
+                fired: held.lost.is_cancelled(),
+                lost: held.lead.is_lost(),
+                id: &held.id,
+            };
+            self.check_hold(after, view).await?;
+        }
         Ok(())
+    }
+
+    /// Invariants 1 and 3 for one hold the client believes it has.
+    async fn check_hold(&self, after: &Step, held: View<'_>) -> std::result::Result<(), String> {
+        let View {
+            what,
+            key,
+            fencing,
+            claims,
+            remaining,
+            fired,
+            lost,
+            id,
+        } = held;
+        if remaining.is_zero() && !fired {
+            return Err(format!(
+                "after {after:?}: {what} on {key} outlived its validity and lost() has not fired"
+            ));
+        }
+        if lost || remaining.is_zero() {
+            return Ok(());
+        }
+        let state = self.chaos.inner.inspect(key).await.unwrap();
+        let ours = |h: &lock_core::HolderInfo| h.metadata.as_deref() == Some(id);
+        // The backend's time for the hold's token, if the record lets it hold in the mode
+        // the client counts: a write hold alone, with its fencing token; a read hold shared
+        // with its fencing token, or alone (a downgrade or an upgrade whose answer never
+        // came may have left it so, with either token).
+        let theirs = match &state {
+            LockState::Held {
+                holder,
+                fencing: f,
+                remaining,
+                ..
+            } if ours(holder) && (claims.is_shared() || *f == fencing) => Some(*remaining),
+            LockState::Shared { holds, .. } if claims.is_shared() => holds
+                .iter()
+                .find(|h| ours(&h.holder) && h.fencing == fencing)
+                .map(|h| h.remaining),
+            _ => None,
+        };
+        match theirs {
+            // The backend counts whole milliseconds.
+            Some(theirs) if theirs + Duration::from_millis(1) < remaining => Err(format!(
+                "after {after:?}: {what} on {key} believes it has {remaining:?}, the backend gives it {theirs:?}"
+            )),
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "after {after:?}: {what} on {key} ({claims}, fencing {fencing}) believes it holds with {remaining:?} left, but the backend has {state:?}"
+            )),
+        }
     }
 
     /// Gives every guard back (faults off), waits out the longest ttl and any call still
@@ -553,6 +824,12 @@ impl World {
         *self.chaos.plan() = Plan::default();
         for held in self.held.drain(..) {
             let _ = held.guard.release().await;
+        }
+        for held in self.sets.drain(..) {
+            let _ = held.set.release().await;
+        }
+        for held in self.leads.drain(..) {
+            let _ = held.lead.resign().await;
         }
         // Calls in flight hang for ten seconds at most; then every lock they could grant
         // expires after its ttl.
@@ -577,6 +854,21 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// What [`World::check_hold`] needs of a hold the client believes it has, read in this
+/// order: the remaining time before `is_lost()`, which would fire the signal itself.
+struct View<'a> {
+    what: String,
+    key: &'a Key,
+    fencing: Fencing,
+    claims: Mode,
+    remaining: Duration,
+    /// Its lost signal has fired.
+    fired: bool,
+    /// `is_lost()`.
+    lost: bool,
+    id: &'a str,
 }
 
 /// The same store for another process, without the faults (and without notifications).

@@ -42,6 +42,7 @@ pub struct LockAllBuilder<'a> {
     retry: Retry,
     metadata: Option<String>,
     watchdog: Option<f64>,
+    read: bool,
 }
 
 impl<'a> LockAllBuilder<'a> {
@@ -54,6 +55,7 @@ impl<'a> LockAllBuilder<'a> {
             retry: locker.retry.clone(),
             metadata: None,
             watchdog: None,
+            read: false,
         }
     }
 
@@ -87,6 +89,33 @@ impl<'a> LockAllBuilder<'a> {
     /// does for one: the locker's one renewal task sends them together.
     pub fn watchdog(self) -> Self {
         self.watchdog_every(Locker::DEFAULT_WATCHDOG_FRACTION)
+    }
+
+    /// Takes every key as a read hold (see [`Locker::read`]): shared with other readers of
+    /// each key, exclusive of its writers. The order and the rule "never wait while
+    /// holding" are the same, so readers and writers of overlapping sets never deadlock.
+    ///
+    /// A set of read holds on some keys and write holds on others, and a set of semaphore
+    /// permits, are not offered: a mixed set is rare enough that one `lock_all` of the
+    /// whole set as writes is the simpler answer, and permits of different semaphores have
+    /// no common count to ask for.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_core::{Locker, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// let a = locker.lock_all(["rates", "fees"]).read().try_obtain().await?.obtained().expect("free");
+    /// let b = locker.lock_all(["fees", "rates"]).read().try_obtain().await?.obtained().expect("readers share");
+    /// assert!(locker.lock_all(["fees"]).try_obtain().await?.is_busy()); // a writer waits
+    /// a.release().await?;
+    /// b.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read(mut self) -> Self {
+        self.read = true;
+        self
     }
 
     /// Like [`LockAllBuilder::watchdog`], prolonging every `fraction` of the ttl.
@@ -207,6 +236,9 @@ impl<'a> LockAllBuilder<'a> {
     fn one(&self, key: &Key) -> crate::LockBuilder<'a> {
         // `key` is already prefixed: built on the unprefixed locker path.
         let mut one = crate::LockBuilder::new(self.locker, key.as_str().to_owned());
+        if self.read {
+            one = one.in_mode(crate::Mode::READ);
+        }
         if let Some(ttl) = self.ttl {
             one = one.ttl(ttl);
         }

@@ -107,6 +107,14 @@ impl Leadership {
         self.guard.key()
     }
 
+    /// How long this leadership is sure to last without another renewal: the lock's
+    /// validity, counted from when its last successful call was sent (see
+    /// [`LockGuard::remaining`]). A leadership can be lost before it runs out (a renewal
+    /// answered `Lost`): check [`Leadership::is_lost`] too.
+    pub fn remaining(&self) -> Duration {
+        self.guard.remaining()
+    }
+
     /// Whether the leadership is lost: stop acting as leader.
     pub fn is_lost(&self) -> bool {
         self.guard.is_lost()
