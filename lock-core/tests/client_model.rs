@@ -588,16 +588,14 @@ impl World {
             Step::Observe { key, cut_ms } => {
                 let (observer, last) = &mut self.observers[key];
                 let wait = Duration::from_millis(u64::from(cut_ms));
-                if let Ok(Ok(now)) = tokio::time::timeout(wait, observer.changed()).await {
-                    if let Some(leader) = now {
-                        if let Some(before) = last.filter(|t| leader.term < *t) {
-                            self.broken = Some(format!(
-                                "the observer of {} saw term {} after term {before}",
-                                KEYS[key], leader.term
-                            ));
-                        }
-                        *last = Some(leader.term);
+                if let Ok(Ok(Some(leader))) = tokio::time::timeout(wait, observer.changed()).await {
+                    if let Some(before) = last.filter(|t| leader.term < *t) {
+                        self.broken = Some(format!(
+                            "the observer of {} saw term {} after term {before}",
+                            KEYS[key], leader.term
+                        ));
                     }
+                    *last = Some(leader.term);
                 }
             }
             Step::Steal { key, read } => {
