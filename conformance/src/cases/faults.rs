@@ -251,10 +251,11 @@ pub async fn partition_during_obtain_or_release_leaves_no_orphan(suite: &Suite) 
     Ok(())
 }
 
-/// Hundreds of obtains, prolongs and releases through the client layer, each dropped at a
-/// random point in flight: once the background cleanup has run, the key is free, never
-/// held by nobody (a key a cancelled obtain left behind would stay held for the whole
-/// 30 s ttl; the case allows 5 s per trial). `LOCK_CONFORMANCE_TRIALS` raises the count.
+/// Hundreds of obtains, prolongs and releases through the client layer, and as many
+/// `lock_all` obtains and releases of two keys, each dropped at a random point in flight:
+/// once the background cleanup has run, every key is free, never held by nobody (a key a
+/// cancelled obtain left behind would stay held for the whole 30 s ttl; the case allows 5 s
+/// per trial). `LOCK_CONFORMANCE_TRIALS` raises the count.
 pub async fn cancelled_calls_leave_nothing_held(suite: &Suite) -> CaseResult {
     let trials: usize = std::env::var("LOCK_CONFORMANCE_TRIALS")
         .ok()
@@ -262,7 +263,11 @@ pub async fn cancelled_calls_leave_nothing_held(suite: &Suite) -> CaseResult {
         .unwrap_or(200);
     let backend = suite.harness.backend().await;
     let locker = Locker::new(Arc::clone(&backend));
-    let key = Key::new("cancelled")?;
+    let keys = [
+        Key::new("cancelled")?,
+        Key::new("cancelled-a")?,
+        Key::new("cancelled-b")?,
+    ];
     let mut cut_in_flight = 0;
     for trial in 0..trials {
         match cut(locker.lock("cancelled").try_obtain()).await {
@@ -280,22 +285,38 @@ pub async fn cancelled_calls_leave_nothing_held(suite: &Suite) -> CaseResult {
             Some(Ok(Attempt::Busy(_))) => {}
             Some(Err(e)) => ensure!(e.is_retry_safe(), "trial {trial}: {e}"),
         }
+        // The set in the order opposite to its sorted one: a cut may land with one key
+        // taken, both, or a give-back in flight.
+        match cut(locker.lock_all(["cancelled-b", "cancelled-a"]).try_obtain()).await {
+            None => cut_in_flight += 1,
+            Some(Ok(Attempt::Obtained(set))) => {
+                if cut(set.release()).await.is_none() {
+                    cut_in_flight += 1;
+                }
+            }
+            Some(Ok(Attempt::Busy(_))) => {}
+            Some(Err(e)) => ensure!(e.is_retry_safe(), "trial {trial}, lock_all: {e}"),
+        }
         // The cleanup runs when the backend's answer arrives: far sooner than the 30 s
         // ttl a hold left behind would keep the key.
         let started = Instant::now();
-        while !matches!(backend.inspect(&key).await?, LockState::Free) {
-            ensure!(
-                started.elapsed() < ms(5_000),
-                "trial {trial}: a cancelled call left the key held by nobody"
-            );
-            tokio::time::sleep(ms(2)).await;
+        for key in &keys {
+            while !matches!(backend.inspect(key).await?, LockState::Free) {
+                ensure!(
+                    started.elapsed() < ms(5_000),
+                    "trial {trial}: a cancelled call left {key} held by nobody"
+                );
+                tokio::time::sleep(ms(2)).await;
+            }
         }
     }
     tokio::time::sleep(ms(500)).await;
-    ensure!(
-        backend.inspect(&key).await? == LockState::Free,
-        "a cancelled call left the key held by nobody after every call had ended"
-    );
+    for key in &keys {
+        ensure!(
+            backend.inspect(key).await? == LockState::Free,
+            "a cancelled call left {key} held by nobody after every call had ended"
+        );
+    }
     report(format_args!(
         "{}: {trials} trials, {cut_in_flight} calls cut in flight, nothing left held",
         suite.name

@@ -22,11 +22,13 @@ use crate::harness::{ms, ttl_of, Owner};
 use crate::{ensure, CaseResult, Failure, Suite};
 
 pub mod faults;
+mod leader_faults;
 pub(crate) mod model;
 pub(crate) mod model_shared;
 pub(crate) mod observed;
 pub(crate) mod precise;
 pub mod process;
+mod process_all;
 
 pub use faults::{
     cancelled_calls_leave_nothing_held, obtain_retried_after_a_lost_reply_holds_once,
@@ -34,6 +36,7 @@ pub use faults::{
     partition_during_obtain_or_release_leaves_no_orphan, slow_server_never_overstates_validity,
     subscribe_in_a_partition_ends_by_its_deadline,
 };
+pub use leader_faults::leaders_never_overlap_under_network_faults;
 pub use model::{model_sequences, model_sequences_with};
 pub use model_shared::{shared_model_sequences, shared_model_sequences_with};
 pub use observed::observer_sees_every_event;
@@ -46,6 +49,7 @@ pub use process::{
     killed_holder_frees_after_ttl, killed_holder_frees_only_its_own_permits,
     multiprocess_exclusion, multiprocess_semaphore_stays_within_its_permits,
 };
+pub use process_all::multiprocess_lock_all_never_deadlocks_nor_overlaps;
 
 const LONG: Duration = Duration::from_secs(30);
 

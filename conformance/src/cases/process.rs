@@ -26,6 +26,9 @@ pub struct Job {
     pub config: String,
     /// The key to contend for.
     pub key: String,
+    /// The keys of a `lock-all` job.
+    #[serde(default)]
+    pub keys: Vec<String>,
     /// `contend` (obtain, log, release, `rounds` times), `semaphore` (the same with one of
     /// [`SEMAPHORE_PERMITS`] permits, holding each a little longer), `hold` (obtain,
     /// report, sleep) or `hold-permit` (the same with one permit of a semaphore of 2).
@@ -60,7 +63,7 @@ pub fn find_overlap(sections: &[Section]) -> Option<(Section, Section)> {
         .map(|w| (w[0], w[1]))
 }
 
-fn now_ns() -> u128 {
+pub(super) fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -79,6 +82,7 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
     let io = |e: std::io::Error| Failure(format!("worker log {}: {e}", job.out.display()));
     let ttl = Duration::from_millis(job.ttl_ms);
     match job.mode.as_str() {
+        "lock-all" => super::process_all::run_lock_all(&locker, &job).await,
         "hold" | "hold-permit" => {
             let builder = match job.mode.as_str() {
                 "hold" => locker.lock(&job.key),
@@ -120,7 +124,7 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
     }
 }
 
-fn spawn(suite: &Suite, job: &Job) -> Result<Child, Failure> {
+pub(super) fn spawn(suite: &Suite, job: &Job) -> Result<Child, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure(format!("current_exe: {e}")))?;
     Command::new(exe)
         .args([
@@ -174,7 +178,7 @@ fn parse(path: &Path) -> Result<Vec<Section>, Failure> {
 }
 
 /// `None` means the backend declared itself single-process and the harness agrees.
-async fn shared_config(suite: &Suite) -> Result<Option<String>, Failure> {
+pub(super) async fn shared_config(suite: &Suite) -> Result<Option<String>, Failure> {
     let config = suite.harness.shared_config().await;
     if config.is_none() {
         let backend = suite.harness.backend().await;
@@ -224,6 +228,7 @@ async fn contend(
             rounds,
             ttl_ms: 30_000,
             out: dir.path().join(format!("worker-{i}.log")),
+            keys: Vec::new(),
         };
         children.push((spawn(suite, &job)?, job.out));
     }
@@ -314,6 +319,7 @@ pub async fn killed_holder_frees_after_ttl(suite: &Suite) -> CaseResult {
         rounds: 1,
         ttl_ms: 1_500,
         out: dir.path().join("holder.log"),
+        keys: Vec::new(),
     };
     let mut child = spawn_holder(suite, &job).await?;
     let backend = suite.harness.connect(&config).await;
@@ -369,6 +375,7 @@ pub async fn killed_holder_frees_only_its_own_permits(suite: &Suite) -> CaseResu
         rounds: 1,
         ttl_ms: 1_500,
         out: dir.path().join("holder.log"),
+        keys: Vec::new(),
     };
     let mut child = spawn_holder(suite, &job).await?;
     let locker = Locker::new(backend);

@@ -1,0 +1,125 @@
+//! `Locker::lock_all` from several OS processes: overlapping sets taken in random orders
+//! never deadlock, never let two processes into one key, and leave nothing held.
+//!
+//! A `lock-all` worker logs one line per key of each set it held: `key fencing start_ns
+//! end_ns`, the same critical section for every key of the set.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use lock_core::{Attempt, Fencing, Key, LockState, Locker};
+
+use super::process::{find_overlap, now_ns, shared_config, spawn, Job, Section};
+use crate::harness::ms;
+use crate::{ensure, CaseResult, Failure, Suite};
+
+/// The worker side of a `lock-all` job: `rounds` times, the job's keys in a random order,
+/// taken with `lock_all` (waiting up to 120 s), held 2 ms, released.
+pub(super) async fn run_lock_all(locker: &Locker, job: &Job) -> CaseResult {
+    let mut log = String::new();
+    let mut keys = job.keys.clone();
+    for _ in 0..job.rounds {
+        fastrand::shuffle(&mut keys);
+        let set = match locker
+            .lock_all(&keys)
+            .ttl(Duration::from_millis(job.ttl_ms))
+            .wait(Duration::from_secs(120))
+            .obtain()
+            .await?
+        {
+            Attempt::Obtained(set) => set,
+            Attempt::Busy(b) => return Err(Failure(format!("lock_all gave up after 120 s: {b}"))),
+        };
+        let start = now_ns();
+        std::thread::sleep(ms(2));
+        let end = now_ns();
+        for (key, fencing) in set.fencing() {
+            log.push_str(&format!("{key} {fencing} {start} {end}\n"));
+        }
+        set.release().await?;
+    }
+    std::fs::write(&job.out, log)
+        .map_err(|e| Failure(format!("worker log {}: {e}", job.out.display())))
+}
+
+fn parse(path: &Path, into: &mut BTreeMap<String, Vec<Section>>) -> CaseResult {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure(format!("worker log {}: {e}", path.display())))?;
+    for line in text.lines() {
+        let mut parts = line.split(' ');
+        let key = parts.next().unwrap_or_default();
+        let mut numbers = parts.map(str::parse::<u128>);
+        let (Some(Ok(f)), Some(Ok(start)), Some(Ok(end))) =
+            (numbers.next(), numbers.next(), numbers.next())
+        else {
+            return Err(Failure(format!("bad worker log line {line:?}")));
+        };
+        into.entry(key.to_owned()).or_default().push(Section {
+            fencing: Fencing(f as u64),
+            start,
+            end,
+        });
+    }
+    Ok(())
+}
+
+/// Four OS processes take overlapping sets of three of four keys with `lock_all`, each set
+/// in a new random order every round, ten rounds each: every process finishes (no
+/// deadlock: 300 s at most), no two critical sections of one key overlap and its fencing
+/// order is time order, and every key is free at the end.
+pub async fn multiprocess_lock_all_never_deadlocks_nor_overlaps(suite: &Suite) -> CaseResult {
+    const PROCESSES: usize = 4;
+    const ROUNDS: usize = 10;
+    let Some(config) = shared_config(suite).await? else {
+        return Ok(());
+    };
+    let keys: Vec<String> = (0..PROCESSES).map(|i| format!("all-mp-{i}")).collect();
+    let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
+    let mut children = Vec::new();
+    for i in 0..PROCESSES {
+        let job = Job {
+            config: config.clone(),
+            key: String::new(),
+            keys: (0..3).map(|k| keys[(i + k) % PROCESSES].clone()).collect(),
+            mode: "lock-all".into(),
+            rounds: ROUNDS,
+            ttl_ms: 30_000,
+            out: dir.path().join(format!("worker-{i}.log")),
+        };
+        children.push((spawn(suite, &job)?, job.out));
+    }
+    let mut sections = BTreeMap::new();
+    for (mut child, out) in children {
+        let status = tokio::time::timeout(Duration::from_secs(300), child.wait())
+            .await
+            .map_err(|_| Failure("a lock_all worker did not finish within 300 s".into()))?
+            .map_err(|e| Failure(format!("waiting for a worker: {e}")))?;
+        ensure!(status.success(), "a lock_all worker failed: {status}");
+        parse(&out, &mut sections)?;
+    }
+    for key in &keys {
+        let held = sections.get(key).map_or(&[][..], Vec::as_slice);
+        // Each key is in the sets of three processes.
+        ensure!(
+            held.len() == 3 * ROUNDS,
+            "{key}: {} critical sections logged, expected {}",
+            held.len(),
+            3 * ROUNDS
+        );
+        if let Some((a, b)) = find_overlap(held) {
+            return Err(Failure(format!(
+                "two processes held {key} at once: {a:?} and {b:?}"
+            )));
+        }
+    }
+    let backend = suite.harness.connect(&config).await;
+    for key in &keys {
+        let state = backend.inspect(&Key::new(key.as_str())?).await?;
+        ensure!(
+            state == LockState::Free,
+            "{key} is still held after every lock_all was released: {state:?}"
+        );
+    }
+    Ok(())
+}
