@@ -270,8 +270,10 @@ async fn a_wait_that_ends_in_a_grant_reports_the_time_waited() {
         panic!("two grants: {all:?}");
     };
     assert_eq!(first, Duration::ZERO);
-    // Released at 120 ms; the waiter tries every 25 to 75 ms (the jitter).
-    assert!(waited > ms(120) && waited <= ms(195), "waited {waited:?}");
+    // Released at 120 ms; the waiter tries every 25 to 75 ms (the jitter). Time is paused,
+    // so a try that comes due at the very instant of the release obtains at 120 ms: no
+    // time passes between the two (CI saw it once).
+    assert!(waited >= ms(120) && waited <= ms(195), "waited {waited:?}");
     assert!(attempts >= 3, "{attempts} attempts");
     assert_eq!(locker.stats().waiting, 0);
 }
