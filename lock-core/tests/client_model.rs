@@ -390,6 +390,17 @@ impl World {
         format!("g{}", self.obtains)
     }
 
+    /// A set or a leadership, the only holder of its token, given back: released when its
+    /// release `answered`, else (dropped, failed or cut off) what it holds may outlive it
+    /// until its ttl ends.
+    fn given_back(&mut self, id: String, answered: bool) {
+        if answered {
+            self.released.insert(id);
+        } else {
+            self.tainted.insert(id);
+        }
+    }
+
     fn pick(&self, guard: usize) -> Option<usize> {
         (!self.held.is_empty()).then(|| guard % self.held.len())
     }
@@ -531,19 +542,9 @@ impl World {
                 if self.sets.is_empty() {
                     return;
                 }
-                let held = self.sets.swap_remove(set % self.sets.len());
-                if drop {
-                    self.tainted.insert(held.id);
-                    return;
-                }
-                match run(cut_ms, held.set.release()).await {
-                    Some(Ok(_)) => {
-                        self.released.insert(held.id);
-                    }
-                    _ => {
-                        self.tainted.insert(held.id);
-                    }
-                }
+                let HeldSet { set, id, .. } = self.sets.swap_remove(set % self.sets.len());
+                let answered = !drop && matches!(run(cut_ms, set.release()).await, Some(Ok(_)));
+                self.given_back(id, answered);
             }
             Step::Elect {
                 key,
@@ -571,19 +572,9 @@ impl World {
                 if self.leads.is_empty() {
                     return;
                 }
-                let held = self.leads.swap_remove(lead % self.leads.len());
-                if drop {
-                    self.tainted.insert(held.id);
-                    return;
-                }
-                match run(cut_ms, held.lead.resign()).await {
-                    Some(Ok(_)) => {
-                        self.released.insert(held.id);
-                    }
-                    _ => {
-                        self.tainted.insert(held.id);
-                    }
-                }
+                let HeldLead { lead, id, .. } = self.leads.swap_remove(lead % self.leads.len());
+                let answered = !drop && matches!(run(cut_ms, lead.resign()).await, Some(Ok(_)));
+                self.given_back(id, answered);
             }
             Step::Observe { key, cut_ms } => {
                 let (observer, last) = &mut self.observers[key];

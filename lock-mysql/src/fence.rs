@@ -156,15 +156,26 @@ impl MySqlFence {
     }
 }
 
+/// What a user without the fence's privileges is told to do.
+const PRIVILEGES: &str = "the user lacks a privilege on the fence table: grant it SELECT, \
+    INSERT and UPDATE there, and CREATE to the user that runs migrate()";
+
+/// The server's error by its number (a permission, a deadlock, a dropped connection: see
+/// `crate::error`), never by SQLSTATE alone: `42000` is a syntax error as well as a
+/// missing privilege.
 fn db_error(e: sqlx::Error) -> Error {
-    let kind = match &e {
-        // ER_TABLEACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR
-        sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("42000")) => {
-            ErrorKind::PermissionDenied
+    let number = e
+        .as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .map(sqlx::mysql::MySqlDatabaseError::number);
+    let (kind, message) = match number.map(crate::error::kind_of) {
+        Some((ErrorKind::PermissionDenied, _)) => {
+            (ErrorKind::PermissionDenied, format!("{e}; {PRIVILEGES}"))
         }
-        _ => ErrorKind::Unavailable,
+        Some((kind, _)) => (kind, e.to_string()),
+        None => (ErrorKind::Unavailable, e.to_string()),
     };
-    Error::new(kind, NAME, Operation::Fence, e.to_string())
+    Error::new(kind, NAME, Operation::Fence, message).with_source(e)
 }
 
 #[cfg(test)]

@@ -117,3 +117,45 @@ async fn a_bad_table_name_or_a_long_resource_is_refused() {
         Some(Fencing(u64::MAX))
     );
 }
+
+/// A user without the fence table's privileges: `PermissionDenied`, saying which to grant
+/// (the server's `42000` also means a syntax error: the kind comes from its error number).
+#[tokio::test]
+async fn a_user_without_privileges_is_told_what_to_grant() {
+    let root = pool().await;
+    MySqlFence::new().migrate(&root).await.unwrap();
+    let user = format!(
+        "fence_{}",
+        &lock_core::backend::Token::generate().unwrap().to_hex()[..12]
+    );
+    // A privilege on another table only, so that the login succeeds.
+    for statement in [
+        "CREATE TABLE IF NOT EXISTS distlock_fence_other (a INT)".to_owned(),
+        format!("CREATE USER '{user}'@'%'"),
+        format!("GRANT SELECT ON distlock_fence_other TO '{user}'@'%'"),
+    ] {
+        sqlx::query(&statement).execute(&root).await.unwrap();
+    }
+    let url = test_servers::servers::mysql::shared_url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let pool = MySqlPool::connect(&format!("{scheme}://{user}@{rest}"))
+        .await
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let e = MySqlFence::new()
+        .check(&mut tx, "denied", Fencing(1))
+        .await
+        .unwrap_err();
+    drop(tx);
+    pool.close().await;
+    sqlx::query(&format!("DROP USER '{user}'@'%'"))
+        .execute(&root)
+        .await
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(
+        e.to_string().contains("grant it SELECT, INSERT and UPDATE"),
+        "{e}"
+    );
+}

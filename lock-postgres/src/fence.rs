@@ -163,14 +163,18 @@ impl PgFence {
     }
 }
 
+/// What a role without the fence's privileges is told to do.
+const PRIVILEGES: &str = "the role lacks a privilege on the fence table: grant it SELECT, \
+    INSERT and UPDATE there (and USAGE on its schema), and CREATE to the role that runs \
+    migrate()";
+
 fn db_error(e: sqlx::Error) -> Error {
-    let kind = match &e {
-        sqlx::Error::Database(d) if d.code().as_deref() == Some("42501") => {
-            ErrorKind::PermissionDenied
-        }
-        _ => ErrorKind::Unavailable,
+    let denied = matches!(&e, sqlx::Error::Database(d) if d.code().as_deref() == Some("42501"));
+    let (kind, message) = match denied {
+        true => (ErrorKind::PermissionDenied, format!("{e}; {PRIVILEGES}")),
+        false => (ErrorKind::Unavailable, e.to_string()),
     };
-    Error::new(kind, NAME, Operation::Fence, e.to_string())
+    Error::new(kind, NAME, Operation::Fence, message).with_source(e)
 }
 
 #[cfg(test)]

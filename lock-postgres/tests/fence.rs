@@ -111,3 +111,40 @@ async fn a_bad_table_name_or_a_huge_token_is_refused() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
 }
+
+/// A role without the fence table's privileges: `PermissionDenied`, saying which to grant.
+#[tokio::test]
+async fn a_role_without_privileges_is_told_what_to_grant() {
+    let root = pool().await;
+    PgFence::new().migrate(&root).await.unwrap();
+    let role = format!(
+        "fence_{}",
+        &lock_core::backend::Token::generate().unwrap().to_hex()[..12]
+    );
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN"))
+        .execute(&root)
+        .await
+        .unwrap();
+    let url = test_servers::servers::postgres::shared_url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let pool = PgPool::connect(&format!("{scheme}://{role}@{rest}"))
+        .await
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let e = PgFence::new()
+        .check(&mut tx, "denied", Fencing(1))
+        .await
+        .unwrap_err();
+    drop(tx);
+    pool.close().await;
+    sqlx::query(&format!("DROP ROLE {role}"))
+        .execute(&root)
+        .await
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(
+        e.to_string().contains("grant it SELECT, INSERT and UPDATE"),
+        "{e}"
+    );
+}

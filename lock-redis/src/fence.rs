@@ -103,13 +103,10 @@ where
         .arg(value)
         .invoke_async(conn)
         .await
-        .map_err(|e| {
-            let kind = match e.code() {
-                Some("CORRUPT") => ErrorKind::Corrupt,
-                _ => ErrorKind::Unavailable,
-            };
-            Error::new(kind, NAME, Operation::Fence, e.to_string())
-        })?;
+        // As the backend's calls are: an ACL that denies the script is PermissionDenied
+        // (retrying cannot help), a dropped connection Unavailable, a fence key of another
+        // type Corrupt.
+        .map_err(|e| crate::error::map_error(NAME, Operation::Fence, e))?;
     match reply.as_slice() {
         [ok] if ok == "ok" => Ok(()),
         [word, highest] if word == "stale" => {

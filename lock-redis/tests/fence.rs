@@ -115,3 +115,39 @@ async fn fenced_writes_work_on_a_cluster() {
             .unwrap();
     }
 }
+
+/// A user whose ACL denies scripts: `PermissionDenied` saying to check the ACL (it was
+/// `Unavailable`, which a caller retries for ever).
+#[tokio::test]
+async fn a_user_whose_acl_denies_the_script_is_permission_denied() {
+    let mut admin = server().await;
+    let user = format!(
+        "fence_{}",
+        &lock_core::backend::Token::generate().unwrap().to_hex()[..12]
+    );
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER", &user, "on", "nopass", "~*", "-@all", "+ping", "+hello", "+auth",
+            ][..],
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = test_servers::servers::redis::shared_url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let client = redis::Client::open(format!("{scheme}://{user}:x@{rest}")).unwrap();
+    let outcome = match client.get_multiplexed_async_connection().await {
+        Ok(mut conn) => lock_redis::fence::set(&mut conn, &unique("acl"), "v", Fencing(1)).await,
+        Err(e) => panic!("the restricted user logs in: {e}"),
+    };
+    let _: () = redis::cmd("ACL")
+        .arg(&["DELUSER", &user][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = outcome.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("ACL"), "{e}");
+}

@@ -124,7 +124,7 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
     }
 }
 
-pub(super) fn spawn(suite: &Suite, job: &Job) -> Result<Child, Failure> {
+fn spawn(suite: &Suite, job: &Job) -> Result<Child, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure(format!("current_exe: {e}")))?;
     Command::new(exe)
         .args([
@@ -219,26 +219,17 @@ async fn contend(
     rounds: usize,
 ) -> Result<Vec<Section>, Failure> {
     let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
-    let mut children = Vec::new();
-    for i in 0..processes {
-        let job = Job {
-            config: config.to_owned(),
-            key: key.into(),
-            mode: mode.into(),
-            rounds,
-            ttl_ms: 30_000,
-            out: dir.path().join(format!("worker-{i}.log")),
-            keys: Vec::new(),
-        };
-        children.push((spawn(suite, &job)?, job.out));
-    }
+    let jobs = (0..processes).map(|i| Job {
+        config: config.to_owned(),
+        key: key.into(),
+        keys: Vec::new(),
+        mode: mode.into(),
+        rounds,
+        ttl_ms: 30_000,
+        out: dir.path().join(format!("worker-{i}.log")),
+    });
     let mut sections = Vec::new();
-    for (mut child, out) in children {
-        let status = tokio::time::timeout(Duration::from_secs(300), child.wait())
-            .await
-            .map_err(|_| Failure("a worker did not finish within 300 s".into()))?
-            .map_err(|e| Failure(format!("waiting for a worker: {e}")))?;
-        ensure!(status.success(), "a worker failed: {status}");
+    for out in run_workers(suite, jobs).await? {
         sections.extend(parse(&out)?);
     }
     ensure!(
@@ -248,6 +239,28 @@ async fn contend(
         processes * rounds
     );
     Ok(sections)
+}
+
+/// Runs one worker process per job, all at once, and waits for every one of them (300 s at
+/// most: a worker that takes longer is stuck): the logs they wrote, in the jobs' order.
+pub(super) async fn run_workers(
+    suite: &Suite,
+    jobs: impl IntoIterator<Item = Job>,
+) -> Result<Vec<PathBuf>, Failure> {
+    let mut children = Vec::new();
+    for job in jobs {
+        children.push((spawn(suite, &job)?, job.out));
+    }
+    let mut logs = Vec::with_capacity(children.len());
+    for (mut child, out) in children {
+        let status = tokio::time::timeout(Duration::from_secs(300), child.wait())
+            .await
+            .map_err(|_| Failure("a worker did not finish within 300 s".into()))?
+            .map_err(|e| Failure(format!("waiting for a worker: {e}")))?;
+        ensure!(status.success(), "a worker failed: {status}");
+        logs.push(out);
+    }
+    Ok(logs)
 }
 
 /// The permits of the semaphore [`multiprocess_semaphore_stays_within_its_permits`]'s

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::{Attempt, Fencing, Key, LockState, Locker};
 
-use super::process::{find_overlap, now_ns, shared_config, spawn, Job, Section};
+use super::process::{find_overlap, now_ns, run_workers, shared_config, Job, Section};
 use crate::harness::ms;
 use crate::{ensure, CaseResult, Failure, Suite};
 
@@ -66,7 +66,7 @@ fn parse(path: &Path, into: &mut BTreeMap<String, Vec<Section>>) -> CaseResult {
 
 /// Four OS processes take overlapping sets of three of four keys with `lock_all`, each set
 /// in a new random order every round, ten rounds each: every process finishes (no
-/// deadlock: 300 s at most), no two critical sections of one key overlap and its fencing
+/// deadlock: 300 s at most per process), no two critical sections of one key overlap and its fencing
 /// order is time order, and every key is free at the end.
 pub async fn multiprocess_lock_all_never_deadlocks_nor_overlaps(suite: &Suite) -> CaseResult {
     const PROCESSES: usize = 4;
@@ -76,26 +76,17 @@ pub async fn multiprocess_lock_all_never_deadlocks_nor_overlaps(suite: &Suite) -
     };
     let keys: Vec<String> = (0..PROCESSES).map(|i| format!("all-mp-{i}")).collect();
     let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
-    let mut children = Vec::new();
-    for i in 0..PROCESSES {
-        let job = Job {
-            config: config.clone(),
-            key: String::new(),
-            keys: (0..3).map(|k| keys[(i + k) % PROCESSES].clone()).collect(),
-            mode: "lock-all".into(),
-            rounds: ROUNDS,
-            ttl_ms: 30_000,
-            out: dir.path().join(format!("worker-{i}.log")),
-        };
-        children.push((spawn(suite, &job)?, job.out));
-    }
+    let jobs = (0..PROCESSES).map(|i| Job {
+        config: config.clone(),
+        key: String::new(),
+        keys: (0..3).map(|k| keys[(i + k) % PROCESSES].clone()).collect(),
+        mode: "lock-all".into(),
+        rounds: ROUNDS,
+        ttl_ms: 30_000,
+        out: dir.path().join(format!("worker-{i}.log")),
+    });
     let mut sections = BTreeMap::new();
-    for (mut child, out) in children {
-        let status = tokio::time::timeout(Duration::from_secs(300), child.wait())
-            .await
-            .map_err(|_| Failure("a lock_all worker did not finish within 300 s".into()))?
-            .map_err(|e| Failure(format!("waiting for a worker: {e}")))?;
-        ensure!(status.success(), "a lock_all worker failed: {status}");
+    for out in run_workers(suite, jobs).await? {
         parse(&out, &mut sections)?;
     }
     for key in &keys {
