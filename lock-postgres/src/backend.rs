@@ -16,6 +16,7 @@ use lock_core::{
 use sqlx::PgPool;
 
 use crate::exec::Db;
+use crate::hint::SharedTokens;
 use crate::notify::{Channels, Listing, Notifier};
 use crate::reply::Word;
 use crate::sql::{Args, Names, Session, Statements};
@@ -36,6 +37,8 @@ pub struct PostgresBackend {
     notifier: Arc<Notifier>,
     listing: Arc<Listing>,
     application_name: Arc<str>,
+    /// Tokens that hold shared: their prolongs and releases skip the function.
+    shared: Arc<SharedTokens>,
 }
 
 /// Everything a backend is made of, as the builder hands it over.
@@ -101,6 +104,7 @@ impl PostgresBackend {
             notifications: settings.notifications,
             notifier: Arc::new(Notifier::default()),
             application_name: settings.application_name.into(),
+            shared: Arc::default(),
         }
     }
 
@@ -195,7 +199,14 @@ impl LockBackend for PostgresBackend {
         // Shared requests and mode changes (rare: an upgrade) are decided in the client,
         // by the rules (`shared.rs`), not by the function, which knows exclusive holds only.
         if req.mode.is_shared() || req.change.is_some() {
-            return storage::obtain(&*self.db, req).await;
+            let outcome = storage::obtain(&*self.db, req).await?;
+            if matches!(
+                outcome,
+                ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }
+            ) {
+                self.shared.record(req.key, req.token, req.mode.is_shared());
+            }
+            return Ok(outcome);
         }
         let op = Operation::Obtain;
         let holder = self.db.holder(req.holder, op)?;
@@ -225,6 +236,13 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
+        if self.shared.is_shared(req.key, req.token) {
+            let outcome = storage::prolongate(&*self.db, req).await?;
+            if outcome == ProlongOutcome::Lost {
+                self.shared.forget(req.key, req.token);
+            }
+            return Ok(outcome);
+        }
         let token = req.token.digest();
         let args = Args {
             token: Some(&token),
@@ -256,6 +274,13 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        if self.shared.is_shared(req.key, req.token) {
+            let outcome = storage::release(&*self.db, req).await?;
+            if !matches!(outcome, ReleaseOutcome::Decremented { .. }) {
+                self.shared.forget(req.key, req.token);
+            }
+            return Ok(outcome);
+        }
         let token = req.token.digest();
         let args = Args {
             token: Some(&token),

@@ -188,13 +188,18 @@ impl Db {
             }
             other => other,
         }
-        .map_err(|e| {
-            if is_broken_connection(&e) {
-                self.pooled.discard_idle();
-            }
-            map_error(op, e)
-        })?;
+        .map_err(|e| self.failed(op, e))?;
         rows.iter().map(|row| Reply::decode(op, row)).collect()
+    }
+
+    /// The error of a call that failed. After a broken connection every idle connection is
+    /// closed first: the server that dropped one (a restart, `pg_terminate_backend`, a
+    /// failover) dropped them all, and the caller's retry must get a fresh one.
+    pub(crate) fn failed(&self, op: Operation, e: sqlx::Error) -> lock_core::Error {
+        if is_broken_connection(&e) {
+            self.pooled.discard_idle();
+        }
+        map_error(op, e)
     }
 
     /// One statement on a pooled connection, by `deadline`. A connection whose statement

@@ -5,6 +5,7 @@ mod builder;
 mod error;
 mod exec;
 pub mod fence;
+mod hint;
 mod migrate;
 mod notify;
 mod reply;

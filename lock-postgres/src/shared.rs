@@ -18,7 +18,9 @@
 //!
 //! So a shared operation costs two round trips (three after a `defer`) where the mutex costs
 //! one; the rules are the ones every other backend decides with, not a second copy in
-//! PL/pgSQL. The row's shape is in `schema.sql`'s comment on the table.
+//! PL/pgSQL. A prolong or release of a shared hold this backend obtained skips the
+//! function and its `defer` (see `hint.rs`). The row's shape is in `schema.sql`'s comment
+//! on the table.
 //!
 //! # Cancel safety
 //! A transaction cut off by the deadline or a cancelled caller leaves its connection open
@@ -33,7 +35,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use tracing::Instrument;
 
-use crate::error::{is_missing_schema, map_error, protocol};
+use crate::error::{is_missing_schema, protocol};
 use crate::exec::{fetch_rows, Db};
 use crate::NAME;
 use lock_sql::Open;
@@ -82,9 +84,9 @@ impl Storage for Db {
                     self.pooled
                         .within(op, deadline, self.transaction(op, key, decide))
                         .await?
-                        .map_err(|e| map_error(op, e))?
+                        .map_err(|e| self.failed(op, e))?
                 }
-                other => other.map_err(|e| map_error(op, e))?,
+                other => other.map_err(|e| self.failed(op, e))?,
             }
         }
         .instrument(span)
