@@ -137,9 +137,7 @@ async fn a_user_without_privileges_is_told_what_to_grant() {
         sqlx::query(&statement).execute(&root).await.unwrap();
     }
     let url = test_servers::servers::mysql::shared_url();
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let pool = MySqlPool::connect(&format!("{scheme}://{user}@{rest}"))
+    let pool = MySqlPool::connect(&test_servers::as_user(&url, &user))
         .await
         .unwrap();
     let mut tx = pool.begin().await.unwrap();

@@ -401,7 +401,7 @@ async fn a_least_privilege_user_uses_a_table_migrated_by_an_admin() {
         ),
     )
     .await;
-    let as_user = support::as_user(&url, &user);
+    let as_user = test_servers::as_user(&url, &user);
     let b = MySqlBuilder::from_url(&format!("{as_user}?table={table}&migrate=false"))
         .unwrap()
         .build()
@@ -432,7 +432,7 @@ async fn a_least_privilege_user_uses_a_table_migrated_by_an_admin() {
 /// neither the error, its `Debug`, nor the builder's or the backend's `Debug`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_is_permission_denied_and_never_shown() {
-    let url = support::as_user(&shared_url(), "root:n0t-the-pw-4729");
+    let url = test_servers::as_user(&shared_url(), "root:n0t-the-pw-4729");
     let builder = MySqlBuilder::from_url(&format!("{url}?timeout=3s")).unwrap();
     let shown_builder = format!("{builder:?}");
     let b = builder.build().unwrap();

@@ -126,9 +126,7 @@ async fn a_role_without_privileges_is_told_what_to_grant() {
         .await
         .unwrap();
     let url = test_servers::servers::postgres::shared_url();
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let pool = PgPool::connect(&format!("{scheme}://{role}@{rest}"))
+    let pool = PgPool::connect(&test_servers::as_user(&url, &role))
         .await
         .unwrap();
     let mut tx = pool.begin().await.unwrap();

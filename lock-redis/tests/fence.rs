@@ -135,9 +135,7 @@ async fn a_user_whose_acl_denies_the_script_is_permission_denied() {
         .await
         .unwrap();
     let url = test_servers::servers::redis::shared_url();
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let client = redis::Client::open(format!("{scheme}://{user}:x@{rest}")).unwrap();
+    let client = redis::Client::open(test_servers::as_user(&url, &format!("{user}:x"))).unwrap();
     let outcome = match client.get_multiplexed_async_connection().await {
         Ok(mut conn) => lock_redis::fence::set(&mut conn, &unique("acl"), "v", Fencing(1)).await,
         Err(e) => panic!("the restricted user logs in: {e}"),

@@ -19,3 +19,20 @@ pub use servers::{
     cluster, free_port, is_root, logs, mysql, postgres, proxy, reap_when_gone, redis, require,
     sentinel, signal, wait_for_port,
 };
+
+/// `url` with its user (and password, if any) replaced by `userinfo`, for tests that log in
+/// as a user of their own: `as_user("mysql://root@127.0.0.1:3306/test", "ro")` is
+/// `mysql://ro@127.0.0.1:3306/test`.
+///
+/// ```
+/// assert_eq!(
+///     test_servers::as_user("mysql://root:pw@127.0.0.1:3306/test", "ro"),
+///     "mysql://ro@127.0.0.1:3306/test"
+/// );
+/// assert_eq!(test_servers::as_user("redis://127.0.0.1:6379/0", "u:x"), "redis://u:x@127.0.0.1:6379/0");
+/// ```
+pub fn as_user(url: &str, userinfo: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    format!("{scheme}://{userinfo}@{rest}")
+}

@@ -63,7 +63,7 @@ pub fn find_overlap(sections: &[Section]) -> Option<(Section, Section)> {
         .map(|w| (w[0], w[1]))
 }
 
-pub(super) fn now_ns() -> u128 {
+fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -82,7 +82,7 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
     let io = |e: std::io::Error| Failure(format!("worker log {}: {e}", job.out.display()));
     let ttl = Duration::from_millis(job.ttl_ms);
     match job.mode.as_str() {
-        "lock-all" => super::process_all::run_lock_all(&locker, &job).await,
+        "lock-all" => run_lock_all(&locker, &job).await,
         "hold" | "hold-permit" => {
             let builder = match job.mode.as_str() {
                 "hold" => locker.lock(&job.key),
@@ -122,6 +122,35 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
             std::fs::write(&job.out, log).map_err(io)
         }
     }
+}
+
+/// The worker side of a `lock-all` job: `rounds` times, the job's keys in a random order,
+/// taken with `lock_all` (waiting up to 120 s), held 2 ms, released.
+async fn run_lock_all(locker: &Locker, job: &Job) -> CaseResult {
+    let mut log = String::new();
+    let mut keys = job.keys.clone();
+    for _ in 0..job.rounds {
+        fastrand::shuffle(&mut keys);
+        let set = match locker
+            .lock_all(&keys)
+            .ttl(Duration::from_millis(job.ttl_ms))
+            .wait(Duration::from_secs(120))
+            .obtain()
+            .await?
+        {
+            Attempt::Obtained(set) => set,
+            Attempt::Busy(b) => return Err(Failure(format!("lock_all gave up after 120 s: {b}"))),
+        };
+        let start = now_ns();
+        std::thread::sleep(ms(2));
+        let end = now_ns();
+        for (key, fencing) in set.fencing() {
+            log.push_str(&format!("{key} {fencing} {start} {end}\n"));
+        }
+        set.release().await?;
+    }
+    std::fs::write(&job.out, log)
+        .map_err(|e| Failure(format!("worker log {}: {e}", job.out.display())))
 }
 
 fn spawn(suite: &Suite, job: &Job) -> Result<Child, Failure> {

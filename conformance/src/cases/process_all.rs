@@ -1,47 +1,17 @@
 //! `Locker::lock_all` from several OS processes: overlapping sets taken in random orders
 //! never deadlock, never let two processes into one key, and leave nothing held.
 //!
-//! A `lock-all` worker logs one line per key of each set it held: `key fencing start_ns
-//! end_ns`, the same critical section for every key of the set.
+//! A `lock-all` worker (in [`process`](super::process), with the other workers) logs one
+//! line per key of each set it held: `key fencing start_ns end_ns`, the same critical
+//! section for every key of the set.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
-use lock_core::{Attempt, Fencing, Key, LockState, Locker};
+use lock_core::{Fencing, Key, LockState};
 
-use super::process::{find_overlap, now_ns, run_workers, shared_config, Job, Section};
-use crate::harness::ms;
+use super::process::{find_overlap, run_workers, shared_config, Job, Section};
 use crate::{ensure, CaseResult, Failure, Suite};
-
-/// The worker side of a `lock-all` job: `rounds` times, the job's keys in a random order,
-/// taken with `lock_all` (waiting up to 120 s), held 2 ms, released.
-pub(super) async fn run_lock_all(locker: &Locker, job: &Job) -> CaseResult {
-    let mut log = String::new();
-    let mut keys = job.keys.clone();
-    for _ in 0..job.rounds {
-        fastrand::shuffle(&mut keys);
-        let set = match locker
-            .lock_all(&keys)
-            .ttl(Duration::from_millis(job.ttl_ms))
-            .wait(Duration::from_secs(120))
-            .obtain()
-            .await?
-        {
-            Attempt::Obtained(set) => set,
-            Attempt::Busy(b) => return Err(Failure(format!("lock_all gave up after 120 s: {b}"))),
-        };
-        let start = now_ns();
-        std::thread::sleep(ms(2));
-        let end = now_ns();
-        for (key, fencing) in set.fencing() {
-            log.push_str(&format!("{key} {fencing} {start} {end}\n"));
-        }
-        set.release().await?;
-    }
-    std::fs::write(&job.out, log)
-        .map_err(|e| Failure(format!("worker log {}: {e}", job.out.display())))
-}
 
 fn parse(path: &Path, into: &mut BTreeMap<String, Vec<Section>>) -> CaseResult {
     let text = std::fs::read_to_string(path)

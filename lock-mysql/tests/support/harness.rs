@@ -9,7 +9,8 @@ use lock_core::LockBackend;
 use lock_mysql::MySqlBackend;
 use tokio::sync::OnceCell;
 
-use super::{as_user, exec};
+use super::exec;
+use test_servers::as_user;
 
 pub struct MySql {
     /// The server as root, for the test's own statements.

@@ -43,10 +43,3 @@ pub async fn exec(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
         })
         .collect()
 }
-
-/// `url` with its user (and password) replaced by `user` without a password.
-pub fn as_user(url: &str, user: &str) -> String {
-    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    format!("{scheme}://{user}@{rest}")
-}
