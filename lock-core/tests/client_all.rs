@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use lock_core::{Attempt, ErrorKind, LockBackend, Locker, MemoryBackend, ReleaseOutcome, Retry};
 
 fn locker() -> Locker {
@@ -326,5 +328,64 @@ async fn read_sets_share_with_readers_and_exclude_writers() {
     }
     for key in ["p", "q", "r"] {
         assert!(is_free(&locker, key).await, "{key} left held");
+    }
+}
+
+/// The rule that makes overlapping sets deadlock-free: a set waits for one key only, and
+/// holds nothing meanwhile. Here it waits for `b`, gets it, then finds `a` busy: it gives
+/// `b` back and waits for `a`, rather than sitting on `b` while it waits (which, with
+/// another caller holding `a` and waiting for `b`, would never end).
+#[tokio::test]
+async fn a_set_never_waits_for_a_key_while_it_holds_another() {
+    let locker = locker();
+    let hold = |key: &'static str| {
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock(key)
+                .try_obtain()
+                .await
+                .unwrap()
+                .obtained()
+                .unwrap()
+        }
+    };
+    let b = hold("b").await;
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .lock_all(["a", "b"])
+                .wait(Duration::from_secs(10))
+                .obtain()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // While the set waits for b, a is taken by somebody else; then b is let go.
+    let a = hold("a").await;
+    assert_eq!(b.release().await.unwrap(), ReleaseOutcome::Released);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        is_free(&locker, "b").await,
+        "the set sits on b while it waits for a"
+    );
+    assert_eq!(a.release().await.unwrap(), ReleaseOutcome::Released);
+    let set = waiter.await.unwrap().unwrap().obtained().expect("both");
+    // What the set's guard tells of itself.
+    assert!(
+        set.remaining() > Duration::from_secs(10),
+        "{:?}",
+        set.remaining()
+    );
+    assert!(
+        set.lost().now_or_never().is_none(),
+        "lost() before any loss"
+    );
+    assert!(format!("{set:?}").contains("\"b\""), "{set:?}");
+    let guards = set.into_guards();
+    assert_eq!(guards.len(), 2);
+    for guard in guards {
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     }
 }

@@ -170,3 +170,47 @@ async fn a_campaign_that_waits_too_little_names_the_leader() {
     assert_eq!(holder.metadata.as_deref(), Some("first"));
     assert_eq!(leader.resign().await.unwrap(), ReleaseOutcome::Released);
 }
+
+/// An observer whose reads are a minute apart hears a resignation at once, through the
+/// backend's release notifications, not at its next read; and a leadership's `lost()` is
+/// pending while it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_hears_a_resignation_at_once() {
+    use futures_util::FutureExt;
+
+    let locker = locker(Arc::new(MemoryBackend::new()));
+    let leader = locker
+        .elect("cron")
+        .ttl(Duration::from_secs(60))
+        .identity("a")
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    assert!(
+        leader.lost().now_or_never().is_none(),
+        "lost() while leading"
+    );
+    assert!(leader.remaining() > Duration::from_secs(50));
+    assert!(
+        format!("{leader:?}").contains(&leader.term().to_string()),
+        "{leader:?}"
+    );
+    let mut who = locker
+        .observe("cron")
+        .unwrap()
+        .every(Duration::from_secs(60));
+    assert!(format!("{who:?}").contains("cron"), "{who:?}");
+    let seen = who.changed().await.unwrap().expect("the leader");
+    assert_eq!(seen.term, leader.term());
+    let resigned = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        leader.resign().await.unwrap()
+    });
+    let next = tokio::time::timeout(Duration::from_secs(5), who.changed())
+        .await
+        .expect("heard within 5 s, not at the next read a minute later");
+    assert_eq!(next.unwrap(), None);
+    assert_eq!(resigned.await.unwrap(), ReleaseOutcome::Released);
+}

@@ -726,6 +726,12 @@ impl World {
                 };
                 self.check_hold(after, view).await?;
             }
+            let any_lost = held.set.guards().iter().any(LockGuard::is_lost);
+            if !ended && !any_lost && held.set.lost().now_or_never().is_some() {
+                return Err(format!(
+                    "after {after:?}: set {i}'s lost() fired with every key held"
+                ));
+            }
             if ended && held.set.lost().now_or_never().is_none() {
                 return Err(format!(
                     "after {after:?}: set {i} has a key past its validity and its lost() has not fired"
@@ -752,6 +758,11 @@ impl World {
                 id: &held.id,
             };
             self.check_hold(after, view).await?;
+            if !held.lead.is_lost() && held.lead.lost().now_or_never().is_some() {
+                return Err(format!(
+                    "after {after:?}: leadership {i}'s lost() fired while it leads"
+                ));
+            }
         }
         Ok(())
     }
