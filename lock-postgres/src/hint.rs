@@ -22,8 +22,8 @@ pub(crate) struct SharedTokens {
 }
 
 impl SharedTokens {
-    /// The most pairs kept: a process holding more shared holds at once takes the long way
-    /// for the rest.
+    /// The most pairs kept: past it the set starts over, so that pairs of holds that
+    /// expired without a release cannot fill it for good.
     pub(crate) const CAPACITY: usize = 65_536;
 
     /// Whether `token` last obtained a shared hold of `key` here.
@@ -36,7 +36,12 @@ impl SharedTokens {
         let mut pairs = self.pairs();
         if !shared {
             pairs.remove(&(key.clone(), *token));
-        } else if pairs.len() < Self::CAPACITY {
+        } else {
+            // Holds that expired unreleased are never forgotten one by one: when full, start
+            // over (each forgotten pair costs its next call one round trip).
+            if pairs.len() >= Self::CAPACITY {
+                pairs.clear();
+            }
             pairs.insert((key.clone(), *token));
         }
     }
@@ -59,7 +64,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn it_keeps_shared_pairs_forgets_exclusive_ones_and_stays_bounded() {
+    fn it_keeps_shared_pairs_forgets_exclusive_ones_and_starts_over_when_full() {
         let hint = SharedTokens::default();
         let (a, b) = (Key::new("a").unwrap(), Key::new("b").unwrap());
         let t = Token::generate().unwrap();
@@ -71,10 +76,18 @@ mod tests {
         hint.record(&a, &t, true);
         hint.forget(&a, &t);
         assert!(!hint.is_shared(&a, &t), "a release forgets it");
-        for _ in 0..SharedTokens::CAPACITY {
+        let first = Token::generate().unwrap();
+        hint.record(&b, &first, true);
+        for _ in 1..SharedTokens::CAPACITY {
             hint.record(&a, &Token::generate().unwrap(), true);
         }
+        assert_eq!(hint.pairs().len(), SharedTokens::CAPACITY);
         hint.record(&b, &t, true);
-        assert!(!hint.is_shared(&b, &t), "full: the long way");
+        assert!(
+            hint.is_shared(&b, &t),
+            "full: it starts over with the new pair"
+        );
+        assert!(!hint.is_shared(&b, &first));
+        assert_eq!(hint.pairs().len(), 1);
     }
 }
