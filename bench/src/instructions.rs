@@ -47,6 +47,14 @@ pub(crate) const KINDS: &[(&str, &str)] = &[
         "postgres: a durable single-row upsert + update (for perf; not counted by default)",
     ),
     (
+        "mysql-trait",
+        "mysql: obtain + release on the trait (for perf; not counted by default)",
+    ),
+    (
+        "mysql-pair",
+        "mysql: a durable single-row upsert + update (for perf; not counted by default)",
+    ),
+    (
         "redis-lua-trait",
         "redis-lua: obtain + release on the trait",
     ),
@@ -140,6 +148,30 @@ pub(crate) fn child(kind: &str, n: usize, tasks: usize, redis_url: &str) {
                     spread(tasks, n, move |p, n| backend_cycles(backend.clone(), p, n)).await;
                 }
             }
+            "mysql-trait" | "mysql-pair" => {
+                let url = std::env::var("MYSQL_URL")
+                    .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
+                let backend = lock_mysql::MySqlBackend::builder(&url)
+                    .table("distlock_bench")
+                    .pool_size(24)
+                    .build()
+                    .expect("a MariaDB URL");
+                backend
+                    .migrate()
+                    .await
+                    .expect("a MariaDB server (MYSQL_URL)");
+                if kind == "mysql-pair" {
+                    let pool = backend.pool().clone();
+                    baselines::my_rows_table(&pool).await;
+                    spread(tasks, n, move |p, n| {
+                        baselines::my_write_cycles(pool.clone(), p, n)
+                    })
+                    .await;
+                } else {
+                    let backend: Arc<dyn LockBackend> = Arc::new(backend);
+                    spread(tasks, n, move |p, n| backend_cycles(backend.clone(), p, n)).await;
+                }
+            }
             "redis-lua-trait" | "redis-lua-client" => {
                 let backend = lock_redis::RedisBackend::builder(redis_url)
                     .prefix("bench:")
@@ -188,9 +220,11 @@ pub(crate) fn report(kinds: &[String], n: usize) {
     println!("|---|---|---:|");
     for (kind, what) in KINDS {
         let asked = kinds.iter().any(|k| k == kind);
-        // The Postgres kinds are for `perf record` of the server: callgrind counts only the
-        // client, whose work there is not what a Postgres cycle is about.
-        if (!kinds.is_empty() && !asked) || (kinds.is_empty() && kind.starts_with("postgres")) {
+        // The Postgres and MariaDB kinds are for `perf record` of the server: callgrind counts
+        // only the client, whose work there is not what such a cycle is about.
+        if (!kinds.is_empty() && !asked)
+            || (kinds.is_empty() && (kind.starts_with("postgres") || kind.starts_with("mysql")))
+        {
             continue;
         }
         let count = |cycles: usize| instructions(&exe, kind, cycles);

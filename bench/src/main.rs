@@ -64,6 +64,7 @@ mod instructions;
 mod on_mysql;
 mod on_postgres;
 mod on_redis;
+mod raw_handoff;
 mod report;
 mod several;
 
@@ -238,7 +239,7 @@ async fn memory(table: &mut Table, size: Size) {
     if !size.watched_only {
         shared_holds(table, "memory", &locker, size).await;
         several_keys(table, "memory", &locker, size).await;
-        handoffs(table, "memory", backend, size).await;
+        handoffs(table, "memory", backend, size, None).await;
     }
     watched(
         table,
@@ -282,7 +283,7 @@ async fn file(table: &mut Table, size: Size) {
     if !size.watched_only {
         shared_holds(table, "file", &locker, size).await;
         several_keys(table, "file", &locker, size).await;
-        handoffs(table, "file", backend.clone(), size).await;
+        handoffs(table, "file", backend.clone(), size, None).await;
     }
     watched(table, "file", backend, size, None, || async { None }).await;
 }
@@ -345,8 +346,18 @@ pub(crate) async fn handoffs(
     name: &str,
     backend: Arc<dyn LockBackend>,
     size: Size,
+    raw: Option<&raw_handoff::Raw>,
 ) {
     for waiters in WAITERS {
+        // The least the server can do, measured next to the backend's.
+        let baseline = match raw {
+            Some(raw) => {
+                let latencies = raw.handoff(waiters, size.handoffs).await;
+                table.handoff(name, waiters, raw.what(), &latencies, None, None);
+                Some(latencies)
+            }
+            None => None,
+        };
         for (how, retry) in [
             ("notified", Retry::default()),
             (
@@ -357,7 +368,8 @@ pub(crate) async fn handoffs(
             let counting = Arc::new(Counting::new(backend.clone()));
             let latencies = handoff(counting.clone(), retry, waiters, size.handoffs).await;
             let attempts = counting.obtains() as f64 / latencies.len().max(1) as f64;
-            table.handoff(name, waiters, how, &latencies, attempts);
+            let against = baseline.as_ref().filter(|_| how == "notified");
+            table.handoff(name, waiters, how, &latencies, Some(attempts), against);
         }
     }
     if backend.capabilities().shared {

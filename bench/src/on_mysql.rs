@@ -8,6 +8,7 @@ use lock_core::{redact_url, LockBackend, Locker};
 use lock_mysql::MySqlBackend;
 use test_servers::bench::{rounds, run};
 
+use crate::raw_handoff;
 use crate::report::Table;
 use crate::{
     baselines, handoffs, several_keys, shared_holds, through, watched, Batching, Size, CONCURRENCY,
@@ -70,7 +71,14 @@ pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<()
     };
     shared_holds(table, "mysql", &locker, my_size).await;
     several_keys(table, "mysql", &locker, my_size).await;
-    handoffs(table, "mysql", backend.clone(), size).await;
+    handoffs(
+        table,
+        "mysql",
+        backend.clone(),
+        size,
+        Some(&raw_handoff::Raw::MySql(pool.clone())),
+    )
+    .await;
     let batch = Some(Batching {
         locks: MySqlBackend::BATCH,
         round_trips: 2,

@@ -7,6 +7,7 @@ use lock_core::{redact_url, LockBackend, Locker};
 use lock_postgres::{PostgresBackend, Statements};
 use test_servers::bench::{rounds, run};
 
+use crate::raw_handoff;
 use crate::report::Table;
 use crate::{
     baselines, handoffs, several_keys, shared_holds, through, watched, Batching, Size, CONCURRENCY,
@@ -104,7 +105,14 @@ pub(crate) async fn postgres(table: &mut Table, size: Size, url: &str) -> Result
     };
     shared_holds(table, "postgres", &d, pg_size).await;
     several_keys(table, "postgres", &d, pg_size).await;
-    handoffs(table, "postgres", durable.clone(), size).await;
+    handoffs(
+        table,
+        "postgres",
+        durable.clone(),
+        size,
+        Some(&raw_handoff::Raw::Postgres(pool.clone())),
+    )
+    .await;
     let batch = Some(Batching {
         locks: PostgresBackend::BATCH,
         round_trips: 1,

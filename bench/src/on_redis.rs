@@ -8,6 +8,7 @@ use lock_core::{redact_url, LockBackend, Locker};
 use lock_redis::{RedisBackend, Variant};
 use test_servers::bench::{rounds, run};
 
+use crate::raw_handoff;
 use crate::report::Table;
 use crate::{
     baselines, cpu, handoffs, several_keys, shared_holds, through, watched, Batching, Size,
@@ -133,8 +134,9 @@ pub(crate) async fn redis(table: &mut Table, size: Size, url: &str) -> Result<()
     shared_holds(table, "redis-lua", &lua_locker, size).await;
     several_keys(table, "redis-lua", &lua_locker, size).await;
     shared_holds(table, "redis-watch", &watch_locker, size).await;
-    handoffs(table, "redis-lua", lua.clone(), size).await;
-    handoffs(table, "redis-watch", watch, size).await;
+    let raw_handoff = raw_handoff::Raw::Redis(Box::new(client.clone()));
+    handoffs(table, "redis-lua", lua.clone(), size, Some(&raw_handoff)).await;
+    handoffs(table, "redis-watch", watch, size, Some(&raw_handoff)).await;
     redis_watched(table, size, lua, raw).await
 }
 

@@ -78,10 +78,16 @@ impl Table {
         waiters: usize,
         how: &str,
         latencies: &Latencies,
-        attempts: f64,
+        attempts: Option<f64>,
+        raw: Option<&Latencies>,
     ) {
+        let attempts = attempts.map_or("–".to_owned(), |a| format!("{a:.1}"));
+        // Higher is better, as the cycles' ratios: the raw p50 over this one.
+        let ratio = raw.map_or("–".to_owned(), |raw| {
+            format!("**{:.2}x**", raw.ms(0.5) / latencies.ms(0.5).max(1e-6))
+        });
         self.push_handoffs(format!(
-            "| {backend} | {waiters} | {how} | {:.2} ms | {:.2} ms | {attempts:.1} | {} |",
+            "| {backend} | {waiters} | {how} | {:.2} ms | {:.2} ms | {ratio} | {attempts} | {} |",
             latencies.ms(0.5),
             latencies.ms(0.99),
             latencies.len()
@@ -143,8 +149,8 @@ impl Table {
             }
         }
         println!("\n### Handoff: release call to the next holder's Acquired\n");
-        println!("| backend | waiters | woken by | p50 | p99 | obtain attempts per acquisition | handoffs |");
-        println!("|---|---:|---|---:|---:|---:|---:|");
+        println!("| backend | waiters | woken by | p50 | p99 | raw p50 / p50 | obtain attempts per acquisition | handoffs |");
+        println!("|---|---:|---|---:|---:|---:|---:|---:|");
         for row in &self.handoffs {
             println!("{row}");
         }

@@ -77,11 +77,7 @@ impl Bent {
             *fencing = (*fencing).max(record.fencing);
             records.insert(key.clone(), record);
         }
-        match d.wake {
-            Wake::Nobody => {}
-            Wake::One => self.waiters.wake_one(key.as_str()),
-            Wake::All => self.waiters.wake_key(key.as_str()),
-        }
+        self.waiters.wake(key.as_str(), d.wake);
         d.outcome
     }
 }

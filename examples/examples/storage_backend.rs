@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use distlock::backend::rules::{Clock, Record, Wake};
+use distlock::backend::rules::{Clock, Record};
 use distlock::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
 use distlock::backend::{Capabilities, ReleaseSubscription, Token, Waiters};
 use distlock::{HolderInfo, Key, LockBackend, Locker, Operation, Result};
@@ -108,11 +108,7 @@ impl Storage for VersionedStore {
         server.fencing = server.fencing.max(write.fencing);
         server.records.insert(name, (version + 1, write));
         drop(server);
-        match wake {
-            Wake::Nobody => {}
-            Wake::One => self.waiters.wake_one(key.as_str()),
-            Wake::All => self.waiters.wake_key(key.as_str()),
-        }
+        self.waiters.wake(key.as_str(), wake);
         Ok(Commit::Done)
     }
 

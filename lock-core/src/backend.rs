@@ -156,7 +156,10 @@ pub struct Capabilities {
     pub cross_process: bool,
     /// Locks exclude across machines (Redis, Postgres, MariaDB; not the file backend).
     pub cross_host: bool,
-    /// [`LockBackend::subscribe`] wakes waiters on release instead of leaving them to poll.
+    /// [`LockBackend::subscribe`] wakes waiters on release instead of leaving them to poll,
+    /// wherever the release happened. A backend that wakes only the waiters of its own
+    /// process (lock-file, lock-mysql: their servers send no notifications) says `false`:
+    /// its subscriptions still shorten waits within the process.
     pub release_notification: bool,
     /// How many prolongs [`LockBackend::prolongate_many`] sends in one round trip (1, the
     /// default: it sends one call per lock). The watchdog hands a backend at most this many

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
-use crate::rules::{self, Clock, Wake};
+use crate::rules::{self, Clock};
 use crate::UrlOptions;
 use crate::{
     Capabilities, Grace, HolderInfo, Key, Operation, ReleaseSubscription, Result, Token, Ttl,
@@ -173,11 +173,7 @@ impl Store {
     /// so that the key can move into the map: a woken waiter takes the store's mutex, so it
     /// sees the write either way.
     fn apply(&mut self, key: String, decision: Change<Token, HolderInfo>) {
-        match decision.wake {
-            Wake::Nobody => {}
-            Wake::One => self.waiters.wake_one(&key),
-            Wake::All => self.waiters.wake_key(&key),
-        }
+        self.waiters.wake(&key, decision.wake);
         match decision.write {
             Some(record) if record.state == rules::State::Free && record.writer.is_none() => {
                 self.records.remove(&key);

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::watch;
 
+use crate::backend::rules::Wake;
 use crate::ReleaseSubscription;
 
 type Queues = HashMap<String, VecDeque<Waiter>>;
@@ -118,6 +119,18 @@ impl Waiters {
             for waiter in line {
                 waiter.wake();
             }
+        }
+    }
+
+    /// Wakes whom a decision's write frees room for ([`Decision::wake`](crate::backend::rules::Decision::wake)):
+    /// nobody, the longest-waiting waiter ([`Waiters::wake_one`]) or all of them
+    /// ([`Waiters::wake_key`]). Call it once the write is stored, never before: a woken
+    /// waiter attempts at once, and must find the write.
+    pub fn wake(&self, key: &str, whom: Wake) {
+        match whom {
+            Wake::Nobody => {}
+            Wake::One => self.wake_one(key),
+            Wake::All => self.wake_key(key),
         }
     }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::backend::storage::{self, Storage};
-use lock_core::backend::{Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest};
+use lock_core::backend::{
+    Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+};
 use lock_core::{
     Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
 };
@@ -21,8 +23,9 @@ use crate::exec::Db;
 /// [`lock_core::backend::storage`], plus batched prolongs and a sweep of old rows).
 ///
 /// Each operation is two round trips on one pooled connection, and holding a lock pins no
-/// connection (not `GET_LOCK`, which belongs to a connection: see the crate docs). Waiters
-/// poll with the retry strategy: the server has no release notifications. The table is
+/// connection (not `GET_LOCK`, which belongs to a connection: see the crate docs). The
+/// server has no release notifications: a release wakes a waiter of the same backend (or
+/// a clone of it) at once, and waiters elsewhere poll with their retry strategy. The table is
 /// created on first use, or up front with [`MySqlBackend::migrate`]. Clones share the
 /// pool. Made by [`MySqlBackend::builder`] (or [`MySqlBackend::lazy`] with every default).
 #[derive(Clone)]
@@ -166,5 +169,9 @@ impl LockBackend for MySqlBackend {
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
         storage::force_release(&*self.db, key).await
+    }
+
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        self.db.subscribe_releases(key).await
     }
 }

@@ -175,6 +175,7 @@ impl MySqlBuilder {
             auto_migrate: self.common.auto_migrate,
             schema: lock_sql::SchemaOnce::default(),
             sweeping: AtomicBool::new(false),
+            waiters: lock_core::backend::Waiters::default(),
         }))
     }
 }

@@ -37,6 +37,9 @@ pub(crate) struct Db {
     pub(crate) schema: SchemaOnce,
     /// A sweep is under way (one at a time).
     pub(crate) sweeping: AtomicBool,
+    /// This process's waiters, woken by this backend's releases (the server sends no
+    /// notifications: waiters in other processes poll).
+    pub(crate) waiters: lock_core::backend::Waiters,
 }
 
 impl fmt::Debug for Db {

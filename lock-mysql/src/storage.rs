@@ -3,7 +3,9 @@
 //! adapter's step decides, and the same transaction writes the row it returns.
 
 use lock_core::backend::rules::columns::Columns;
+use lock_core::backend::rules::Wake;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
+use lock_core::backend::ReleaseSubscription;
 use lock_core::{Key, Operation, Result};
 use tracing::Instrument;
 
@@ -30,18 +32,19 @@ impl Storage for Db {
         let create = op == Operation::Obtain;
         let read = self.names.read_one(&self.session, key.as_str(), create);
         let name = key.as_str();
+        let mut wake = Wake::Nobody;
         let mut plan = |read: &Read| {
             let change = decide(Snapshot {
                 record: read.of(name),
                 clock: read.clock(),
                 fencing_floor: read.now_us,
             })?;
+            wake = change.wake;
             let sql = match change.write {
                 Some(record) => {
                     let columns: Columns = row(&record, read);
                     self.names.write([(name, &columns)].into_iter())
                 }
-                // Nobody waits on a notification here: waiters poll.
                 None => vec![ROLLBACK.to_owned()],
             };
             Ok(((), sql))
@@ -49,6 +52,15 @@ impl Storage for Db {
         self.transaction(op, &read, &mut plan)
             .instrument(span)
             .await?;
+        // Committed: this process's waiters try at once. (Cancelled or failed before this
+        // point, they find the release at their next poll, as other processes' do.)
+        self.waiters.wake(name, wake);
         Ok(Commit::Done)
+    }
+
+    /// This process's waiters only: the server has no notifications, so a release in
+    /// another process reaches a waiter here at its next poll.
+    async fn subscribe_releases(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        Ok(Some(self.waiters.subscribe(key.as_str())))
     }
 }

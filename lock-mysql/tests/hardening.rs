@@ -1,17 +1,21 @@
 //! Hostile settings and stuck neighbours on the shared MariaDB: any isolation level,
 //! `autocommit` off, `sql_mode`s that change how SQL reads, a read-only session, a row lock
 //! held by someone else past the deadline, tables that are not lock tables, keys that a
-//! collation would fold together, and tokens kept out of every log.
+//! collation would fold together, and tokens kept out of every log; and the waiters of a
+//! process, woken by its releases although the server sends no notifications.
 
 mod support;
 
+use test_servers::locks::{queue_behind, take};
 use test_servers::logs::capture;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
-    ErrorKind, HolderInfo, Key, LockBackend, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Ttl,
+    ErrorKind, HolderInfo, Key, LockBackend, Locker, ObtainOutcome, ProlongOutcome, ReleaseOutcome,
+    Ttl,
 };
 use lock_mysql::{MySqlBackend, MySqlBuilder};
 use sqlx::mysql::MySqlPoolOptions;
@@ -460,4 +464,27 @@ async fn a_refused_connection_is_said_as_such_and_early() {
         .build()
         .unwrap();
     test_servers::locks::refused_early(&backend, port).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_next_waiter_of_the_process() {
+    // The server sends no notifications, but a release of this backend wakes its own
+    // waiters: two waiters get the lock in turn long before their 20 s fallback poll.
+    let harness = MySql::new();
+    let backend = Arc::new(
+        MySqlBackend::builder(shared_url())
+            .table(&harness.fresh_table())
+            .build()
+            .unwrap(),
+    );
+    let holder = Locker::new(backend.clone());
+    let guard = take(&holder, "queue").await;
+    let took = queue_behind(guard, 2, Duration::from_millis(100), || {
+        Locker::new(backend.clone())
+    })
+    .await;
+    assert!(
+        took < Duration::from_secs(15),
+        "took {took:?}: a waiter slept until its fallback poll"
+    );
 }

@@ -190,6 +190,12 @@ pub async fn rounds<const N: usize>(
 pub struct Latencies(Vec<Duration>);
 
 impl Latencies {
+    /// Latencies measured by a caller's own loop, in any order.
+    pub fn new(mut measured: Vec<Duration>) -> Self {
+        measured.sort();
+        Latencies(measured)
+    }
+
     /// The `p` quantile (0 to 1), in milliseconds.
     pub fn ms(&self, p: f64) -> f64 {
         let i = ((self.0.len() as f64 - 1.0) * p).round() as usize;

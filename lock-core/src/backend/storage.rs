@@ -84,11 +84,7 @@
 //!         if let Some(record) = write {
 //!             records.insert(key.as_str().to_owned(), record);
 //!         }
-//!         match wake {
-//!             Wake::Nobody => {}
-//!             Wake::One => self.waiters.wake_one(key.as_str()),
-//!             Wake::All => self.waiters.wake_key(key.as_str()),
-//!         }
+//!         self.waiters.wake(key.as_str(), wake);
 //!         Ok(Commit::Done)
 //!     }
 //!
