@@ -158,7 +158,7 @@ pub struct Capabilities {
     pub cross_host: bool,
     /// [`LockBackend::subscribe`] wakes waiters on release instead of leaving them to poll,
     /// wherever the release happened. A backend that wakes only the waiters of its own
-    /// process (lock-file, lock-mysql: their servers send no notifications) says `false`:
+    /// process (lock-mysql: the server sends no notifications) says `false`:
     /// its subscriptions still shorten waits within the process.
     pub release_notification: bool,
     /// How many prolongs [`LockBackend::prolongate_many`] sends in one round trip (1, the

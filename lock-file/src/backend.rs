@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::backend::rules;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{Capabilities, Grace, ReleaseSubscription, Token, UrlOptions, Waiters};
+use lock_core::backend::{Capabilities, Grace, Token, UrlOptions};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 
 use crate::clock::Clock;
@@ -31,16 +31,10 @@ use crate::slots::{open, Slots};
 /// again on the runtime's timer, and after [`FileBackend::FILE_LOCK_WAIT`] the call ends
 /// with a retry-safe [`ErrorKind::Unavailable`], so that a lock whose renewal waits behind
 /// it still hears its lost signal on time.
-///
-/// # Waiters
-/// A release wakes a waiter of the same backend (or a clone of it) at once; waiters in
-/// other processes find it at their next poll (the retry strategy's delays).
 #[derive(Debug, Clone)]
 pub struct FileBackend {
     dir: PathBuf,
     grace: Option<Grace>,
-    /// This process's waiters, woken by this backend's releases.
-    waiters: Waiters,
 }
 
 impl FileBackend {
@@ -81,11 +75,7 @@ impl FileBackend {
             ));
         }
         check_owner(&dir)?;
-        Ok(FileBackend {
-            dir,
-            grace: None,
-            waiters: Waiters::default(),
-        })
+        Ok(FileBackend { dir, grace: None })
     }
 
     /// The backend a `file:` URL names: `file:///var/lock/myapp` (absolute),
@@ -378,19 +368,10 @@ impl Storage for FileBackend {
                 Record::from_stored(key.as_str(), write, clock.anchor()),
             )
             .map_err(|e| io_error(op, &path, e))?;
-        // Written and the file closed (its lock with it): this process's waiters try at once.
-        drop(file);
-        self.waiters.wake(key.as_str(), change.wake);
         if op == Operation::ForceRelease {
             tracing::info!(path = %path.display(), "lock broken by force_release");
         }
         Ok(Commit::Done)
-    }
-
-    /// This process's waiters only: a release in another process reaches a waiter here at
-    /// its next poll.
-    async fn subscribe_releases(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
-        Ok(Some(self.waiters.subscribe(key.as_str())))
     }
 }
 

@@ -424,21 +424,3 @@ fn a_record_whose_file_lock_is_never_let_go_fails_in_time_without_blocking_the_t
         "the runtime's thread was blocked: {ticks} ticks in {took:?}"
     );
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_wakes_the_next_waiter_of_the_process() {
-    // Other processes' waiters poll, but a release of this backend wakes its own: two
-    // waiters get the lock in turn long before their 20 s fallback poll.
-    let (_tmp, backend) = setup();
-    let backend = Arc::new(backend);
-    let holder = Locker::new(backend.clone());
-    let guard = test_servers::locks::take(&holder, "queue").await;
-    let took = test_servers::locks::queue_behind(guard, 2, Duration::from_millis(100), || {
-        Locker::new(backend.clone())
-    })
-    .await;
-    assert!(
-        took < Duration::from_secs(15),
-        "took {took:?}: a waiter slept until its fallback poll"
-    );
-}
