@@ -419,3 +419,9 @@ async fn a_wait_that_only_met_an_exclusive_holder_sends_no_release_when_it_gives
     assert_eq!(backend.releases.load(Ordering::SeqCst), before + 1);
     assert_eq!(reader.release().await.unwrap(), ReleaseOutcome::Released);
 }
+
+#[tokio::test]
+async fn a_shared_release_that_lets_nobody_in_wakes_nobody() {
+    let backend = lock_core::MemoryBackend::new();
+    test_servers::locks::a_shared_release_that_lets_nobody_in_wakes_nobody(&backend).await;
+}

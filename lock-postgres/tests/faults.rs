@@ -499,3 +499,10 @@ async fn each_release_wakes_the_next_waiter_of_the_process() {
         "took {took:?}: a waiter slept until its fallback poll"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_release_that_lets_nobody_in_wakes_nobody() {
+    let server = PrivatePostgres::start();
+    let backend = PostgresBackend::lazy(&server.url).unwrap();
+    test_servers::locks::a_shared_release_that_lets_nobody_in_wakes_nobody(&backend).await;
+}

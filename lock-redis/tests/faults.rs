@@ -742,3 +742,12 @@ async fn waiters_already_waiting_hear_releases_after_the_pubsub_connection_drops
         "handed over {waited:?} after the release"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_release_that_lets_nobody_in_wakes_nobody() {
+    let server = PrivateRedis::start();
+    for variant in BOTH {
+        let backend = backend(&server.url, variant).await;
+        test_servers::locks::a_shared_release_that_lets_nobody_in_wakes_nobody(&backend).await;
+    }
+}

@@ -245,3 +245,52 @@ pub async fn refused_early(backend: &dyn LockBackend, port: u16) {
         started.elapsed()
     );
 }
+
+/// Two readers hold `key` and a writer waits (its marker keeps new readers out): the first
+/// reader's release must wake nobody, since nobody can get in (a woken herd of readers
+/// would only queue the writer's next attempt behind theirs), and the second one's must
+/// wake the waiters. For a backend with release notifications.
+pub async fn a_shared_release_that_lets_nobody_in_wakes_nobody(backend: &dyn LockBackend) {
+    use lock_core::backend::{ReleaseRequest, Token};
+    use lock_core::{HolderInfo, Mode, Ttl};
+    let key = Key::new(crate::bench::fresh_prefix("herd")).expect("a key");
+    let holder = HolderInfo::current();
+    let ttl = Ttl::from_millis(30_000).expect("a ttl");
+    let [first, second, writer] = [(); 3].map(|()| Token::generate().expect("a token"));
+    for reader in [&first, &second] {
+        let req = ObtainRequest::new(&key, reader, ttl, &holder).with_mode(Mode::READ);
+        let got = backend.obtain(req).await.expect("a read obtain");
+        assert!(
+            matches!(got, ObtainOutcome::Acquired { .. }),
+            "a reader: {got:?}"
+        );
+    }
+    let req = ObtainRequest::new(&key, &writer, ttl, &holder).with_queue(true);
+    let got = backend.obtain(req).await.expect("the writer's obtain");
+    assert!(matches!(got, ObtainOutcome::Busy(_)), "the writer: {got:?}");
+    let mut sub = backend
+        .subscribe(&key)
+        .await
+        .expect("subscribe")
+        .expect("a backend with release notifications");
+    // Subscriptions may take a moment to reach the server (LISTEN, SUBSCRIBE).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let release = |token| ReleaseRequest {
+        key: &key,
+        token,
+        delay_after: None,
+    };
+    let out = backend.release(release(&first)).await.expect("a release");
+    assert_eq!(out, ReleaseOutcome::Released);
+    assert!(
+        !sub.released_within(Duration::from_millis(500)).await,
+        "a release that let nobody in woke a waiter"
+    );
+    let out = backend.release(release(&second)).await.expect("a release");
+    assert_eq!(out, ReleaseOutcome::Released);
+    assert!(
+        sub.released_within(Duration::from_secs(5)).await,
+        "the last reader's release woke nobody"
+    );
+    let _ = backend.force_release(&key).await;
+}

@@ -423,8 +423,17 @@ elseif op == 'release' then
   else
     after = freed(delay)
   end
-  after.writer = other_writer(me)
-  put(after, 'all')
+  local w = other_writer(me)
+  after.writer = w
+  -- A writer waits and another's share lives on: nobody can get in (the marker keeps
+  -- readers out, the share the writer), so nobody is woken. The last share out wakes all.
+  local wake = 'all'
+  if w then
+    for _, s in ipairs(rest) do
+      if s.expires > now and s.token ~= w.token then wake = nil end
+    end
+  end
+  put(after, wake)
   if live then return { 'released' } end
   return { 'released_late' }
 elseif op == 'inspect' then

@@ -389,6 +389,20 @@ pub(super) fn release<T: Clone + PartialEq, H: Clone>(
         .filter(|sh| sh.hold.token != *token && sh.hold.forget > now)
         .cloned()
         .collect();
+    let writer = writer_after(record, clock, token);
+    // A writer waits and another's share lives on: nobody can get in (the marker keeps
+    // readers out, the share the writer), so nobody is woken; a herd of woken readers would
+    // only queue the writer's next attempt behind theirs. The last share out wakes them all.
+    let wake = match &writer {
+        Some(w)
+            if rest
+                .iter()
+                .any(|sh| sh.hold.expires > now && sh.hold.token != w.token) =>
+        {
+            Wake::Nobody
+        }
+        _ => Wake::All,
+    };
     let state = match delay {
         _ if rest.iter().any(|sh| sh.hold.expires > now) => State::Shared(Shared {
             capacity: s.capacity,
@@ -411,8 +425,8 @@ pub(super) fn release<T: Clone + PartialEq, H: Clone>(
         write: Some(Record {
             fencing: last_fencing(record),
             state,
-            writer: writer_after(record, clock, token),
+            writer,
         }),
-        wake: Wake::All,
+        wake,
     }
 }

@@ -238,7 +238,11 @@ fn mode_changes_keep_the_hold_and_order_the_fencing() {
         Grace::or_ttl(None, Ttl::from_millis(1_000).unwrap()),
     );
     assert_eq!(apply(&mut r, p), ProlongOutcome::Prolonged);
-    assert_eq!(release_into(&mut r, 1_400, 2).0, ReleaseOutcome::Released);
+    // The last share but the upgrading writer's own leaves: the writer can get in, woken.
+    assert_eq!(
+        release_into(&mut r, 1_400, 2),
+        (ReleaseOutcome::Released, Wake::All)
+    );
     // Alone now: up, with a fresh fencing token above the other reader's.
     assert_eq!(
         obtain_into(&mut r, 1_500, 1, Mode::Exclusive, false),
@@ -274,9 +278,20 @@ fn a_waiting_writer_keeps_new_readers_out() {
     );
     // Readers inside keep reentering; the marker outlives them; the writer gets in.
     assert!(obtain_into(&mut r, 20, 1, Mode::READ, false).contains("Reacquired"));
-    for t in [1, 1, 2] {
-        let _ = release_into(&mut r, 30, t);
-    }
+    // While another's share lives, a release wakes nobody (nobody could get in); the last
+    // share out wakes every waiter (the writer may not be first in line).
+    assert_eq!(
+        release_into(&mut r, 30, 1),
+        (ReleaseOutcome::Decremented { holds: 1 }, Wake::Nobody)
+    );
+    assert_eq!(
+        release_into(&mut r, 30, 1),
+        (ReleaseOutcome::Released, Wake::Nobody)
+    );
+    assert_eq!(
+        release_into(&mut r, 30, 2),
+        (ReleaseOutcome::Released, Wake::All)
+    );
     assert!(obtain_into(&mut r, 30, 3, Mode::READ, false).contains("WriterWaiting"));
     assert!(obtain_into(&mut r, 40, 9, Mode::Exclusive, true).starts_with("Acquired"));
     assert_eq!(
