@@ -6,7 +6,6 @@
 
 mod support;
 
-use test_servers::locks::{queue_behind, take};
 use test_servers::logs::capture;
 
 use std::sync::Arc;
@@ -14,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
 use lock_core::{
-    ErrorKind, HolderInfo, Key, LockBackend, Locker, ObtainOutcome, ProlongOutcome, ReleaseOutcome,
-    Ttl,
+    ErrorKind, HolderInfo, Key, LockBackend, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Ttl,
 };
 use lock_mysql::{MySqlBackend, MySqlBuilder};
 use sqlx::mysql::MySqlPoolOptions;
@@ -477,14 +475,5 @@ async fn a_release_wakes_the_next_waiter_of_the_process() {
             .build()
             .unwrap(),
     );
-    let holder = Locker::new(backend.clone());
-    let guard = take(&holder, "queue").await;
-    let took = queue_behind(guard, 2, Duration::from_millis(100), || {
-        Locker::new(backend.clone())
-    })
-    .await;
-    assert!(
-        took < Duration::from_secs(15),
-        "took {took:?}: a waiter slept until its fallback poll"
-    );
+    test_servers::locks::releases_wake_the_waiters_of_the_process_in_turn(backend).await;
 }

@@ -488,16 +488,7 @@ async fn each_release_wakes_the_next_waiter_of_the_process() {
     // a waiter, so two waiters get the lock in turn long before their 20 s fallback poll.
     let server = PrivatePostgres::start();
     let backend = Arc::new(PostgresBackend::lazy(&server.url).unwrap());
-    let holder = Locker::new(backend.clone());
-    let guard = take(&holder, "queue").await;
-    let took = queue_behind(guard, 2, Duration::from_millis(100), || {
-        Locker::new(backend.clone())
-    })
-    .await;
-    assert!(
-        took < Duration::from_secs(15),
-        "took {took:?}: a waiter slept until its fallback poll"
-    );
+    test_servers::locks::releases_wake_the_waiters_of_the_process_in_turn(backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

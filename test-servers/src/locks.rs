@@ -111,6 +111,21 @@ pub async fn queue_behind(
     started.elapsed()
 }
 
+/// Two waiters of one process queue behind a holder of one key on `backend`: each release
+/// must wake the next, so both get the lock in turn long before their 20 s fallback poll.
+pub async fn releases_wake_the_waiters_of_the_process_in_turn(backend: Arc<dyn LockBackend>) {
+    let holder = Locker::new(backend.clone());
+    let guard = take(&holder, "queue").await;
+    let took = queue_behind(guard, 2, Duration::from_millis(100), || {
+        Locker::new(backend.clone())
+    })
+    .await;
+    assert!(
+        took < Duration::from_secs(15),
+        "took {took:?}: a waiter slept until its fallback poll"
+    );
+}
+
 /// `guard`'s prolong for 30 s, retried (for up to 30 s) while the backend comes back from a
 /// fault: the answer once it is reachable again.
 pub async fn prolong_when_back(guard: &LockGuard) -> ProlongOutcome {
