@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::rules::Wake;
 use lock_core::backend::storage::{self, Storage};
 use lock_core::backend::{
     Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+    Waiters,
 };
 use lock_core::{
     Busy, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome,
@@ -97,6 +99,7 @@ impl PostgresBackend {
             grace: settings.grace,
             auto_migrate: settings.auto_migrate,
             schema: lock_sql::SchemaOnce::default(),
+            local: (!settings.notifications).then(Waiters::default),
         });
         PostgresBackend {
             listing: Arc::new(Listing::new(Arc::clone(&db), settings.waiter_id)),
@@ -289,6 +292,10 @@ impl LockBackend for PostgresBackend {
         };
         let op = Operation::Release;
         let r = self.db.call(op, "release", req.key, args).await?;
+        if matches!(r.outcome, Word::Released | Word::ReleasedLate) {
+            // An exclusive hold ended (the function decides no other): one waiter can get in.
+            self.db.wake_local(req.key, Wake::One);
+        }
         match r.outcome {
             Word::Defer => storage::release(&*self.db, req).await,
             Word::Released => Ok(ReleaseOutcome::Released),
@@ -313,13 +320,19 @@ impl LockBackend for PostgresBackend {
         let r = self.db.call(op, "force", key, Args::default()).await?;
         match r.outcome {
             Word::Defer => storage::force_release(&*self.db, key).await,
-            _ => r.state(),
+            _ => {
+                self.db.wake_local(key, Wake::All);
+                r.state()
+            }
         }
     }
 
+    /// Without notifications (`notify=false`, as through PgBouncer), a subscription to this
+    /// backend's own releases: waiters of another process find a release at their next
+    /// poll.
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
-        if !self.notifications {
-            return Ok(None);
+        if let Some(local) = &self.db.local {
+            return Ok(Some(local.subscribe(key.as_str())));
         }
         let subscription = self
             .notifier

@@ -145,7 +145,9 @@ impl PostgresBuilder {
     }
 
     /// Turns release notifications (`LISTEN`/`NOTIFY`) on (the default) or off. Turn them
-    /// off through PgBouncer in transaction mode, where `LISTEN` cannot work: waiters poll.
+    /// off through PgBouncer in transaction mode, where `LISTEN` cannot work: a release then
+    /// wakes the waiters of the same backend (and its clones) at once, and waiters of other
+    /// processes poll.
     pub fn notifications(mut self, on: bool) -> Self {
         self.notifications = on;
         self

@@ -4,7 +4,8 @@
 use std::fmt;
 
 use futures_core::future::BoxFuture;
-use lock_core::backend::{Grace, ProlongRequest};
+use lock_core::backend::rules::Wake;
+use lock_core::backend::{Grace, ProlongRequest, Waiters};
 use lock_core::{Key, Operation, ProlongOutcome, Result, Ttl};
 use lock_sql::{Pooled, SchemaOnce};
 use sqlx::postgres::PgRow;
@@ -29,6 +30,8 @@ pub(crate) struct Db {
     pub(crate) auto_migrate: bool,
     /// The table and functions of this version were found or made, once.
     pub(crate) schema: SchemaOnce,
+    /// Without notifications, this process's waiters, woken by this backend's releases.
+    pub(crate) local: Option<Waiters>,
 }
 
 impl fmt::Debug for Db {
@@ -45,6 +48,14 @@ impl fmt::Debug for Db {
 }
 
 impl Db {
+    /// Without notifications, wakes this process's waiters of `key` the decision names, once
+    /// its write committed. (With them, the `NOTIFY` of the write wakes every process's.)
+    pub(crate) fn wake_local(&self, key: &Key, whom: Wake) {
+        if let Some(local) = &self.local {
+            local.wake(key.as_str(), whom);
+        }
+    }
+
     pub(crate) fn grace_ms(&self, ttl: Ttl) -> u64 {
         Grace::or_ttl(self.grace, ttl).as_millis()
     }

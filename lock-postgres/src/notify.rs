@@ -21,7 +21,9 @@
 //! notification may have been missed, and the waiters' fallback poll covers the gap.
 //!
 //! Through PgBouncer in transaction mode `LISTEN` cannot work (the session is not kept):
-//! turn notifications off there (`PostgresBuilder::notifications(false)`, `notify=false`), and waiters poll.
+//! turn notifications off there (`PostgresBuilder::notifications(false)`, `notify=false`):
+//! a release then wakes the waiters of the same backend in its own process (`Db::wake_local`),
+//! and waiters elsewhere poll.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};

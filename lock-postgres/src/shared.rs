@@ -66,7 +66,7 @@ impl Storage for Db {
             shared = true
         );
         let deadline = self.pooled.deadline_from_now();
-        async {
+        let wake = async {
             self.pooled
                 .within(op, deadline, self.ensure_schema(op))
                 .await??;
@@ -91,6 +91,7 @@ impl Storage for Db {
         }
         .instrument(span)
         .await?;
+        self.wake_local(key, wake);
         Ok(Commit::Done)
     }
 }
@@ -103,7 +104,7 @@ impl Db {
         op: Operation,
         key: &Key,
         decide: &mut Decide<'_, String, String>,
-    ) -> std::result::Result<Result<()>, sqlx::Error> {
+    ) -> std::result::Result<Result<Wake>, sqlx::Error> {
         let mut tx = Open::new(
             self.pooled
                 .connection(self.pooled.deadline_from_now())
@@ -121,7 +122,7 @@ impl Db {
         };
         fetch_rows(&mut tx.conn, &end).await?;
         tx.open = false;
-        Ok(decided.map(|_| ()))
+        Ok(decided.map(|(_, wake)| wake))
     }
 }
 

@@ -497,3 +497,18 @@ async fn a_shared_release_that_lets_nobody_in_wakes_nobody() {
     let backend = PostgresBackend::lazy(&server.url).unwrap();
     test_servers::locks::a_shared_release_that_lets_nobody_in_wakes_nobody(&backend).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_notifications_releases_still_wake_the_waiters_of_the_process() {
+    // notify=false (as through PgBouncer): waiters of other processes poll, but a release
+    // of this backend wakes its own, by the same rules as NOTIFY would.
+    let server = PrivatePostgres::start();
+    let backend = PostgresBackend::builder(&server.url)
+        .notifications(false)
+        .build()
+        .unwrap();
+    assert!(!backend.capabilities().release_notification);
+    let backend = Arc::new(backend);
+    test_servers::locks::releases_wake_the_waiters_of_the_process_in_turn(backend.clone()).await;
+    test_servers::locks::a_shared_release_that_lets_nobody_in_wakes_nobody(&*backend).await;
+}
