@@ -6,23 +6,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::rules::Wake;
 use lock_core::backend::storage::{self, Storage};
 use lock_core::backend::{
-    Capabilities, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
 };
 use lock_core::{
-    Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
+    Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
+    Ttl,
 };
+use lock_sql::reply::Word;
+use lock_sql::SharedTokens;
 use sqlx::MySqlPool;
 
 use crate::exec::Db;
+use crate::sql::{Call, ProcedureOp};
 
 /// Locks in a MariaDB or MySQL database: one InnoDB row per key, each operation one
 /// transaction that locks the row, reads the server's clock, and writes what
-/// [`lock_core::backend::rules`] decide (the backend is a storage of lock-core's adapter,
-/// [`lock_core::backend::storage`], plus batched prolongs and a sweep of old rows).
+/// [`lock_core::backend::rules`] decide: in the table's stored procedure, which holds the
+/// same decision table, for exclusive holds; in the client otherwise (the backend is a
+/// storage of lock-core's adapter, [`lock_core::backend::storage`], plus batched prolongs
+/// and a sweep of old rows).
 ///
-/// Each operation is two round trips on one pooled connection, and holding a lock pins no
+/// An obtain, prolong or release of an exclusive hold is one round trip (a `CALL`);
+/// shared holds, mode changes, `inspect` and `force_release` are two, and so is every
+/// operation when the procedure cannot be made or called (no CREATE ROUTINE or EXECUTE
+/// privilege: the backend says so once at WARN and goes on). Holding a lock pins no
 /// connection (not `GET_LOCK`, which belongs to a connection: see the crate docs). The
 /// server has no release notifications: a release wakes a waiter of the same backend (or
 /// a clone of it) at once, and waiters elsewhere poll with their retry strategy. The table is
@@ -31,6 +41,8 @@ use crate::exec::Db;
 #[derive(Clone)]
 pub struct MySqlBackend {
     db: Arc<Db>,
+    /// Tokens that hold shared: their prolongs and releases skip the procedure.
+    shared: Arc<SharedTokens>,
 }
 
 impl MySqlBackend {
@@ -49,7 +61,10 @@ impl MySqlBackend {
     pub const SWEEP_EVERY: u32 = 100;
 
     pub(crate) fn new(db: Db) -> Self {
-        MySqlBackend { db: Arc::new(db) }
+        MySqlBackend {
+            db: Arc::new(db),
+            shared: Arc::default(),
+        }
     }
 
     /// The pool the backend runs on.
@@ -91,6 +106,14 @@ impl MySqlBackend {
     /// Cancel safe: a sweep cut off is rolled back.
     pub async fn sweep(&self) -> Result<u64> {
         self.db.sweep().await
+    }
+
+    /// Whether exclusive holds still go through the table's procedure (false once it was
+    /// found missing or not ours to call, or with `decide_in_client`). For the tests; not
+    /// part of the public API.
+    #[doc(hidden)]
+    pub fn uses_procedure(&self) -> bool {
+        self.db.procedure.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A sweep in the background, one at a time, now and then after an acquisition.
@@ -135,7 +158,36 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        let outcome = storage::obtain(&*self.db, req).await?;
+        req.mode.check(Self::NAME)?;
+        let outcome = if req.mode.is_shared() || req.change.is_some() {
+            // Shared requests and mode changes (rare: an upgrade) are decided in the client,
+            // by the rules: the procedure knows exclusive holds only.
+            let outcome = storage::obtain(&*self.db, req).await?;
+            if matches!(
+                outcome,
+                ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }
+            ) {
+                self.shared.record(req.key, req.token, req.mode.is_shared());
+            }
+            outcome
+        } else {
+            let op = Operation::Obtain;
+            let holder = lock_sql::holder_json(Self::NAME, req.holder, op)?;
+            let token = req.token.digest();
+            let call = Call {
+                op: ProcedureOp::Obtain,
+                key: req.key.as_str(),
+                token: &token,
+                holder: Some(&holder),
+                ttl_us: micros(req.ttl),
+                grace_us: micros_of(Grace::or_ttl(self.db.grace, req.ttl).as_duration()),
+                delay_us: 0,
+            };
+            match self.db.call(op, &call).await? {
+                Some(r) if r.outcome != Word::Defer => r.obtain_outcome(req.ttl)?,
+                _ => storage::obtain(&*self.db, req).await?,
+            }
+        };
         if matches!(outcome, ObtainOutcome::Acquired { .. }) {
             self.maybe_sweep();
         }
@@ -143,7 +195,27 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        storage::prolongate(&*self.db, req).await
+        if self.shared.is_shared(req.key, req.token) {
+            let outcome = storage::prolongate(&*self.db, req).await?;
+            if outcome == ProlongOutcome::Lost {
+                self.shared.forget(req.key, req.token);
+            }
+            return Ok(outcome);
+        }
+        let token = req.token.digest();
+        let call = Call {
+            op: ProcedureOp::Prolong,
+            key: req.key.as_str(),
+            token: &token,
+            holder: None,
+            ttl_us: micros(req.ttl),
+            grace_us: micros_of(Grace::or_ttl(self.db.grace, req.ttl).as_duration()),
+            delay_us: 0,
+        };
+        match self.db.call(Operation::Prolongate, &call).await? {
+            Some(r) if r.outcome != Word::Defer => r.prolong_outcome(),
+            _ => storage::prolongate(&*self.db, req).await,
+        }
     }
 
     /// Up to [`MySqlBackend::BATCH`] locks per transaction: their rows read in primary-key
@@ -160,7 +232,38 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        storage::release(&*self.db, req).await
+        if self.shared.is_shared(req.key, req.token) {
+            let outcome = storage::release(&*self.db, req).await?;
+            if !matches!(outcome, ReleaseOutcome::Decremented { .. }) {
+                self.shared.forget(req.key, req.token);
+            }
+            return Ok(outcome);
+        }
+        let token = req.token.digest();
+        let call = Call {
+            op: ProcedureOp::Release,
+            key: req.key.as_str(),
+            token: &token,
+            holder: None,
+            ttl_us: 0,
+            grace_us: 0,
+            delay_us: req.delay_after.map_or(0, micros),
+        };
+        match self.db.call(Operation::Release, &call).await? {
+            Some(r) if r.outcome != Word::Defer => {
+                let outcome = r.release_outcome()?;
+                if matches!(
+                    outcome,
+                    ReleaseOutcome::Released | ReleaseOutcome::ReleasedLate
+                ) {
+                    // Committed, and an exclusive hold ended (the procedure decides no
+                    // other): one waiter of this process can get in.
+                    self.db.waiters.wake(req.key.as_str(), Wake::One);
+                }
+                Ok(outcome)
+            }
+            _ => storage::release(&*self.db, req).await,
+        }
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
@@ -174,4 +277,13 @@ impl LockBackend for MySqlBackend {
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         self.db.subscribe_releases(key).await
     }
+}
+
+/// A ttl in µs, as the procedure takes it.
+fn micros(ttl: Ttl) -> u64 {
+    micros_of(ttl.as_duration())
+}
+
+fn micros_of(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

@@ -29,6 +29,17 @@ pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
     server_number(e) == Some(number::NO_SUCH_TABLE)
 }
 
+/// Whether the server answered `e` with error `number`.
+pub(crate) fn has_number(e: &sqlx::Error, number: u16) -> bool {
+    server_number(e) == Some(number)
+}
+
+/// Whether `e` says the table's procedure is missing (ER_SP_DOES_NOT_EXIST: never made, or
+/// dropped) or may not be called by this user (ER_PROCACCESS_DENIED_ERROR, no EXECUTE).
+pub(crate) fn is_unusable_procedure(e: &sqlx::Error) -> bool {
+    matches!(server_number(e), Some(1305 | 1370))
+}
+
 /// Whether `e` says the connection is no use any more: gone (closed, killed, cut, timed
 /// out), or on a server that has become read-only (a replica after a failover: a fresh
 /// connection may reach the new primary).

@@ -9,20 +9,26 @@
 //! the deadline (`innodb_lock_wait_timeout`, see `sql.rs`).
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures_core::future::BoxFuture;
 use lock_core::backend::rules;
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::{Grace, ProlongRequest};
 use lock_core::{Operation, ProlongOutcome, Result};
+use lock_sql::reply::Reply;
 use lock_sql::{Open, SchemaOnce};
 use sqlx::mysql::MySqlRow;
+use sqlx::Row as _;
 use tracing::Instrument;
 
-use crate::error::{is_broken_connection, is_missing_table, map_error, protocol};
+use crate::error::{
+    is_broken_connection, is_missing_table, is_unusable_procedure, map_error, protocol,
+};
 use crate::read::{Read, Stored};
-use crate::sql::{Names, Session, COMMIT};
+use crate::sql::{Call, Names, Session, COMMIT};
+use crate::NAME;
 
 /// What every transaction of a backend needs, shared by its clones.
 pub(crate) struct Db {
@@ -40,6 +46,10 @@ pub(crate) struct Db {
     /// This process's waiters, woken by this backend's releases (the server sends no
     /// notifications: waiters in other processes poll).
     pub(crate) waiters: lock_core::backend::Waiters,
+    /// Exclusive holds go through the table's procedure (one round trip); false once the
+    /// procedure was found missing or not ours to call (see `migrate.rs`), and every
+    /// operation then decides in the client (two).
+    pub(crate) procedure: AtomicBool,
 }
 
 impl fmt::Debug for Db {
@@ -60,6 +70,95 @@ impl fmt::Debug for Db {
 pub(crate) type Plan<'p, T> = &'p mut (dyn FnMut(&Read) -> Result<(T, Vec<String>)> + Send);
 
 impl Db {
+    /// One call of the table's procedure by the deadline, and its answer; `None` when this
+    /// backend has no procedure to call (missing, or not ours to call: it then stops trying
+    /// and says so once), and the caller decides in the client instead. The table made
+    /// again and the call retried once if the table vanished, as for a transaction.
+    pub(crate) async fn call(&self, op: Operation, call: &Call<'_>) -> Result<Option<Reply>> {
+        if !self.procedure.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let span = tracing::debug_span!("mysql_lock", op = op.as_str(), key = call.key);
+        let sql = self.names.call(&self.session, call);
+        let deadline = self.pooled.deadline_from_now();
+        let run = async {
+            self.pooled
+                .within(op, deadline, self.ensure_schema(op))
+                .await??;
+            let first = self
+                .pooled
+                .within(op, deadline, self.call_once(&sql))
+                .await?;
+            match first {
+                Err(e) if is_missing_table(&e) && self.auto_migrate => {
+                    tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
+                    self.schema.forget();
+                    self.pooled
+                        .within(op, deadline, self.ensure_schema(op))
+                        .await??;
+                    Ok(self
+                        .pooled
+                        .within(op, deadline, self.call_once(&sql))
+                        .await?)
+                }
+                other => Ok(other),
+            }
+        };
+        let rows = match run.instrument(span).await? {
+            Ok(rows) => rows,
+            Err(e) if is_unusable_procedure(&e) => {
+                self.no_procedure(&e);
+                return Ok(None);
+            }
+            Err(e) => {
+                if is_missing_table(&e) {
+                    self.schema.forget();
+                    return Err(self.missing_table());
+                }
+                if is_broken_connection(&e) {
+                    self.pooled.discard_idle();
+                }
+                return Err(map_error(op, e));
+            }
+        };
+        match rows.as_slice() {
+            [row] => decode(op, row).map(Some),
+            _ => Err(protocol(op, format!("{} rows for one call", rows.len()))),
+        }
+    }
+
+    /// From now on, every operation decides in the client: the procedure is missing or may
+    /// not be called (`e` says which). Said once, at WARN, with what to do.
+    pub(crate) fn no_procedure(&self, e: &dyn fmt::Display) {
+        if self.procedure.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                procedure = %self.names.procedure,
+                error = %e,
+                "the lock table's procedure cannot be used; every lock operation now takes two \
+                 round trips instead of one (run migrate() as a user that may create routines, \
+                 and grant this user EXECUTE on the procedure)"
+            );
+        }
+    }
+
+    /// The call's message on one connection, its rows. A call cut off mid-way closes its
+    /// connection (the procedure may be inside its transaction: the server rolls it back).
+    fn call_once<'a>(
+        &'a self,
+        sql: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<Vec<MySqlRow>, sqlx::Error>> {
+        Box::pin(async move {
+            let mut tx = Open::new(
+                self.pooled
+                    .connection(self.pooled.deadline_from_now())
+                    .await?,
+            );
+            let rows = fetch_rows(&mut tx.conn, sql).await?;
+            tx.open = false;
+            Ok(rows)
+        })
+    }
+
     /// Prolongs up to a batch of locks in one transaction: their rows read in primary-key
     /// order, each decided by the rules, the changed ones written in one statement.
     pub(crate) async fn prolong_batch(
@@ -206,6 +305,26 @@ impl Db {
             Ok(decided.map(|(answer, _)| answer))
         })
     }
+}
+
+/// The procedure's row: outcome, remaining µs, holder, fencing, holds (`procedure.sql`).
+fn decode(op: Operation, row: &MySqlRow) -> Result<Reply> {
+    let text = |i: usize| -> std::result::Result<Option<String>, sqlx::Error> {
+        let bytes: Option<Vec<u8>> = row.try_get(i)?;
+        Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    };
+    let word = text(0).map_err(|e| protocol(op, e))?.unwrap_or_default();
+    let mut reply = Reply::new(NAME, op, &word)?;
+    let mut fill = || -> std::result::Result<(), sqlx::Error> {
+        let us: Option<i64> = row.try_get(1)?;
+        reply.remaining = us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
+        reply.holder = text(2)?;
+        reply.fencing = row.try_get(3)?;
+        reply.holds = row.try_get(4)?;
+        Ok(())
+    };
+    fill().map_err(|e| protocol(op, e))?;
+    Ok(reply)
 }
 
 /// The row that stores `record` at the read's instant.

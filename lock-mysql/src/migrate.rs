@@ -4,7 +4,7 @@
 use lock_core::{Error, ErrorKind, Operation, Result};
 use sqlx::Row;
 
-use crate::error::{map_error, protocol};
+use crate::error::{has_number, map_error, protocol};
 use crate::exec::{fetch_rows, Db};
 use crate::NAME;
 
@@ -49,7 +49,44 @@ impl Db {
             .await
             .map_err(|e| map_error(op, e))?;
         drop(conn);
-        self.check_shape(op).await
+        self.check_shape(op).await?;
+        self.make_procedure(op).await
+    }
+
+    /// Makes the table's procedure if missing (`CREATE PROCEDURE IF NOT EXISTS`, DDL that
+    /// the server commits on its own) under a pinned `sql_mode`, which the routine keeps
+    /// whatever the sessions that call it set. When the server refuses (no CREATE ROUTINE
+    /// privilege; a MySQL before 8.0.29, which knows no `IF NOT EXISTS` here), the backend
+    /// decides every operation in the client, two round trips instead of one, and says so
+    /// once; only a failure to reach the server fails the migration.
+    async fn make_procedure(&self, op: Operation) -> Result<()> {
+        let conn = self
+            .pooled
+            .connection(self.pooled.deadline_from_now())
+            .await
+            .map_err(|e| map_error(op, e))?;
+        // A connection of its own, closed after: its sql_mode never reaches the pool.
+        let mut conn = conn.detach();
+        let made = fetch_rows(
+            &mut conn,
+            "SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION'",
+        )
+        .await;
+        let made = match made {
+            Ok(_) => fetch_rows(&mut conn, &self.names.procedure_migration()).await,
+            Err(e) => Err(e),
+        };
+        drop(conn);
+        match made {
+            Ok(_) => Ok(()),
+            // ER_SP_ALREADY_EXISTS: another migration made it meanwhile.
+            Err(e) if e.as_database_error().is_some() && !has_number(&e, 1304) => {
+                self.no_procedure(&e);
+                Ok(())
+            }
+            Err(e) if e.as_database_error().is_some() => Ok(()),
+            Err(e) => Err(map_error(op, e)),
+        }
     }
 
     /// Makes (or, with `migrate=false`, checks) the table once, its errors reported as part
@@ -124,8 +161,9 @@ impl Db {
             format!(
                 "the lock table {} is missing, and this backend does not create it \
                  (migrate=false): run migrate() once as a user that may create it, then \
-                 grant this user SELECT, INSERT, UPDATE, DELETE on it",
-                self.names.table
+                 grant this user SELECT, INSERT, UPDATE, DELETE on it and EXECUTE on the \
+                 procedure {}",
+                self.names.table, self.names.procedure
             ),
         )
     }

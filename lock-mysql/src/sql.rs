@@ -1,7 +1,15 @@
 //! Every statement the backend sends, in the order an operation sends them. Read this file
 //! top to bottom to know what reaches the server.
 //!
-//! An operation is one transaction on one pooled connection, two messages, each a few
+//! An obtain, prolong or release of an exclusive hold is one `CALL` of the table's
+//! procedure (`sql/procedure.sql`, [`Names::call`]): one message, one round trip, the
+//! transaction and the decision on the server, held to the same decision table as
+//! lock-core's rules. It answers `defer` for a row it does not decide (shared holds, a
+//! waiting writer's marker), and the operation then goes the way below. So does every
+//! other operation, and every operation of a backend whose procedure is missing or may not
+//! be called (see `migrate.rs`).
+//!
+//! The way below is one transaction on one pooled connection, two messages, each a few
 //! statements in one text (the MySQL protocol's multi-statements, one round trip each):
 //!
 //! 1. [`Session::preamble`]: `START TRANSACTION` (after pinning the session, on a pool
@@ -39,6 +47,11 @@ use std::time::Duration;
 use lock_core::backend::rules::columns::Columns;
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
+const PROCEDURE: &str = include_str!("sql/procedure.sql");
+
+/// The procedure's name after the table's, with the version its body last changed in (see
+/// the top of `procedure.sql`).
+const PROCEDURE_VERSION: &str = "op_v1";
 
 /// The server's clock in µs since the epoch, read when the statement runs (`SYSDATE`, not
 /// `NOW`, which is the statement's start in MySQL and the routine's start inside one; in a
@@ -65,6 +78,8 @@ pub(crate) struct Names {
     insert: String,
     /// `ON DUPLICATE KEY UPDATE` every column: the tail of a write, made once.
     update: String,
+    /// The procedure's name, as given (`table_op_v1`).
+    pub(crate) procedure: String,
 }
 
 impl Names {
@@ -76,6 +91,7 @@ impl Names {
             .map(|c| format!("{c} = VALUES({c})"))
             .collect();
         ok.then(|| Names {
+            procedure: format!("{table}_{PROCEDURE_VERSION}"),
             quoted: format!("`{table}`"),
             insert: format!("INSERT INTO `{table}` (`key`, {COLUMNS}) VALUES"),
             update: format!("ON DUPLICATE KEY UPDATE {}", update.join(", ")),
@@ -86,6 +102,31 @@ impl Names {
     /// `schema.sql` for this table.
     pub(crate) fn migration(&self) -> String {
         SCHEMA.replace("{table}", &self.quoted)
+    }
+
+    /// `procedure.sql` for this table: `CREATE PROCEDURE IF NOT EXISTS`, one statement.
+    pub(crate) fn procedure_migration(&self) -> String {
+        PROCEDURE
+            .replace("{table}", &self.quoted)
+            .replace("{proc}", &format!("`{}`", self.procedure))
+    }
+
+    /// One call of the procedure (see `procedure.sql` for what each value is): the
+    /// session's settings first when the connections are not pinned, then the `CALL`.
+    pub(crate) fn call(&self, session: &Session, call: &Call<'_>) -> String {
+        let text = |v: Option<&str>| v.map_or("NULL".into(), |s| hex(s.as_bytes()));
+        format!(
+            "{}CALL `{}`('{}', {}, {}, {}, {}, {}, {})",
+            session.before_call,
+            self.procedure,
+            call.op.word(),
+            hex(call.key.as_bytes()),
+            hex(call.token.as_bytes()),
+            text(call.holder),
+            call.ttl_us,
+            call.grace_us,
+            call.delay_us,
+        )
     }
 
     /// The columns and types of the table, and its engine, in the connection's database.
@@ -222,6 +263,39 @@ impl Names {
     }
 }
 
+/// What the procedure is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProcedureOp {
+    Obtain,
+    Prolong,
+    Release,
+}
+
+impl ProcedureOp {
+    /// `p_op`, as `procedure.sql` spells it.
+    fn word(self) -> &'static str {
+        match self {
+            ProcedureOp::Obtain => "obtain",
+            ProcedureOp::Prolong => "prolong",
+            ProcedureOp::Release => "release",
+        }
+    }
+}
+
+/// One call of the procedure: its arguments, times in µs.
+#[derive(Debug)]
+pub(crate) struct Call<'a> {
+    pub(crate) op: ProcedureOp,
+    pub(crate) key: &'a str,
+    /// The owner token's digest.
+    pub(crate) token: &'a str,
+    /// The holder's JSON (obtain).
+    pub(crate) holder: Option<&'a str>,
+    pub(crate) ttl_us: u64,
+    pub(crate) grace_us: u64,
+    pub(crate) delay_us: u64,
+}
+
 /// Message 2 of a batch when the rules write nothing.
 pub(crate) const COMMIT: &str = "COMMIT";
 
@@ -257,6 +331,9 @@ pub(crate) struct Session {
     /// What message 1 starts with: the settings unless pinned on connect, then
     /// `START TRANSACTION`.
     pub(crate) preamble: String,
+    /// What a procedure's `CALL` follows in its message: the settings unless pinned on
+    /// connect (the procedure starts its own transaction).
+    pub(crate) before_call: String,
 }
 
 impl Session {
@@ -271,12 +348,17 @@ impl Session {
              lock_wait_timeout = {whole} /*M!, max_statement_time = {exact:.3} */; \
              SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; "
         );
-        let preamble = if pinned {
-            "START TRANSACTION; ".to_owned()
+        let before_call = if pinned {
+            String::new()
         } else {
-            format!("{settings}START TRANSACTION; ")
+            settings.clone()
         };
-        Session { settings, preamble }
+        let preamble = format!("{before_call}START TRANSACTION; ");
+        Session {
+            settings,
+            preamble,
+            before_call,
+        }
     }
 }
 
@@ -356,6 +438,48 @@ mod tests {
         let pinned = Session::new(Duration::from_millis(10), true);
         assert_eq!(pinned.preamble, "START TRANSACTION; ");
         assert!(pinned.settings.contains("innodb_lock_wait_timeout = 1,"));
+    }
+
+    #[test]
+    fn a_call_carries_hex_values_and_the_settings_when_unpinned() {
+        let names = Names::new("locks").unwrap();
+        let call = Call {
+            op: ProcedureOp::Obtain,
+            key: "k'; DROP TABLE t; --",
+            token: "ab",
+            holder: Some("{}"),
+            ttl_us: 5,
+            grace_us: 6,
+            delay_us: 0,
+        };
+        let pinned = names.call(&Session::new(Duration::from_secs(1), true), &call);
+        assert!(
+            pinned.starts_with("CALL `locks_op_v1`('obtain', X'"),
+            "{pinned}"
+        );
+        assert!(!pinned.contains("DROP"), "{pinned}");
+        assert!(pinned.ends_with(", X'6162', X'7b7d', 5, 6, 0)"), "{pinned}");
+        let unpinned = names.call(&Session::new(Duration::from_secs(1), false), &call);
+        assert!(unpinned.starts_with("SET SESSION time_zone"), "{unpinned}");
+        assert!(unpinned.ends_with(&pinned), "{unpinned}");
+        let release = Call {
+            op: ProcedureOp::Release,
+            holder: None,
+            ..call
+        };
+        assert!(names
+            .call(&Session::new(Duration::from_secs(1), true), &release)
+            .contains("('release', X'"));
+        assert!(names
+            .call(&Session::new(Duration::from_secs(1), true), &release)
+            .contains("X'6162', NULL, 5"));
+        let m = names.procedure_migration();
+        assert!(
+            m.contains("CREATE PROCEDURE IF NOT EXISTS `locks_op_v1`("),
+            "{m}"
+        );
+        assert!(m.contains("FROM `locks` WHERE"));
+        assert!(!m.contains("{table}") && !m.contains("{proc}"));
     }
 
     #[test]

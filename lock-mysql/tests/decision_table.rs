@@ -1,6 +1,9 @@
 //! The contract's decision table (`lock_conformance::table`) through a real server: each
-//! case's row is written with SQL, the request goes through the backend (its transaction,
-//! its row codec, the rules), and the row is read back.
+//! case's row is written with SQL, the request goes through the backend, and the row is
+//! read back. Both ways the backend decides: the table's procedure (`procedure.sql`, for
+//! exclusive holds, deferring the rest to the client), and the client alone (its
+//! transaction, its row codec, the rules), which every operation takes when the
+//! procedure cannot be used.
 
 mod support;
 
@@ -23,16 +26,27 @@ fn text(row: &sqlx::mysql::MySqlRow, column: &str) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_backend_keeps_the_decision_table() {
+async fn the_procedure_keeps_the_decision_table() {
+    keeps_the_decision_table(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_keeps_the_decision_table() {
+    keeps_the_decision_table(false).await;
+}
+
+async fn keeps_the_decision_table(procedure: bool) {
     let harness = MySql::new();
     let url = shared_url();
     let admin = MySqlPool::connect(&url).await.expect("the shared MariaDB");
     let table = harness.fresh_table();
-    let backend = MySqlBackend::builder(url.clone())
+    let mut builder = MySqlBackend::builder(url.clone())
         .table(&table)
-        .grace(Duration::from_millis(GRACE_MS))
-        .build()
-        .unwrap();
+        .grace(Duration::from_millis(GRACE_MS));
+    if !procedure {
+        builder = builder.decide_in_client();
+    }
+    let backend = builder.build().unwrap();
     backend.migrate().await.unwrap();
     let (a, b, c) = (
         Token::generate().unwrap(),
@@ -99,4 +113,6 @@ async fn the_backend_keeps_the_decision_table() {
             panic!("{e}");
         }
     }
+    // Every case went the way asked: the procedure was there to call all along.
+    assert_eq!(backend.uses_procedure(), procedure);
 }

@@ -413,6 +413,10 @@ async fn a_least_privilege_user_uses_a_table_migrated_by_an_admin() {
         obtain(&b, &key, &token, 30_000).await,
         ObtainOutcome::Acquired { .. }
     ));
+    assert!(
+        !b.uses_procedure(),
+        "no EXECUTE on the procedure: the client decides"
+    );
     b.sweep().await.unwrap();
     let release = ReleaseRequest {
         key: &key,
@@ -420,6 +424,25 @@ async fn a_least_privilege_user_uses_a_table_migrated_by_an_admin() {
         delay_after: None,
     };
     assert_eq!(b.release(release).await.unwrap(), ReleaseOutcome::Released);
+    // With EXECUTE granted, the procedure runs on the user's own rights on the table.
+    exec(
+        &url,
+        &format!("GRANT EXECUTE ON PROCEDURE `{table}_op_v1` TO '{user}'@'%'"),
+    )
+    .await;
+    let granted = MySqlBuilder::from_url(&format!("{as_user}?table={table}&migrate=false"))
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(matches!(
+        obtain(&granted, &key, &token, 30_000).await,
+        ObtainOutcome::Acquired { .. }
+    ));
+    assert_eq!(
+        granted.release(release).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert!(granted.uses_procedure());
     let creating = MySqlBackend::builder(as_user)
         .table(&harness.fresh_table())
         .build()
@@ -476,4 +499,61 @@ async fn a_release_wakes_the_next_waiter_of_the_process() {
             .unwrap(),
     );
     test_servers::locks::releases_wake_the_waiters_of_the_process_in_turn(backend).await;
+}
+
+/// A procedure dropped under a running backend (or never made: `migrate=false` on a table
+/// an older version made) costs a round trip, never an operation: the call that finds it
+/// missing is decided in the client, and so is every later one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_procedure_leaves_every_operation_working() {
+    let harness = MySql::new();
+    let url = shared_url();
+    let table = harness.fresh_table();
+    let b = MySqlBackend::builder(url.clone())
+        .table(&table)
+        .build()
+        .unwrap();
+    let (key, a, other) = (
+        Key::new("k").unwrap(),
+        Token::generate().unwrap(),
+        Token::generate().unwrap(),
+    );
+    let first = match obtain(&b, &key, &a, 30_000).await {
+        ObtainOutcome::Acquired { fencing, .. } => fencing,
+        o => panic!("{o:?}"),
+    };
+    assert!(b.uses_procedure());
+    exec(&url, &format!("DROP PROCEDURE `{table}_op_v1`")).await;
+    let prolong = ProlongRequest {
+        key: &key,
+        token: &a,
+        ttl: ttl(30_000),
+    };
+    assert_eq!(
+        b.prolongate(prolong).await.unwrap(),
+        ProlongOutcome::Prolonged
+    );
+    assert!(!b.uses_procedure());
+    assert!(matches!(
+        obtain(&b, &key, &other, 30_000).await,
+        ObtainOutcome::Busy(_)
+    ));
+    let release = ReleaseRequest {
+        key: &key,
+        token: &a,
+        delay_after: None,
+    };
+    assert_eq!(b.release(release).await.unwrap(), ReleaseOutcome::Released);
+    match obtain(&b, &key, &other, 30_000).await {
+        ObtainOutcome::Acquired { fencing, .. } => assert!(fencing > first),
+        o => panic!("{o:?}"),
+    }
+    // migrate() makes it again; a backend built after uses it.
+    b.migrate().await.unwrap();
+    let again = MySqlBackend::builder(url).table(&table).build().unwrap();
+    assert!(matches!(
+        obtain(&again, &key, &a, 30_000).await,
+        ObtainOutcome::Busy(_)
+    ));
+    assert!(again.uses_procedure());
 }

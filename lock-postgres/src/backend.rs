@@ -12,17 +12,17 @@ use lock_core::backend::{
     Waiters,
 };
 use lock_core::{
-    Busy, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome,
-    Result, Ttl,
+    Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
+    Ttl,
 };
 use sqlx::PgPool;
 
 use crate::exec::Db;
-use crate::hint::SharedTokens;
 use crate::notify::{Channels, Listing, Notifier};
 use crate::reply::Word;
 use crate::sql::{Args, Names, Session, Statements};
 use crate::NAME;
+use lock_sql::SharedTokens;
 
 /// Locks in a Postgres database: a transaction-scoped advisory lock serializes each
 /// operation on a key, and a table holds the lock's state.
@@ -164,7 +164,10 @@ impl PostgresBackend {
                 Args::default(),
             )
             .await?;
-        Ok(u64::try_from(reply.ms.unwrap_or(0)).unwrap_or(0))
+        // The count travels in the milliseconds' column.
+        Ok(reply
+            .remaining
+            .map_or(0, |n| u64::try_from(n.as_millis()).unwrap_or(u64::MAX)))
     }
 }
 
@@ -225,16 +228,7 @@ impl LockBackend for PostgresBackend {
         let r = self.db.call(op, "obtain", req.key, args).await?;
         match r.outcome {
             Word::Defer => storage::obtain(&*self.db, req).await,
-            Word::Acquired => Ok(ObtainOutcome::Acquired {
-                fencing: r.fencing()?,
-                ttl: req.ttl,
-            }),
-            Word::Reacquired => Ok(ObtainOutcome::Reacquired { holds: r.holds()? }),
-            Word::Busy => Ok(ObtainOutcome::Busy(match r.holder()? {
-                Some(holder) => Busy::held(holder, r.remaining()?),
-                None => Busy::cooling(r.remaining()?),
-            })),
-            _ => Err(r.unexpected()),
+            _ => r.obtain_outcome(req.ttl),
         }
     }
 
@@ -298,11 +292,7 @@ impl LockBackend for PostgresBackend {
         }
         match r.outcome {
             Word::Defer => storage::release(&*self.db, req).await,
-            Word::Released => Ok(ReleaseOutcome::Released),
-            Word::ReleasedLate => Ok(ReleaseOutcome::ReleasedLate),
-            Word::Decremented => Ok(ReleaseOutcome::Decremented { holds: r.holds()? }),
-            Word::Lost => Ok(ReleaseOutcome::Lost),
-            _ => Err(r.unexpected()),
+            _ => r.release_outcome(),
         }
     }
 

@@ -200,7 +200,9 @@ impl Db {
             other => other,
         }
         .map_err(|e| self.failed(op, e))?;
-        rows.iter().map(|row| Reply::decode(op, row)).collect()
+        rows.iter()
+            .map(|row| crate::reply::decode(op, row))
+            .collect()
     }
 
     /// The error of a call that failed. After a broken connection every idle connection is

@@ -5,7 +5,6 @@ mod builder;
 mod error;
 mod exec;
 pub mod fence;
-mod hint;
 mod migrate;
 mod notify;
 mod reply;

@@ -15,7 +15,10 @@
 //!   [`pool_options`], the pool a builder makes from a URL; [`Pooled`], that pool with the
 //!   deadline of its calls;
 //! - [`encoding`] and [`storage_encoding!`]: the token's digest and the holder's JSON, and
-//!   the items of lock-core's `Storage` every SQL backend writes alike.
+//!   the items of lock-core's `Storage` every SQL backend writes alike;
+//! - [`reply`]: what a server-side routine (Postgres's function, MariaDB's procedure)
+//!   answers, turned into the contract's outcomes; [`SharedTokens`], which tokens hold
+//!   shared and so skip the routine.
 //!
 //! ```
 //! use std::time::Duration;
@@ -36,7 +39,9 @@ mod conn;
 mod deadline;
 pub mod encoding;
 pub mod errors;
+mod hint;
 mod pooled;
+pub mod reply;
 mod schema;
 mod settings;
 pub mod sql_file;
@@ -44,6 +49,7 @@ pub mod sql_file;
 pub use conn::{connection, discard_idle, Open};
 pub use deadline::{within, Deadline};
 pub use encoding::{holder_from_json, holder_json};
+pub use hint::SharedTokens;
 
 #[doc(hidden)]
 pub use lock_core as __lock_core;

@@ -1,9 +1,10 @@
-//! Which tokens this backend last obtained shared holds for: their prolongs and releases
-//! go to the client's path (`shared.rs`) at once, instead of asking the function first and
-//! hearing `defer`. A read or semaphore cycle is then four round trips instead of five.
+//! Which tokens a backend last obtained shared holds for: their prolongs and releases go
+//! to the client's path (lock-core's `Storage` adapter) at once, instead of asking the
+//! server's routine first and hearing `defer` (see [`crate::reply::Word::Defer`]). A read
+//! or semaphore cycle then saves a round trip per call.
 //!
 //! Only a hint, never a decision: a token missing here (obtained by another process, or
-//! forgotten because the set was full) takes the long way, through the function; a token
+//! forgotten because the set was full) takes the long way, through the routine; a token
 //! here whose hold has become exclusive since (an upgrade whose answer was lost) goes to
 //! the client's path, which decides any row by lock-core's rules. A stale entry costs a
 //! round trip, never a wrong answer.
@@ -17,22 +18,22 @@ use lock_core::Key;
 /// The (key, token) pairs with a shared hold obtained through this backend, at most
 /// [`SharedTokens::CAPACITY`] of them.
 #[derive(Debug, Default)]
-pub(crate) struct SharedTokens {
+pub struct SharedTokens {
     pairs: Mutex<HashSet<(Key, Token)>>,
 }
 
 impl SharedTokens {
     /// The most pairs kept: past it the set starts over, so that pairs of holds that
     /// expired without a release cannot fill it for good.
-    pub(crate) const CAPACITY: usize = 65_536;
+    pub const CAPACITY: usize = 65_536;
 
     /// Whether `token` last obtained a shared hold of `key` here.
-    pub(crate) fn is_shared(&self, key: &Key, token: &Token) -> bool {
+    pub fn is_shared(&self, key: &Key, token: &Token) -> bool {
         self.pairs().contains(&(key.clone(), *token))
     }
 
     /// `token` holds `key` shared now (or, with `shared` false, exclusively).
-    pub(crate) fn record(&self, key: &Key, token: &Token, shared: bool) {
+    pub fn record(&self, key: &Key, token: &Token, shared: bool) {
         let mut pairs = self.pairs();
         if !shared {
             pairs.remove(&(key.clone(), *token));
@@ -47,7 +48,7 @@ impl SharedTokens {
     }
 
     /// `token` holds nothing of `key` any more.
-    pub(crate) fn forget(&self, key: &Key, token: &Token) {
+    pub fn forget(&self, key: &Key, token: &Token) {
         self.pairs().remove(&(key.clone(), *token));
     }
 
