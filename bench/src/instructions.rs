@@ -51,6 +51,10 @@ pub(crate) const KINDS: &[(&str, &str)] = &[
         "mysql: obtain + release on the trait (for perf; not counted by default)",
     ),
     (
+        "mysql-in-client",
+        "mysql: obtain + release on the trait, decided in the client (for perf; not counted by default)",
+    ),
+    (
         "mysql-pair",
         "mysql: a durable single-row upsert + update (for perf; not counted by default)",
     ),
@@ -148,14 +152,16 @@ pub(crate) fn child(kind: &str, n: usize, tasks: usize, redis_url: &str) {
                     spread(tasks, n, move |p, n| backend_cycles(backend.clone(), p, n)).await;
                 }
             }
-            "mysql-trait" | "mysql-pair" => {
+            "mysql-trait" | "mysql-in-client" | "mysql-pair" => {
                 let url = std::env::var("MYSQL_URL")
                     .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
-                let backend = lock_mysql::MySqlBackend::builder(&url)
+                let mut builder = lock_mysql::MySqlBackend::builder(&url)
                     .table("distlock_bench")
-                    .pool_size(24)
-                    .build()
-                    .expect("a MariaDB URL");
+                    .pool_size(24);
+                if kind == "mysql-in-client" {
+                    builder = builder.decide_in_client();
+                }
+                let backend = builder.build().expect("a MariaDB URL");
                 backend
                     .migrate()
                     .await

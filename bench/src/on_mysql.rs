@@ -27,6 +27,16 @@ pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<()
         .map_err(|e| format!("no MariaDB at {} (set MYSQL_URL): {e}", redact_url(url)))?;
     let pool = backend.pool().clone();
     baselines::my_rows_table(&pool).await;
+    // The same backend deciding every operation in the client (as it does where the
+    // procedure cannot be made or called), for the procedure's gain within one run.
+    let in_client: Arc<dyn LockBackend> = Arc::new(
+        MySqlBackend::builder(url)
+            .table("distlock_bench")
+            .pool_size(24)
+            .decide_in_client()
+            .build()
+            .map_err(|e| e.to_string())?,
+    );
     let backend: Arc<dyn LockBackend> = Arc::new(backend);
     if size.watched_only {
         let batch = Some(Batching {
@@ -37,8 +47,9 @@ pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<()
         return Ok(());
     }
     let locker = Locker::new(backend.clone());
+    let client_locker = Locker::new(in_client);
     for tasks in CONCURRENCY {
-        let [named, writes, project] = rounds(size.rounds, async || {
+        let [named, writes, project, client] = rounds(size.rounds, async || {
             let (n, w) = (pool.clone(), pool.clone());
             [
                 run(tasks, size.pg_cycles, move |prefix, count| {
@@ -50,6 +61,7 @@ pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<()
                 })
                 .await,
                 through(&locker, tasks, size.pg_cycles, true).await,
+                through(&client_locker, tasks, size.pg_cycles, true).await,
             ]
         })
         .await;
@@ -62,6 +74,14 @@ pub(crate) async fn mysql(table: &mut Table, size: Size, url: &str) -> Result<()
             tasks,
             durable_writes,
             writes,
+            project,
+        );
+        table.cycles(
+            "mysql",
+            "obtain()+release",
+            tasks,
+            "the same, decided in the client",
+            client,
             project,
         );
     }
