@@ -12,8 +12,9 @@ step "servers"
 # 127.0.0.1:6379 / :5432 when they answer, else start private ones; the fault tests always
 # start private servers (to restart, pause or kill them). So the binaries must be here:
 # redis-server, Postgres (initdb, postgres), pgbouncer, MariaDB (mariadbd,
-# mariadb-install-db, the mariadb client), openssl for a test certificate, and valgrind
-# (the client must run under it: tests/valgrind.rs).
+# mariadb-install-db, the mariadb client), etcd and etcdctl (private members for the etcd
+# tests), openssl for a test certificate, and valgrind (the client must run under it:
+# tests/valgrind.rs).
 # Runs a command as root: directly, or through sudo; says what to do when neither works.
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
@@ -30,6 +31,8 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 { [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && command -v mariadb-install-db >/dev/null 2>&1 \
   && command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-server)
 if [ ${#missing[@]} -gt 0 ]; then

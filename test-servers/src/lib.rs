@@ -1,6 +1,6 @@
 //! Servers for the workspace's tests: a Redis or Postgres to share (the configured one, the
 //! local default when it answers, else a private one), and private servers (Redis,
-//! Postgres, PgBouncer) on free loopback ports in temporary directories, for tests that
+//! Postgres, PgBouncer, MariaDB, etcd) on free loopback ports in temporary directories, for tests that
 //! stop, pause or restart them. Each is stopped by its pid: on drop, or, for servers kept
 //! in a `static` (never dropped), by a detached reaper once the test process is gone.
 //!
@@ -16,8 +16,8 @@ pub mod locks;
 pub mod servers;
 
 pub use servers::{
-    cluster, free_port, is_root, logs, mysql, postgres, proxy, reap_when_gone, redis, require,
-    sentinel, signal, wait_for_port,
+    cluster, etcd, free_port, is_root, logs, mysql, postgres, proxy, reap_when_gone, redis,
+    require, sentinel, signal, wait_for_port,
 };
 
 /// `url` with its user (and password, if any) replaced by `userinfo`, for tests that log in

@@ -1,8 +1,9 @@
 //! The servers: shared or private Redis (one server, a Cluster, Sentinel), Postgres with
-//! PgBouncer, MariaDB, a fault proxy in front of any of them, and the process plumbing they
+//! PgBouncer, MariaDB, private etcd members, a fault proxy in front of any of them, and the process plumbing they
 //! share (free ports, signals by pid, a reaper for servers that outlive their test).
 
 pub mod cluster;
+pub mod etcd;
 pub mod logs;
 pub mod mysql;
 pub mod postgres;
