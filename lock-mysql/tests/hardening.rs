@@ -557,3 +557,48 @@ async fn a_missing_procedure_leaves_every_operation_working() {
     ));
     assert!(again.uses_procedure());
 }
+
+/// The clock is read after the row lock is granted, never before: a call that queued
+/// behind another transaction past the hold's expiry sees the hold expired. (Read before
+/// the wait, the obtain below would find the hold live and answer `Busy`.) Both ways the
+/// backend decides: the procedure, and the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waited_for_the_row_reads_the_clock_after_the_wait() {
+    let harness = MySql::new();
+    let url = shared_url();
+    for procedure in [true, false] {
+        let table = harness.fresh_table();
+        let mut builder = MySqlBackend::builder(url.clone()).table(&table);
+        if !procedure {
+            builder = builder.decide_in_client();
+        }
+        let b = builder.build().unwrap();
+        let key = Key::new("queued").unwrap();
+        let (holder, next) = (Token::generate().unwrap(), Token::generate().unwrap());
+        assert!(matches!(
+            obtain(&b, &key, &holder, 600).await,
+            ObtainOutcome::Acquired { .. }
+        ));
+        let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
+        let mut stuck = pool.begin().await.unwrap();
+        sqlx::query(&format!(
+            "SELECT fencing FROM `{table}` WHERE `key` = 'queued' FOR UPDATE"
+        ))
+        .fetch_one(&mut *stuck)
+        .await
+        .unwrap();
+        let queued = {
+            let (b, key) = (b.clone(), key.clone());
+            tokio::spawn(async move { obtain(&b, &key, &next, 30_000).await })
+        };
+        // The obtain is sent while the hold is live, and waits for the row past its end.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        stuck.rollback().await.unwrap();
+        let outcome = queued.await.unwrap();
+        assert!(
+            matches!(outcome, ObtainOutcome::Acquired { .. }),
+            "procedure {procedure}: {outcome:?}"
+        );
+        assert_eq!(b.uses_procedure(), procedure);
+    }
+}
