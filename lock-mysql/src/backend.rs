@@ -162,14 +162,7 @@ impl LockBackend for MySqlBackend {
         let outcome = if req.mode.is_shared() || req.change.is_some() {
             // Shared requests and mode changes (rare: an upgrade) are decided in the client,
             // by the rules: the procedure knows exclusive holds only.
-            let outcome = storage::obtain(&*self.db, req).await?;
-            if matches!(
-                outcome,
-                ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }
-            ) {
-                self.shared.record(req.key, req.token, req.mode.is_shared());
-            }
-            outcome
+            self.shared.obtain(&*self.db, req).await?
         } else {
             let op = Operation::Obtain;
             let holder = lock_sql::holder_json(Self::NAME, req.holder, op)?;
@@ -195,12 +188,8 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        if self.shared.is_shared(req.key, req.token) {
-            let outcome = storage::prolongate(&*self.db, req).await?;
-            if outcome == ProlongOutcome::Lost {
-                self.shared.forget(req.key, req.token);
-            }
-            return Ok(outcome);
+        if let Some(outcome) = self.shared.prolongate(&*self.db, req).await {
+            return outcome;
         }
         let token = req.token.digest();
         let call = Call {
@@ -232,12 +221,8 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        if self.shared.is_shared(req.key, req.token) {
-            let outcome = storage::release(&*self.db, req).await?;
-            if !matches!(outcome, ReleaseOutcome::Decremented { .. }) {
-                self.shared.forget(req.key, req.token);
-            }
-            return Ok(outcome);
+        if let Some(outcome) = self.shared.release(&*self.db, req).await {
+            return outcome;
         }
         let token = req.token.digest();
         let call = Call {

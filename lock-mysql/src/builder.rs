@@ -122,7 +122,7 @@ impl MySqlBuilder {
             seconds, and on MariaDB `max_statement_time`), so a statement cannot wait on past \
             it; the server rolls back the transaction of a call that hits it.",
         without_migration = "For a least-privilege user with `SELECT, INSERT, UPDATE, DELETE` \
-            on the table and `EXECUTE` on its procedure (`<table>_op_v1`): run \
+            on the table and `EXECUTE` on its procedure (`<table>_op_v2`): run \
             [`MySqlBackend::migrate`] once as a user that may create them (the procedure \
             needs `CREATE ROUTINE`). Without the procedure every operation still works, in \
             two round trips instead of one.",

@@ -18,7 +18,7 @@ use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::{Grace, ProlongRequest};
 use lock_core::{Operation, ProlongOutcome, Result};
 use lock_sql::reply::Reply;
-use lock_sql::{Open, SchemaOnce};
+use lock_sql::SchemaOnce;
 use sqlx::mysql::MySqlRow;
 use sqlx::Row as _;
 use tracing::Instrument;
@@ -91,11 +91,7 @@ impl Db {
                 .await?;
             match first {
                 Err(e) if is_missing_table(&e) && self.auto_migrate => {
-                    tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
-                    self.schema.forget();
-                    self.pooled
-                        .within(op, deadline, self.ensure_schema(op))
-                        .await??;
+                    self.remake_table(op, deadline).await?;
                     Ok(self
                         .pooled
                         .within(op, deadline, self.call_once(&sql))
@@ -110,16 +106,7 @@ impl Db {
                 self.no_procedure(&e);
                 return Ok(None);
             }
-            Err(e) => {
-                if is_missing_table(&e) {
-                    self.schema.forget();
-                    return Err(self.missing_table());
-                }
-                if is_broken_connection(&e) {
-                    self.pooled.discard_idle();
-                }
-                return Err(map_error(op, e));
-            }
+            Err(e) => return Err(self.failed(op, e)),
         };
         match rows.as_slice() {
             [row] => decode(op, row).map(Some),
@@ -148,11 +135,7 @@ impl Db {
         sql: &'a str,
     ) -> BoxFuture<'a, std::result::Result<Vec<MySqlRow>, sqlx::Error>> {
         Box::pin(async move {
-            let mut tx = Open::new(
-                self.pooled
-                    .connection(self.pooled.deadline_from_now())
-                    .await?,
-            );
+            let mut tx = self.pooled.open().await?;
             let rows = fetch_rows(&mut tx.conn, sql).await?;
             tx.open = false;
             Ok(rows)
@@ -254,27 +237,37 @@ impl Db {
             .await?
         {
             Err(e) if is_missing_table(&e) && self.auto_migrate => {
-                tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
-                self.schema.forget();
-                self.pooled
-                    .within(op, deadline, self.ensure_schema(op))
-                    .await??;
+                self.remake_table(op, deadline).await?;
                 self.pooled
                     .within(op, deadline, self.run(op, read, plan))
                     .await?
             }
             other => other,
         };
-        outcome.map_err(|e| {
-            if is_missing_table(&e) {
-                self.schema.forget();
-                return self.missing_table();
-            }
-            if is_broken_connection(&e) {
-                self.pooled.discard_idle();
-            }
-            map_error(op, e)
-        })?
+        outcome.map_err(|e| self.failed(op, e))?
+    }
+
+    /// The table vanished under a running backend (dropped): made again by `deadline`,
+    /// before the one retry of the call that found it gone.
+    async fn remake_table(&self, op: Operation, deadline: tokio::time::Instant) -> Result<()> {
+        tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
+        self.schema.forget();
+        self.pooled
+            .within(op, deadline, self.ensure_schema(op))
+            .await?
+    }
+
+    /// A failed call's error: the table missing (and not to be made) says what to run; a
+    /// dead connection closes the idle ones too.
+    fn failed(&self, op: Operation, e: sqlx::Error) -> lock_core::Error {
+        if is_missing_table(&e) {
+            self.schema.forget();
+            return self.missing_table();
+        }
+        if is_broken_connection(&e) {
+            self.pooled.discard_idle();
+        }
+        map_error(op, e)
     }
 
     /// The two messages on one connection. A failure of the decision itself (a corrupt
@@ -286,11 +279,7 @@ impl Db {
         plan: Plan<'a, T>,
     ) -> BoxFuture<'a, std::result::Result<Result<T>, sqlx::Error>> {
         Box::pin(async move {
-            let mut tx = Open::new(
-                self.pooled
-                    .connection(self.pooled.deadline_from_now())
-                    .await?,
-            );
+            let mut tx = self.pooled.open().await?;
             let rows = fetch_rows(&mut tx.conn, read).await?;
             let commit = COMMIT.to_owned();
             let decided = Read::decode(op, &rows).and_then(|read| plan(&read));

@@ -51,7 +51,7 @@ const PROCEDURE: &str = include_str!("sql/procedure.sql");
 
 /// The procedure's name after the table's, with the version its body last changed in (see
 /// the top of `procedure.sql`).
-const PROCEDURE_VERSION: &str = "op_v1";
+const PROCEDURE_VERSION: &str = "op_v2";
 
 /// The server's clock in µs since the epoch, read when the statement runs (`SYSDATE`, not
 /// `NOW`, which is the statement's start in MySQL and the routine's start inside one; in a
@@ -78,7 +78,7 @@ pub(crate) struct Names {
     insert: String,
     /// `ON DUPLICATE KEY UPDATE` every column: the tail of a write, made once.
     update: String,
-    /// The procedure's name, as given (`table_op_v1`).
+    /// The procedure's name, as given (`table_op_v2`).
     pub(crate) procedure: String,
 }
 
@@ -454,7 +454,7 @@ mod tests {
         };
         let pinned = names.call(&Session::new(Duration::from_secs(1), true), &call);
         assert!(
-            pinned.starts_with("CALL `locks_op_v1`('obtain', X'"),
+            pinned.starts_with("CALL `locks_op_v2`('obtain', X'"),
             "{pinned}"
         );
         assert!(!pinned.contains("DROP"), "{pinned}");
@@ -475,7 +475,7 @@ mod tests {
             .contains("X'6162', NULL, 5"));
         let m = names.procedure_migration();
         assert!(
-            m.contains("CREATE PROCEDURE IF NOT EXISTS `locks_op_v1`("),
+            m.contains("CREATE PROCEDURE IF NOT EXISTS `locks_op_v2`("),
             "{m}"
         );
         assert!(m.contains("FROM `locks` WHERE"));

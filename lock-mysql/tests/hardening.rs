@@ -427,7 +427,7 @@ async fn a_least_privilege_user_uses_a_table_migrated_by_an_admin() {
     // With EXECUTE granted, the procedure runs on the user's own rights on the table.
     exec(
         &url,
-        &format!("GRANT EXECUTE ON PROCEDURE `{table}_op_v1` TO '{user}'@'%'"),
+        &format!("GRANT EXECUTE ON PROCEDURE `{table}_op_v2` TO '{user}'@'%'"),
     )
     .await;
     let granted = MySqlBuilder::from_url(&format!("{as_user}?table={table}&migrate=false"))
@@ -523,7 +523,7 @@ async fn a_missing_procedure_leaves_every_operation_working() {
         o => panic!("{o:?}"),
     };
     assert!(b.uses_procedure());
-    exec(&url, &format!("DROP PROCEDURE `{table}_op_v1`")).await;
+    exec(&url, &format!("DROP PROCEDURE `{table}_op_v2`")).await;
     let prolong = ProlongRequest {
         key: &key,
         token: &a,

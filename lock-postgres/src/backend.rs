@@ -205,14 +205,7 @@ impl LockBackend for PostgresBackend {
         // Shared requests and mode changes (rare: an upgrade) are decided in the client,
         // by the rules (`shared.rs`), not by the function, which knows exclusive holds only.
         if req.mode.is_shared() || req.change.is_some() {
-            let outcome = storage::obtain(&*self.db, req).await?;
-            if matches!(
-                outcome,
-                ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }
-            ) {
-                self.shared.record(req.key, req.token, req.mode.is_shared());
-            }
-            return Ok(outcome);
+            return self.shared.obtain(&*self.db, req).await;
         }
         let op = Operation::Obtain;
         let holder = self.db.holder(req.holder, op)?;
@@ -233,12 +226,8 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        if self.shared.is_shared(req.key, req.token) {
-            let outcome = storage::prolongate(&*self.db, req).await?;
-            if outcome == ProlongOutcome::Lost {
-                self.shared.forget(req.key, req.token);
-            }
-            return Ok(outcome);
+        if let Some(outcome) = self.shared.prolongate(&*self.db, req).await {
+            return outcome;
         }
         let token = req.token.digest();
         let args = Args {
@@ -271,12 +260,8 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        if self.shared.is_shared(req.key, req.token) {
-            let outcome = storage::release(&*self.db, req).await?;
-            if !matches!(outcome, ReleaseOutcome::Decremented { .. }) {
-                self.shared.forget(req.key, req.token);
-            }
-            return Ok(outcome);
+        if let Some(outcome) = self.shared.release(&*self.db, req).await {
+            return outcome;
         }
         let token = req.token.digest();
         let args = Args {

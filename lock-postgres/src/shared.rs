@@ -38,7 +38,6 @@ use tracing::Instrument;
 use crate::error::{is_missing_schema, protocol};
 use crate::exec::{fetch_rows, Db};
 use crate::NAME;
-use lock_sql::Open;
 
 /// A record as the rules see it here: the token's digest, the holder info as JSON, times in
 /// nanoseconds of the server's clock (µs in the row, exact).
@@ -105,11 +104,7 @@ impl Db {
         key: &Key,
         decide: &mut Decide<'_, String, String>,
     ) -> std::result::Result<Result<Wake>, sqlx::Error> {
-        let mut tx = Open::new(
-            self.pooled
-                .connection(self.pooled.deadline_from_now())
-                .await?,
-        );
+        let mut tx = self.pooled.open().await?;
         let read = self.names.shared_read(&self.session, key.as_str());
         let rows = fetch_rows(&mut tx.conn, &read).await?;
         let decided = match rows.last() {

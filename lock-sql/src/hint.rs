@@ -12,8 +12,9 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use lock_core::backend::Token;
-use lock_core::Key;
+use lock_core::backend::storage::{self, Storage};
+use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
+use lock_core::{Key, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result};
 
 /// The (key, token) pairs with a shared hold obtained through this backend, at most
 /// [`SharedTokens::CAPACITY`] of them.
@@ -50,6 +51,61 @@ impl SharedTokens {
     /// `token` holds nothing of `key` any more.
     pub fn forget(&self, key: &Key, token: &Token) {
         self.pairs().remove(&(key.clone(), *token));
+    }
+
+    /// An obtain on the client's path (a shared request, or a mode change), noted: a token
+    /// that now holds shared is recorded, one that now holds exclusively forgotten.
+    ///
+    /// # Errors
+    /// As [`storage::obtain`].
+    pub async fn obtain<S: Storage>(
+        &self,
+        storage: &S,
+        req: ObtainRequest<'_>,
+    ) -> Result<ObtainOutcome> {
+        let outcome = storage::obtain(storage, req).await?;
+        if matches!(
+            outcome,
+            ObtainOutcome::Acquired { .. } | ObtainOutcome::Reacquired { .. }
+        ) {
+            self.record(req.key, req.token, req.mode.is_shared());
+        }
+        Ok(outcome)
+    }
+
+    /// A prolong of a hold this backend obtained shared, on the client's path (the pair
+    /// forgotten when the hold is lost); `None` for any other, which goes to the routine.
+    pub async fn prolongate<S: Storage>(
+        &self,
+        storage: &S,
+        req: ProlongRequest<'_>,
+    ) -> Option<Result<ProlongOutcome>> {
+        if !self.is_shared(req.key, req.token) {
+            return None;
+        }
+        let outcome = storage::prolongate(storage, req).await;
+        if matches!(outcome, Ok(ProlongOutcome::Lost)) {
+            self.forget(req.key, req.token);
+        }
+        Some(outcome)
+    }
+
+    /// A release of a hold this backend obtained shared, on the client's path (the pair
+    /// forgotten unless a reentrant hold remains); `None` for any other, which goes to the
+    /// routine.
+    pub async fn release<S: Storage>(
+        &self,
+        storage: &S,
+        req: ReleaseRequest<'_>,
+    ) -> Option<Result<ReleaseOutcome>> {
+        if !self.is_shared(req.key, req.token) {
+            return None;
+        }
+        let outcome = storage::release(storage, req).await;
+        if matches!(&outcome, Ok(o) if !matches!(o, ReleaseOutcome::Decremented { .. })) {
+            self.forget(req.key, req.token);
+        }
+        Some(outcome)
     }
 
     fn pairs(&self) -> std::sync::MutexGuard<'_, HashSet<(Key, Token)>> {

@@ -45,6 +45,21 @@ impl<DB: Database> Pooled<DB> {
         crate::connection(&self.pool, deadline, self.address).await
     }
 
+    /// A pooled connection for a transaction, taken within a whole deadline from now:
+    /// [`Open`](crate::Open), closed rather than pooled if dropped before the transaction
+    /// ended.
+    ///
+    /// # Errors
+    /// As [`Pooled::connection`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Pooled::connection`].
+    pub async fn open(&self) -> std::result::Result<crate::Open<DB>, sqlx::Error> {
+        Ok(crate::Open::new(
+            self.connection(self.deadline_from_now()).await?,
+        ))
+    }
+
     /// Runs `fut` by `deadline` ([`within`](crate::within)).
     ///
     /// # Errors

@@ -6,7 +6,7 @@
 -- the client decides that row with the rules (storage.rs).
 --
 -- Placeholders, filled in by sql.rs with quoted identifiers: {table}, {proc}. The name
--- carries a version (`…_op_v1`): a backend never runs another version's body, and a
+-- carries a version (`…_op_v2`): a backend never runs another version's body, and a
 -- migration leaves older versions' procedures for the backends still calling them.
 --
 -- Parameters: p_op obtain | prolong | release; p_key; p_token, the SHA-256 of the owner
@@ -18,9 +18,11 @@
 -- remaining_us (busy), holder (busy by a holder), fencing (acquired), holds (reacquired,
 -- decremented).
 --
--- The clock is the server's, read after the row lock was granted: SYSDATE(6) in a statement
--- after the one that took the lock (SYSDATE is the instant it runs; NOW would be the
--- routine's start, before the wait). Under --sysdate-is-now SYSDATE is NOW: a call that
+-- The clock is the server's, read after the row lock was granted: SYSDATE(6) in the
+-- select list of the locking read, evaluated as the row is returned (SYSDATE is the instant
+-- it runs; NOW would be the routine's start, before the wait), or, on a missing row, in a
+-- statement after the read (lock-mysql/tests/hardening.rs,
+-- a_call_that_waited_for_the_row_reads_the_clock_after_the_wait, holds it to that). Under --sysdate-is-now SYSDATE is NOW: a call that
 -- waited for the row then reads an instant from before its wait, which can only make a
 -- hold look live a few milliseconds longer (a late prolong or release answered as on time,
 -- a new hold's end that much earlier); who holds the key is never misjudged, since the
@@ -69,18 +71,30 @@ op: BEGIN
     END;
 
     START TRANSACTION;
-    IF p_op = 'obtain' THEN
-        -- Two obtains of a new key queue on one row lock: a free row with fencing 0 (the
-        -- grant is floored at the clock) is made first; the insert, or the duplicate's no-op
-        -- update, takes the row's exclusive lock either way.
+    -- The row under its exclusive lock, and the clock: SYSDATE is evaluated as the row is
+    -- returned, after the lock was granted.
+    SELECT state, token, holder, fencing, holds, expires_us, forget_us, writer,
+           CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)
+      INTO v_state, v_token, v_holder, v_fencing, v_holds, v_expires, v_forget, v_writer,
+           v_now
+      FROM {table} WHERE `key` = p_key FOR UPDATE;
+    IF v_found = 0 AND p_op = 'obtain' THEN
+        -- A new key. Two obtains of it must queue on one row lock, and a missing row has
+        -- none: a free row with fencing 0 (the grant is floored at the clock) is made, the
+        -- insert, or the duplicate's no-op update when another obtain made it meanwhile,
+        -- taking the row's exclusive lock either way; then the row is read as above.
         INSERT INTO {table} (`key`, state, fencing, expires_us, forget_us)
         VALUES (p_key, 'free', 0, 0, 0)
         ON DUPLICATE KEY UPDATE `key` = `key`;
+        SET v_found = 1;
+        SELECT state, token, holder, fencing, holds, expires_us, forget_us, writer,
+               CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)
+          INTO v_state, v_token, v_holder, v_fencing, v_holds, v_expires, v_forget, v_writer,
+               v_now
+          FROM {table} WHERE `key` = p_key FOR UPDATE;
+    ELSEIF v_found = 0 THEN
+        SET v_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
     END IF;
-    SELECT state, token, holder, fencing, holds, expires_us, forget_us, writer
-      INTO v_state, v_token, v_holder, v_fencing, v_holds, v_expires, v_forget, v_writer
-      FROM {table} WHERE `key` = p_key FOR UPDATE;
-    SET v_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
 
     -- Shared holds, a live writer's marker (or one this body cannot read), a state it does
     -- not know, a hold without its token or count: the client decides, and says what is
