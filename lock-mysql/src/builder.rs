@@ -188,6 +188,7 @@ impl MySqlBuilder {
             names,
             session,
             procedure: std::sync::atomic::AtomicBool::new(self.procedure),
+            wants_procedure: self.procedure,
             grace,
             auto_migrate: self.common.auto_migrate,
             schema: lock_sql::SchemaOnce::default(),

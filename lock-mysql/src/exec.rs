@@ -50,6 +50,9 @@ pub(crate) struct Db {
     /// procedure was found missing or not ours to call (see `migrate.rs`), and every
     /// operation then decides in the client (two).
     pub(crate) procedure: AtomicBool,
+    /// The builder left the procedure on (not `decide_in_client`): a migration that makes
+    /// it turns it back on after a fallback.
+    pub(crate) wants_procedure: bool,
 }
 
 impl fmt::Debug for Db {

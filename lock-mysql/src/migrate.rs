@@ -58,7 +58,8 @@ impl Db {
     /// whatever the sessions that call it set. When the server refuses (no CREATE ROUTINE
     /// privilege; a MySQL before 8.0.29, which knows no `IF NOT EXISTS` here), the backend
     /// decides every operation in the client, two round trips instead of one, and says so
-    /// once; only a failure to reach the server fails the migration.
+    /// once; only a failure to reach the server fails the migration. Made or found, it is
+    /// used again by a backend that had fallen back.
     async fn make_procedure(&self, op: Operation) -> Result<()> {
         let conn = self
             .pooled
@@ -78,7 +79,13 @@ impl Db {
         };
         drop(conn);
         match made {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                // Made or found: calls use it again after a fallback (a procedure dropped
+                // under a running backend, then migrated back).
+                self.procedure
+                    .store(self.wants_procedure, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
             // ER_SP_ALREADY_EXISTS: another migration made it meanwhile.
             Err(e) if e.as_database_error().is_some() && !has_number(&e, 1304) => {
                 self.no_procedure(&e);
