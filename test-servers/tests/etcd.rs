@@ -7,7 +7,9 @@
 //!   within a second or so after (the leader checks leases every 500 ms);
 //! - a leader change restarts every lease at its full ttl (etcd#9395): a dead holder's key
 //!   can outlive its ttl by up to one ttl per leader change;
-//! - revisions only grow: across a compaction, and across the restart of every member.
+//! - revisions only grow: across a compaction, and across the restart of every member;
+//! - a leader paused (SIGSTOP) or killed is replaced within about a second by the other
+//!   two, with `--election-timeout 100`.
 //!
 //! Each check times from before its request left, so that a slow machine can only make a
 //! bound looser, never fail a true one.
@@ -120,4 +122,32 @@ fn revisions_grow_across_a_compaction_and_a_restart_of_every_member() {
     );
     cluster.etcdctl(&["put", "a", "3"]);
     assert!(revision(&cluster) > compacted);
+}
+
+/// A leader that stops answering is replaced by the other two (paused with SIGSTOP, then
+/// SIGKILLed after it was continued and led again), and writes go on through the new one.
+#[test]
+fn a_paused_or_killed_leader_is_replaced_by_the_other_two() {
+    let mut cluster = EtcdCluster::start(3);
+    for how in ["STOP", "KILL"] {
+        let leader = cluster.wait_for_leader();
+        let started = Instant::now();
+        if how == "STOP" {
+            cluster.signal(leader, "STOP");
+        } else {
+            cluster.stop(leader, true);
+        }
+        let next = cluster.wait_for_leader();
+        let took = started.elapsed();
+        eprintln!("leader {how}: member {next} led {took:?} later");
+        assert_ne!(next, leader, "{how}");
+        assert!(took < Duration::from_secs(10), "{how}: {took:?}");
+        cluster.etcdctl(&["put", "after", how]);
+        if how == "STOP" {
+            cluster.signal(leader, "CONT");
+        } else {
+            cluster.restart(leader);
+        }
+        cluster.wait_for_leader();
+    }
 }

@@ -23,6 +23,8 @@ struct Member {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    /// Stopped with SIGSTOP (and not continued yet).
+    paused: bool,
 }
 
 /// A set of private etcd members forming one cluster.
@@ -47,6 +49,7 @@ impl EtcdCluster {
                 client_port: crate::free_port(),
                 peer_port: crate::free_port(),
                 child: None,
+                paused: false,
             })
             .collect();
         let mut cluster = EtcdCluster {
@@ -116,10 +119,14 @@ impl EtcdCluster {
         format!("http://127.0.0.1:{}", self.members[i].client_port)
     }
 
-    /// Runs `etcdctl` against every member's endpoint; its standard output. Panics with
-    /// its standard error when it fails.
+    /// Runs `etcdctl` against every live member's endpoint; its standard output. Panics
+    /// with its standard error when it fails.
     pub fn etcdctl(&self, args: &[&str]) -> String {
-        self.etcdctl_on(&self.endpoints().join(","), args)
+        let live: Vec<String> = (0..self.members.len())
+            .filter(|&i| self.live(i))
+            .map(|i| self.endpoint(i))
+            .collect();
+        self.etcdctl_on(&live.join(","), args)
     }
 
     fn etcdctl_on(&self, endpoints: &str, args: &[&str]) -> String {
@@ -138,11 +145,16 @@ impl EtcdCluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// The running members' views: (index, member id, leader id) for each that answers.
+    /// Whether member `i` runs and is not paused.
+    fn live(&self, i: usize) -> bool {
+        self.members[i].child.is_some() && !self.members[i].paused
+    }
+
+    /// The live members' views: (index, member id, leader id) for each that answers.
     fn statuses(&self) -> Vec<(usize, u64, u64)> {
         let mut seen = Vec::new();
-        for (i, m) in self.members.iter().enumerate() {
-            if m.child.is_none() {
+        for i in 0..self.members.len() {
+            if !self.live(i) {
                 continue;
             }
             let out = Command::new(&self.etcdctl)
@@ -172,13 +184,13 @@ impl EtcdCluster {
         seen
     }
 
-    /// Waits up to 30 s until every running member names the same leader, a running one;
-    /// its index.
+    /// Waits up to 30 s until every live member (running, not paused) names the same
+    /// leader, a live one; its index.
     pub fn wait_for_leader(&self) -> usize {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let seen = self.statuses();
-            let running = self.members.iter().filter(|m| m.child.is_some()).count();
+            let running = (0..self.members.len()).filter(|&i| self.live(i)).count();
             if seen.len() == running {
                 let leader = seen[0].2;
                 if leader != 0 && seen.iter().all(|s| s.2 == leader) {
@@ -219,15 +231,22 @@ impl EtcdCluster {
         }
     }
 
-    /// Sends `SIG<name>` (`STOP`, `CONT`, `KILL`) to member `i` by its pid.
-    pub fn signal(&self, i: usize, name: &str) {
+    /// Sends `SIG<name>` (`STOP`, `CONT`, `KILL`) to member `i` by its pid. A member
+    /// paused with `STOP` counts as gone for [`EtcdCluster::wait_for_leader`] until `CONT`.
+    pub fn signal(&mut self, i: usize, name: &str) {
         if let Some(child) = &self.members[i].child {
             crate::signal(child.id(), name);
+            match name {
+                "STOP" => self.members[i].paused = true,
+                "CONT" => self.members[i].paused = false,
+                _ => {}
+            }
         }
     }
 
     /// Stops member `i`: SIGTERM and its exit (SIGKILL with `kill`), its data kept.
     pub fn stop(&mut self, i: usize, kill: bool) {
+        self.members[i].paused = false;
         if let Some(mut child) = self.members[i].child.take() {
             crate::signal(child.id(), if kill { "KILL" } else { "TERM" });
             let _ = child.wait();
