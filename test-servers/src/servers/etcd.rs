@@ -253,6 +253,47 @@ impl EtcdCluster {
         }
     }
 
+    /// Saves a snapshot of the live members' data to `path` (`etcdctl snapshot save`, from
+    /// one member).
+    pub fn snapshot(&self, path: &std::path::Path) {
+        let live = (0..self.members.len())
+            .find(|&i| self.live(i))
+            .expect("a live member");
+        self.etcdctl_on(
+            &self.endpoint(live),
+            &["snapshot", "save", &path.display().to_string()],
+        );
+    }
+
+    /// Replaces a one-member cluster's data with `snapshot` (`etcdctl snapshot restore`, as
+    /// an operator recovers a lost cluster) and starts it again; waits for it to lead.
+    pub fn restore(&mut self, snapshot: &std::path::Path) {
+        assert_eq!(self.members.len(), 1, "restore is for a one-member cluster");
+        self.stop(0, false);
+        let m = &self.members[0];
+        let data = self.dir.path().join(&m.name);
+        std::fs::remove_dir_all(&data).expect("the old data removed");
+        let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let out = Command::new(&self.etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args(["snapshot", "restore", &snapshot.display().to_string()])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--name", &m.name])
+            .args(["--initial-cluster", &format!("{}={peer}", m.name)])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster-token", "distlock-test"])
+            .output()
+            .expect("etcdctl runs");
+        assert!(
+            out.status.success(),
+            "etcdctl snapshot restore: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.launch(0);
+        self.wait_for_leader();
+    }
+
     /// Starts a stopped member `i` again on its data. With a quorum up, call
     /// [`EtcdCluster::wait_for_leader`] before using the cluster.
     pub fn restart(&mut self, i: usize) {
