@@ -170,6 +170,68 @@ pub struct Capabilities {
     /// ([`ObtainRequest::queue`]). Without it the client layer refuses a shared obtain
     /// before any I/O, and the conformance suite skips the shared cases.
     pub shared: bool,
+    /// How much longer than asked the server may keep a hold or a cooldown:
+    /// [`Expiry::EXACT`] (the default, every backend of this workspace), or rounded up as a
+    /// lease-based store grants them. The client's validity is the ttl asked either way;
+    /// the conformance suite widens its timing by it.
+    pub expiry: Expiry,
+}
+
+/// How a backend's server ends holds and cooldowns: never before the time asked, and at
+/// the latest [`Expiry::longest`] after it was set. A backend whose server keeps times
+/// exactly (a clock and a comparison: Redis, Postgres, MariaDB, files, memory) is
+/// [`Expiry::EXACT`]. One that grants leases (etcd: whole seconds, at least one or two, ended
+/// by a check every 500 ms) declares how it rounds them, so that the conformance suite
+/// expects an expired hold only when the longest it may last has passed.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::backend::Expiry;
+///
+/// let leases = Expiry {
+///     granularity: Duration::from_secs(1),
+///     minimum: Duration::from_secs(2),
+///     lag: Duration::from_millis(500),
+/// };
+/// assert_eq!(leases.longest(Duration::from_millis(150)), Duration::from_millis(2_500));
+/// assert_eq!(leases.longest(Duration::from_millis(2_100)), Duration::from_millis(3_500));
+/// assert_eq!(Expiry::EXACT.longest(Duration::from_millis(150)), Duration::from_millis(150));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Expiry {
+    /// Times are rounded up to a multiple of this (zero: not rounded).
+    pub granularity: Duration,
+    /// No hold or cooldown is shorter than this on the server.
+    pub minimum: Duration,
+    /// How long after its (rounded) end a hold may still be there.
+    pub lag: Duration,
+}
+
+impl Expiry {
+    /// Holds and cooldowns end exactly when asked.
+    pub const EXACT: Expiry = Expiry {
+        granularity: Duration::ZERO,
+        minimum: Duration::ZERO,
+        lag: Duration::ZERO,
+    };
+
+    /// The longest a hold or cooldown of `asked` may last on the server.
+    pub fn longest(&self, asked: Duration) -> Duration {
+        let at_least = asked.max(self.minimum);
+        let rounded = if self.granularity.is_zero() {
+            at_least
+        } else {
+            let g = self.granularity.as_nanos();
+            let n = at_least.as_nanos().div_ceil(g).saturating_mul(g);
+            Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
+        };
+        rounded.saturating_add(self.lag)
+    }
+
+    /// Whether the server keeps times exactly as asked.
+    pub fn is_exact(&self) -> bool {
+        *self == Expiry::EXACT
+    }
 }
 
 impl Capabilities {
@@ -181,6 +243,7 @@ impl Capabilities {
             release_notification: false,
             prolong_batch: 1,
             shared: false,
+            expiry: Expiry::EXACT,
         }
     }
 
@@ -205,6 +268,12 @@ impl Capabilities {
     /// Sets [`Capabilities::shared`].
     pub const fn shared(mut self, yes: bool) -> Self {
         self.shared = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::expiry`].
+    pub const fn expiry(mut self, expiry: Expiry) -> Self {
+        self.expiry = expiry;
         self
     }
 

@@ -131,6 +131,7 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
         keys: vec![KeyModel::Free; KEYS.len()],
         last_fencing: vec![None; KEYS.len()],
         holders: owners.iter().map(|o| o[0].holder.clone()).collect(),
+        expiry: backend.capabilities().expiry,
     };
     for (step, &op) in ops.iter().enumerate() {
         let sent = Instant::now();

@@ -8,6 +8,8 @@ use std::time::Duration;
 use lock_conformance::{CaseResult, Suite};
 
 /// A case of the suite, as `cases::*` functions coerce to.
+// Not every test binary that shares this module names a case.
+#[allow(dead_code)]
 pub(crate) type Case =
     for<'a> fn(&'a Suite) -> Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use lock_core::backend::Expiry;
 use lock_core::{
     Busy, Fencing, HolderInfo, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome,
 };
@@ -41,31 +42,33 @@ struct Phases {
     gone: bool,
 }
 
-impl KeyModel {
-    fn held_phases(ttl: Duration, set: Window, at: Window) -> Phases {
-        let earliest_expiry = set.sent + ttl;
-        let latest_expiry = set.answered + ttl;
-        // The grace period is at least the ttl; past it the record may or may not remain.
-        Phases {
-            live: at.sent < latest_expiry + SLACK,
-            late: at.answered + SLACK > earliest_expiry,
-            gone: at.answered + SLACK > earliest_expiry + ttl,
-        }
-    }
-
-    /// (may still cool down, may be over)
-    fn cooling_phases(delay: Duration, set: Window, at: Window) -> (bool, bool) {
-        (
-            at.sent < set.answered + delay + SLACK,
-            at.answered + SLACK > set.sent + delay,
-        )
-    }
-}
-
 pub(super) struct Model {
     pub(super) keys: Vec<KeyModel>,
     pub(super) last_fencing: Vec<Option<Fencing>>,
     pub(super) holders: Vec<HolderInfo>,
+    /// How the backend's server ends holds and cooldowns (its capabilities): never before
+    /// the time asked, at the latest [`Expiry::longest`] after it was set.
+    pub(super) expiry: Expiry,
+}
+
+/// What a held record can be, as seen by an operation applied within `at`.
+fn held_phases(expiry: Expiry, ttl: Duration, set: Window, at: Window) -> Phases {
+    let earliest_expiry = set.sent + ttl;
+    let latest_expiry = set.answered + expiry.longest(ttl);
+    // The grace period is at least the ttl; past it the record may or may not remain.
+    Phases {
+        live: at.sent < latest_expiry + SLACK,
+        late: at.answered + SLACK > earliest_expiry,
+        gone: at.answered + SLACK > earliest_expiry + ttl,
+    }
+}
+
+/// (may still cool down, may be over)
+fn cooling_phases(expiry: Expiry, delay: Duration, set: Window, at: Window) -> (bool, bool) {
+    (
+        at.sent < set.answered + expiry.longest(delay) + SLACK,
+        at.answered + SLACK > set.sent + delay,
+    )
 }
 
 impl Model {
@@ -89,7 +92,7 @@ impl Model {
                 },
                 Some(holder),
             ) => {
-                if !KeyModel::held_phases(*ttl, *set, at).live {
+                if !held_phases(self.expiry, *ttl, *set, at).live {
                     return Err("Busy, but the holder's lock had certainly expired".into());
                 }
                 if *h == owner {
@@ -100,7 +103,7 @@ impl Model {
                 if *holder != self.holders[*h] {
                     return Err(format!("Busy names holder {holder:?}, expected owner {h}"));
                 }
-                if busy.remaining > *ttl {
+                if busy.remaining > self.expiry.longest(*ttl) {
                     return Err(format!(
                         "Busy remaining {:?} exceeds the ttl {ttl:?}",
                         busy.remaining
@@ -109,10 +112,10 @@ impl Model {
                 Ok(())
             }
             (KeyModel::Cooling { delay, set }, None) => {
-                if !KeyModel::cooling_phases(*delay, *set, at).0 {
+                if !cooling_phases(self.expiry, *delay, *set, at).0 {
                     return Err("Busy(cooling), but the cooldown had certainly ended".into());
                 }
-                if busy.remaining > *delay {
+                if busy.remaining > self.expiry.longest(*delay) {
                     return Err(format!(
                         "cooldown remaining {:?} exceeds the delay {delay:?}",
                         busy.remaining
@@ -128,8 +131,8 @@ impl Model {
     fn obtainable(&self, key: usize, at: Window) -> bool {
         match &self.keys[key] {
             KeyModel::Free => true,
-            KeyModel::Held { ttl, set, .. } => KeyModel::held_phases(*ttl, *set, at).late,
-            KeyModel::Cooling { delay, set } => KeyModel::cooling_phases(*delay, *set, at).1,
+            KeyModel::Held { ttl, set, .. } => held_phases(self.expiry, *ttl, *set, at).late,
+            KeyModel::Cooling { delay, set } => cooling_phases(self.expiry, *delay, *set, at).1,
         }
     }
 
@@ -167,7 +170,7 @@ impl Model {
                         set,
                         ..
                     } if *h == owner => {
-                        if !KeyModel::held_phases(*t, *set, at).live {
+                        if !held_phases(self.expiry, *t, *set, at).live {
                             return Err("Reacquired, but the hold had certainly expired".into());
                         }
                         if *holds != *n + 1 {
@@ -191,7 +194,7 @@ impl Model {
                 let (phases, ours) = match &state {
                     KeyModel::Held {
                         owner: h, ttl, set, ..
-                    } => (KeyModel::held_phases(*ttl, *set, at), *h == owner),
+                    } => (held_phases(self.expiry, *ttl, *set, at), *h == owner),
                     _ => (Phases::default(), false),
                 };
                 match o {
@@ -223,7 +226,11 @@ impl Model {
                         set,
                         holds,
                         ..
-                    } => (KeyModel::held_phases(*ttl, *set, at), *h == owner, *holds),
+                    } => (
+                        held_phases(self.expiry, *ttl, *set, at),
+                        *h == owner,
+                        *holds,
+                    ),
                     _ => (Phases::default(), false, 0),
                 };
                 let freed = match delay {
@@ -273,7 +280,7 @@ impl Model {
         match (&state, s) {
             (KeyModel::Free, LockState::Free) => Ok(()),
             (KeyModel::Held { ttl, set, .. }, LockState::Free)
-                if KeyModel::held_phases(*ttl, *set, at).late =>
+                if held_phases(self.expiry, *ttl, *set, at).late =>
             {
                 Ok(())
             }
@@ -292,11 +299,11 @@ impl Model {
                     holds: n,
                 },
             ) => {
-                let ok = KeyModel::held_phases(*ttl, *set, at).live
+                let ok = held_phases(self.expiry, *ttl, *set, at).live
                     && *holder == self.holders[*owner]
                     && f == fencing
                     && n == holds
-                    && remaining <= ttl;
+                    && *remaining <= self.expiry.longest(*ttl);
                 if ok {
                     Ok(())
                 } else {
@@ -304,13 +311,14 @@ impl Model {
                 }
             }
             (KeyModel::Cooling { delay, set }, LockState::Free)
-                if KeyModel::cooling_phases(*delay, *set, at).1 =>
+                if cooling_phases(self.expiry, *delay, *set, at).1 =>
             {
                 self.keys[key] = KeyModel::Free;
                 Ok(())
             }
             (KeyModel::Cooling { delay, set }, LockState::Cooling { remaining })
-                if KeyModel::cooling_phases(*delay, *set, at).0 && remaining <= delay =>
+                if cooling_phases(self.expiry, *delay, *set, at).0
+                    && *remaining <= self.expiry.longest(*delay) =>
             {
                 Ok(())
             }
