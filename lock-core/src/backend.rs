@@ -368,7 +368,6 @@ impl fmt::Debug for ReleaseSubscription {
     }
 }
 
-pub use capabilities::{Capabilities, Expiry};
 pub use crate::duration::{check_call_timeout, MAX_CALL_TIMEOUT};
 pub use crate::reach::{connect_or_say_why, why_unreachable, PROBE_AFTER};
 pub use crate::token::Token;
@@ -376,3 +375,4 @@ pub use crate::ttl::Grace;
 pub use crate::url::UrlOptions;
 pub use crate::waiters::Waiters;
 pub use async_trait::async_trait;
+pub use capabilities::{Capabilities, Expiry};

@@ -176,9 +176,14 @@ impl LockBackend for MySqlBackend {
                 grace_us: micros_of(Grace::or_ttl(self.db.grace, req.ttl).as_duration()),
                 delay_us: 0,
             };
-            match self.db.call(op, &call).await? {
+            // One deadline for the call and, after a `defer`, the client's path.
+            let deadline = self.db.pooled.deadline_from_now();
+            match self.db.call(op, &call, deadline).await? {
                 Some(r) if r.outcome != Word::Defer => r.obtain_outcome(req.ttl)?,
-                _ => storage::obtain(&*self.db, req).await?,
+                _ => {
+                    let rest = storage::obtain(&*self.db, req);
+                    self.db.pooled.within(op, deadline, rest).await??
+                }
             }
         };
         if matches!(outcome, ObtainOutcome::Acquired { .. }) {
@@ -201,9 +206,13 @@ impl LockBackend for MySqlBackend {
             grace_us: micros_of(Grace::or_ttl(self.db.grace, req.ttl).as_duration()),
             delay_us: 0,
         };
-        match self.db.call(Operation::Prolongate, &call).await? {
+        let (op, deadline) = (Operation::Prolongate, self.db.pooled.deadline_from_now());
+        match self.db.call(op, &call, deadline).await? {
             Some(r) if r.outcome != Word::Defer => r.prolong_outcome(),
-            _ => storage::prolongate(&*self.db, req).await,
+            _ => {
+                let rest = storage::prolongate(&*self.db, req);
+                self.db.pooled.within(op, deadline, rest).await?
+            }
         }
     }
 
@@ -234,7 +243,8 @@ impl LockBackend for MySqlBackend {
             grace_us: 0,
             delay_us: req.delay_after.map_or(0, micros),
         };
-        match self.db.call(Operation::Release, &call).await? {
+        let (op, deadline) = (Operation::Release, self.db.pooled.deadline_from_now());
+        match self.db.call(op, &call, deadline).await? {
             Some(r) if r.outcome != Word::Defer => {
                 let outcome = r.release_outcome()?;
                 if matches!(
@@ -247,7 +257,10 @@ impl LockBackend for MySqlBackend {
                 }
                 Ok(outcome)
             }
-            _ => storage::release(&*self.db, req).await,
+            _ => {
+                let rest = storage::release(&*self.db, req);
+                self.db.pooled.within(op, deadline, rest).await?
+            }
         }
     }
 

@@ -73,17 +73,21 @@ impl fmt::Debug for Db {
 pub(crate) type Plan<'p, T> = &'p mut (dyn FnMut(&Read) -> Result<(T, Vec<String>)> + Send);
 
 impl Db {
-    /// One call of the table's procedure by the deadline, and its answer; `None` when this
+    /// One call of the table's procedure by `deadline`, and its answer; `None` when this
     /// backend has no procedure to call (missing, or not ours to call: it then stops trying
     /// and says so once), and the caller decides in the client instead. The table made
     /// again and the call retried once if the table vanished, as for a transaction.
-    pub(crate) async fn call(&self, op: Operation, call: &Call<'_>) -> Result<Option<Reply>> {
+    pub(crate) async fn call(
+        &self,
+        op: Operation,
+        call: &Call<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Reply>> {
         if !self.procedure.load(Ordering::Relaxed) {
             return Ok(None);
         }
         let span = tracing::debug_span!("mysql_lock", op = op.as_str(), key = call.key);
         let sql = self.names.call(&self.session, call);
-        let deadline = self.pooled.deadline_from_now();
         let run = async {
             self.pooled
                 .within(op, deadline, self.ensure_schema(op))

@@ -218,9 +218,19 @@ impl LockBackend for PostgresBackend {
             holder: Some(&holder),
             delay_ms: 0,
         };
-        let r = self.db.call(op, "obtain", req.key, args).await?;
+        // One deadline for the call and, after a `defer`, the client's path.
+        let deadline = self.db.pooled.deadline_from_now();
+        let r = self
+            .db
+            .call_by(op, "obtain", req.key, args, deadline)
+            .await?;
         match r.outcome {
-            Word::Defer => storage::obtain(&*self.db, req).await,
+            Word::Defer => {
+                self.db
+                    .pooled
+                    .within(op, deadline, storage::obtain(&*self.db, req))
+                    .await?
+            }
             _ => r.obtain_outcome(req.ttl),
         }
     }
@@ -237,9 +247,14 @@ impl LockBackend for PostgresBackend {
             ..Args::default()
         };
         let op = Operation::Prolongate;
-        let r = self.db.call(op, "prolong", req.key, args).await?;
+        let deadline = self.db.pooled.deadline_from_now();
+        let r = self
+            .db
+            .call_by(op, "prolong", req.key, args, deadline)
+            .await?;
         if r.outcome == Word::Defer {
-            return storage::prolongate(&*self.db, req).await;
+            let rest = storage::prolongate(&*self.db, req);
+            return self.db.pooled.within(op, deadline, rest).await?;
         }
         r.prolong_outcome()
     }
@@ -270,31 +285,56 @@ impl LockBackend for PostgresBackend {
             ..Args::default()
         };
         let op = Operation::Release;
-        let r = self.db.call(op, "release", req.key, args).await?;
+        let deadline = self.db.pooled.deadline_from_now();
+        let r = self
+            .db
+            .call_by(op, "release", req.key, args, deadline)
+            .await?;
         if matches!(r.outcome, Word::Released | Word::ReleasedLate) {
             // An exclusive hold ended (the function decides no other): one waiter can get in.
             self.db.wake_local(req.key, Wake::One);
         }
         match r.outcome {
-            Word::Defer => storage::release(&*self.db, req).await,
+            Word::Defer => {
+                self.db
+                    .pooled
+                    .within(op, deadline, storage::release(&*self.db, req))
+                    .await?
+            }
             _ => r.release_outcome(),
         }
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
         let op = Operation::Inspect;
-        let r = self.db.call(op, "inspect", key, Args::default()).await?;
+        let deadline = self.db.pooled.deadline_from_now();
+        let r = self
+            .db
+            .call_by(op, "inspect", key, Args::default(), deadline)
+            .await?;
         match r.outcome {
-            Word::Defer => storage::inspect(&*self.db, key).await,
+            Word::Defer => {
+                self.db
+                    .pooled
+                    .within(op, deadline, storage::inspect(&*self.db, key))
+                    .await?
+            }
             _ => r.state(),
         }
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
         let op = Operation::ForceRelease;
-        let r = self.db.call(op, "force", key, Args::default()).await?;
+        let deadline = self.db.pooled.deadline_from_now();
+        let r = self
+            .db
+            .call_by(op, "force", key, Args::default(), deadline)
+            .await?;
         match r.outcome {
-            Word::Defer => storage::force_release(&*self.db, key).await,
+            Word::Defer => {
+                let rest = storage::force_release(&*self.db, key);
+                self.db.pooled.within(op, deadline, rest).await?
+            }
             _ => {
                 self.db.wake_local(key, Wake::All);
                 r.state()

@@ -70,8 +70,21 @@ impl Db {
         key: &Key,
         args: Args<'_>,
     ) -> Result<Reply> {
+        self.call_by(op, word, key, args, self.pooled.deadline_from_now())
+            .await
+    }
+
+    /// [`Db::call`] by `deadline`: an operation that may go on in the client's path after a
+    /// `defer` keeps one deadline for both.
+    pub(crate) async fn call_by(
+        &self,
+        op: Operation,
+        word: &str,
+        key: &Key,
+        args: Args<'_>,
+        deadline: Instant,
+    ) -> Result<Reply> {
         let span = tracing::debug_span!("postgres_lock", op = word, key = key.as_str());
-        let deadline = self.pooled.deadline_from_now();
         let call = Call {
             word,
             key: key.as_str(),
