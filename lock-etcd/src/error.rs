@@ -1,0 +1,84 @@
+//! etcd's failures in the contract's vocabulary, and the deadline every call runs under.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::Error as EtcdError;
+use lock_core::{Error, ErrorKind, Operation, Result};
+use tonic::Code;
+
+use crate::NAME;
+
+/// `error` from `what` (a short name of the call: "read", "txn", "lease grant") as a lock
+/// error: refused credentials and permissions are [`ErrorKind::PermissionDenied`], what
+/// the server says it cannot do now (no leader, too many requests, unavailable) and every
+/// transport failure [`ErrorKind::Unavailable`], anything else [`ErrorKind::Protocol`].
+pub(crate) fn map(op: Operation, what: &str, error: EtcdError) -> Error {
+    let kind = match &error {
+        EtcdError::GRpcStatus(status) => match status.code() {
+            Code::PermissionDenied | Code::Unauthenticated => ErrorKind::PermissionDenied,
+            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+                ErrorKind::Protocol
+            }
+            _ => ErrorKind::Unavailable,
+        },
+        EtcdError::InvalidArgs(_) | EtcdError::InvalidUri(_) => ErrorKind::Config,
+        _ => ErrorKind::Unavailable,
+    };
+    let advice = match kind {
+        ErrorKind::PermissionDenied => {
+            "; check the user and password, and that the user's role may read and write the \
+             backend's prefix and grant leases"
+        }
+        ErrorKind::Unavailable => "; nothing may have been written, or all of it: safe to retry",
+        _ => "",
+    };
+    let message = match &error {
+        EtcdError::GRpcStatus(status) => format!("{what}: {}{advice}", status.message()),
+        other => format!("{what}: {other}{advice}"),
+    };
+    Error::new(kind, NAME, op, message).with_source(error)
+}
+
+/// The end of one operation's time: every call it makes to etcd ends by then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    /// When.
+    pub(crate) at: tokio::time::Instant,
+    /// The backend's timeout it was set from, for messages.
+    pub(crate) timeout: Duration,
+}
+
+impl Deadline {
+    /// `timeout` from now.
+    pub(crate) fn after(timeout: Duration) -> Self {
+        Deadline {
+            at: tokio::time::Instant::now() + timeout,
+            timeout,
+        }
+    }
+}
+
+/// Runs `call` until `deadline`: a call that does not answer in time is a retry-safe
+/// [`ErrorKind::Unavailable`] naming the deadline (it may or may not have been applied).
+pub(crate) async fn within<T>(
+    op: Operation,
+    what: &str,
+    deadline: Deadline,
+    call: impl Future<Output = std::result::Result<T, EtcdError>>,
+) -> Result<T> {
+    match tokio::time::timeout_at(deadline.at, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(map(op, what, e)),
+        Err(_) => Err(Error::new(
+            ErrorKind::Unavailable,
+            NAME,
+            op,
+            format!(
+                "{what}: no answer from etcd within the operation's deadline ({:?}); it may \
+                 or may not have been applied: safe to retry",
+                deadline.timeout
+            ),
+        )),
+    }
+}

@@ -1,0 +1,15 @@
+#![doc = include_str!("../README.md")]
+
+mod backend;
+mod error;
+mod layout;
+mod plan;
+mod read;
+mod storage;
+
+pub use backend::{EtcdBackend, EtcdBuilder};
+pub use etcd_client;
+pub use lock_core;
+
+/// The backend's name in errors and reports.
+const NAME: &str = "etcd";
