@@ -9,6 +9,13 @@
 //! | `G/<token digest>` | the ttl plus the grace | [`HoldValue`] | the hold is live or within its grace: a late call is told apart from a lost one |
 //! | `C` | the cooldown | [`CoolValue`] | the key is cooling (`delay_after`) |
 //! | `W` | the writer's request ttl | [`WriterValue`] | a writer waits: new shared holds stay out |
+//! | `F` | none | [`FenceValue`] | the last fencing token issued |
+//!
+//! `F` is written by every transaction that admits a hold and never deleted: two
+//! decisions read at the same revision can never both admit, even when the first hold was
+//! taken and released (its keys deleted) before the second's transaction arrives, which a
+//! range compare alone cannot see. It is the one key a lock leaves behind (about 60 bytes
+//! per lock name ever taken; `etcdctl del --prefix '<prefix>/'` clears a retired prefix).
 //!
 //! The lock key is hex-encoded, so it never holds a `/`, and the suffixes are upper case
 //! where hex is lower case: no lock's keys ever fall under another lock's base, whatever
@@ -75,12 +82,18 @@ impl Base {
         format!("{}W", self.0)
     }
 
+    /// The last fencing token issued.
+    pub(crate) fn fence(&self) -> String {
+        format!("{}F", self.0)
+    }
+
     /// What a key under the base is.
     pub(crate) fn slot<'k>(&self, key: &'k str) -> Option<Slot<'k>> {
         let rest = key.strip_prefix(self.0.as_str())?;
         match rest {
             "C" => Some(Slot::Cooling),
             "W" => Some(Slot::Writer),
+            "F" => Some(Slot::Fence),
             _ => {
                 if let Some(token) = rest.strip_prefix("H/") {
                     Some(Slot::Live(token))
@@ -105,6 +118,8 @@ pub(crate) enum Slot<'k> {
     Cooling,
     /// `W`.
     Writer,
+    /// `F`.
+    Fence,
 }
 
 /// One hold, as both of its keys keep it.
@@ -155,6 +170,13 @@ pub(crate) struct WriterValue {
     pub(crate) ms: u64,
 }
 
+/// The last fencing token issued for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct FenceValue {
+    /// The token.
+    pub(crate) fencing: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +200,7 @@ mod tests {
         assert_eq!(base.slot(&base.evidence("ab12")), Some(Slot::Evidence("ab12")));
         assert_eq!(base.slot(&base.cooling()), Some(Slot::Cooling));
         assert_eq!(base.slot(&base.writer()), Some(Slot::Writer));
+        assert_eq!(base.slot(&base.fence()), Some(Slot::Fence));
         assert_eq!(base.slot("locks/other"), None);
         assert!(base.as_str().ends_with("612f62006300/"));
     }

@@ -10,7 +10,7 @@
 use lock_core::backend::rules::{Hold, State};
 use lock_core::HolderInfo;
 
-use crate::layout::{Base, CoolValue, HoldValue, Permits, WriterValue};
+use crate::layout::{Base, CoolValue, FenceValue, HoldValue, Permits, WriterValue};
 use crate::read::{Rec, Seen, NOW};
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -22,6 +22,8 @@ pub(crate) enum Lease {
     Keep,
     /// The plan's lease number `n` in [`Plan::leases`], granted before the transaction.
     New(usize),
+    /// None: the key stays until deleted.
+    Never,
 }
 
 /// One key to write.
@@ -124,7 +126,7 @@ impl Seen {
                 renewed: self.revision,
             };
             match old {
-                Some(old) if old.times() == (t.hold.expires, t.hold.forget) => {
+                Some(old) if old.times(self.revision) == (t.hold.expires, t.hold.forget) => {
                     value.ttl_ms = old.value.ttl_ms;
                     value.grace_ms = old.value.grace_ms;
                     value.renewed = old.value.renewed;
@@ -163,6 +165,12 @@ impl Seen {
             if old.evidence {
                 plan.deletes.push(base.evidence(token));
             }
+        }
+        if new.fencing > self.fence.unwrap_or(0) {
+            let fence = FenceValue {
+                fencing: new.fencing,
+            };
+            plan.put(base.fence(), &fence, Lease::Never);
         }
         self.plan_cooling(base, new, &mut plan);
         self.plan_writer(base, new, &mut plan);

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use lock_core::backend::rules::{Clock, Hold, Record, Share, Shared, State, Writer};
 use lock_core::HolderInfo;
 
-use crate::layout::{Base, CoolValue, HoldValue, Slot, WriterValue};
+use crate::layout::{Base, CoolValue, FenceValue, HoldValue, Slot, WriterValue};
 
 /// The made-up instant of every decision, in ns.
 pub(crate) const NOW: u64 = 1 << 62;
@@ -42,10 +42,13 @@ pub(crate) struct SeenHold {
 }
 
 impl SeenHold {
-    /// The hold's end and the end of its grace on the made-up clock.
-    pub(crate) fn times(&self) -> (u64, u64) {
+    /// The hold's end and the end of its grace on the made-up clock, read at `revision`.
+    /// Of two live holds of one ttl, the one renewed first ends first: a nanosecond earlier
+    /// per revision since (at most 100 µs), far below the ms the rules count in.
+    pub(crate) fn times(&self, revision: u64) -> (u64, u64) {
         if self.live {
-            let expires = ends(self.value.ttl_ms);
+            let age = revision.saturating_sub(self.value.renewed).min(100_000);
+            let expires = ends(self.value.ttl_ms).saturating_sub(age);
             (
                 expires,
                 expires.saturating_add(self.value.grace_ms.saturating_mul(NS_PER_MS)),
@@ -56,8 +59,8 @@ impl SeenHold {
         }
     }
 
-    fn hold(&self, token: &str) -> Hold<String, HolderInfo> {
-        let (expires, forget) = self.times();
+    fn hold(&self, token: &str, revision: u64) -> Hold<String, HolderInfo> {
+        let (expires, forget) = self.times(revision);
         Hold {
             token: token.to_owned(),
             holder: self.value.holder.clone(),
@@ -87,6 +90,8 @@ pub(crate) struct Seen {
     pub(crate) cooling: Option<CoolValue>,
     /// The waiting writer's marker.
     pub(crate) writer: Option<WriterValue>,
+    /// The last fencing token issued, when `F` is there.
+    pub(crate) fence: Option<u64>,
     /// The record the rules decide on (`None`: no key of the lock exists).
     pub(crate) record: Option<Rec>,
 }
@@ -110,6 +115,7 @@ impl Seen {
             holds: BTreeMap::new(),
             cooling: None,
             writer: None,
+            fence: None,
             record: None,
         };
         for (key, value, mod_revision) in kvs {
@@ -134,6 +140,10 @@ impl Seen {
                 }
                 Slot::Cooling => seen.cooling = Some(serde_json::from_slice(value).map_err(bad)?),
                 Slot::Writer => seen.writer = Some(serde_json::from_slice(value).map_err(bad)?),
+                Slot::Fence => {
+                    let fence: FenceValue = serde_json::from_slice(value).map_err(bad)?;
+                    seen.fence = Some(fence.fencing);
+                }
             }
         }
         if !seen.keys.is_empty() {
@@ -167,7 +177,7 @@ impl Seen {
                 if exclusive.next().is_some() {
                     return Err(mixed());
                 }
-                (hold.value.fencing, State::Held(hold.hold(token)))
+                (hold.value.fencing, State::Held(hold.hold(token, self.revision)))
             }
             (Some(_), false) => return Err(mixed()),
             (None, false) => {
@@ -175,7 +185,7 @@ impl Seen {
                 let mut holds: Vec<Share<String, HolderInfo>> = shared
                     .iter()
                     .map(|(token, hold, permits)| Share {
-                        hold: hold.hold(token),
+                        hold: hold.hold(token, self.revision),
                         fencing: hold.value.fencing,
                         weight: permits.weight,
                     })
@@ -191,7 +201,7 @@ impl Seen {
             },
         };
         Ok(Record {
-            fencing,
+            fencing: fencing.max(self.fence.unwrap_or(0)),
             state,
             writer,
         })

@@ -122,20 +122,27 @@ impl EtcdBackend {
         Ok(Commit::Done)
     }
 
-    /// Grants the plan's leases, in its order.
+    /// Grants the plan's leases, all at once; their ids in the plan's order.
     async fn grant(&self, op: Operation, deadline: Deadline, plan: &Plan) -> Result<Vec<i64>> {
-        let mut lease = self.client.lease_client();
+        let grants = plan.leases.iter().map(|&secs| {
+            let mut lease = self.client.lease_client();
+            async move { within(op, "lease grant", deadline, lease.grant(secs, None)).await }
+        });
         let mut ids = Vec::with_capacity(plan.leases.len());
-        for &secs in &plan.leases {
-            match within(op, "lease grant", deadline, lease.grant(secs, None)).await {
+        let mut failed = None;
+        for granted in futures_util::future::join_all(grants).await {
+            match granted {
                 Ok(granted) => ids.push(granted.id()),
-                Err(e) => {
-                    self.revoke(ids);
-                    return Err(e);
-                }
+                Err(e) => failed = Some(e),
             }
         }
-        Ok(ids)
+        match failed {
+            Some(e) => {
+                self.revoke(ids);
+                Err(e)
+            }
+            None => Ok(ids),
+        }
     }
 
     /// Revokes leases no key was written on, in the background: they would lapse anyway.
@@ -173,6 +180,7 @@ fn transaction(base: &Base, seen: &Seen, plan: &Plan, leases: &[i64]) -> Txn {
             let options = match put.lease {
                 Lease::Keep => PutOptions::new().with_ignore_lease(),
                 Lease::New(n) => PutOptions::new().with_lease(leases[n]),
+                Lease::Never => PutOptions::new(),
             };
             TxnOp::put(put.key.as_str(), put.value.clone(), Some(options))
         })

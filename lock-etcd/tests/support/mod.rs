@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_conformance::{async_trait, Faulty, Harness};
@@ -32,13 +32,33 @@ pub(crate) async fn backend_at(endpoints: &[String], prefix: &str) -> EtcdBacken
         .expect("connect to the test etcd")
 }
 
-/// The conformance harness: every backend under a fresh prefix of the one member.
-pub(crate) struct Etcd;
+/// The conformance harness: every backend under a fresh prefix of the one member, through
+/// a proxy of its own so that the harness can cut its connections.
+pub(crate) struct Etcd {
+    proxies: Mutex<Vec<test_servers::proxy::FaultProxy>>,
+}
+
+impl Etcd {
+    pub(crate) fn new() -> Self {
+        Etcd {
+            proxies: Mutex::default(),
+        }
+    }
+}
 
 #[async_trait]
 impl Harness for Etcd {
     async fn backend(&self) -> Arc<dyn LockBackend> {
-        Arc::new(backend_at(&cluster().endpoints(), &fresh_prefix()).await)
+        let (proxy, proxied) = test_servers::proxy::in_front_of(&cluster().endpoint(0));
+        self.proxies.lock().unwrap().push(proxy);
+        Arc::new(backend_at(&[proxied], &fresh_prefix()).await)
+    }
+
+    async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {
+        for proxy in self.proxies.lock().unwrap().iter() {
+            proxy.cut();
+        }
+        true
     }
 
     async fn namespaced(&self, namespace: &str) -> Option<Arc<dyn LockBackend>> {

@@ -162,6 +162,11 @@ fn accept_loop(listener: TcpListener, upstream: u16, faults: Arc<Faults>) {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
+                // Each chunk goes on at once: with Nagle's algorithm on the proxy's sockets
+                // a protocol of small frames (gRPC's HTTP/2) waits for delayed ACKs, 40 ms
+                // a round trip.
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
                 let generation = faults.generation.load(Ordering::SeqCst);
                 for (from, to, replies) in [
                     (client.try_clone(), server.try_clone(), false),
