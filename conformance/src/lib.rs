@@ -105,6 +105,7 @@ mod as_semaphore;
 mod check;
 mod counts;
 mod harness;
+mod pace;
 
 pub mod cases;
 pub use cases::{faults, process};

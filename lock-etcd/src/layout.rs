@@ -197,7 +197,10 @@ mod tests {
     fn every_key_of_a_lock_is_read_back_as_its_slot() {
         let base = Base::new("locks", "a/b\0c");
         assert_eq!(base.slot(&base.live("ab12")), Some(Slot::Live("ab12")));
-        assert_eq!(base.slot(&base.evidence("ab12")), Some(Slot::Evidence("ab12")));
+        assert_eq!(
+            base.slot(&base.evidence("ab12")),
+            Some(Slot::Evidence("ab12"))
+        );
         assert_eq!(base.slot(&base.cooling()), Some(Slot::Cooling));
         assert_eq!(base.slot(&base.writer()), Some(Slot::Writer));
         assert_eq!(base.slot(&base.fence()), Some(Slot::Fence));

@@ -73,7 +73,8 @@ impl SeenHold {
 
 /// Where something of `ms` that is still running ends on the made-up clock.
 pub(crate) fn ends(ms: u64) -> u64 {
-    NOW.saturating_add(ms.saturating_mul(NS_PER_MS)).saturating_sub(1)
+    NOW.saturating_add(ms.saturating_mul(NS_PER_MS))
+        .saturating_sub(1)
 }
 
 /// A lock's keys at one revision, and the record they make.
@@ -121,7 +122,8 @@ impl Seen {
         for (key, value, mod_revision) in kvs {
             let Some(slot) = base.slot(key) else { continue };
             seen.keys.push((key.to_owned(), mod_revision));
-            let bad = |e: serde_json::Error| format!("the key {key} does not hold a lock's data ({e})");
+            let bad =
+                |e: serde_json::Error| format!("the key {key} does not hold a lock's data ({e})");
             match slot {
                 Slot::Live(token) | Slot::Evidence(token) => {
                     let value: HoldValue = serde_json::from_slice(value).map_err(bad)?;
@@ -177,7 +179,10 @@ impl Seen {
                 if exclusive.next().is_some() {
                     return Err(mixed());
                 }
-                (hold.value.fencing, State::Held(hold.hold(token, self.revision)))
+                (
+                    hold.value.fencing,
+                    State::Held(hold.hold(token, self.revision)),
+                )
             }
             (Some(_), false) => return Err(mixed()),
             (None, false) => {
@@ -262,8 +267,12 @@ mod tests {
         });
         let (old, new) = (value(3, 10, permits), value(4, 20, permits));
         let (a, b) = (base.evidence("a"), base.evidence("b"));
-        let seen = Seen::read(&base, 30, vec![(a.as_str(), &new[..], 21), (b.as_str(), &old[..], 11)])
-            .unwrap();
+        let seen = Seen::read(
+            &base,
+            30,
+            vec![(a.as_str(), &new[..], 21), (b.as_str(), &old[..], 11)],
+        )
+        .unwrap();
         let Some(Record {
             state: State::Shared(shared),
             fencing: 4,
@@ -274,7 +283,10 @@ mod tests {
         };
         assert_eq!(shared.holds[0].hold.token, "b", "admitted first");
         assert!(shared.holds[0].hold.expires < shared.holds[1].hold.expires);
-        assert!(shared.holds.iter().all(|s| s.hold.expires < NOW && s.hold.forget > NOW));
+        assert!(shared
+            .holds
+            .iter()
+            .all(|s| s.hold.expires < NOW && s.hold.forget > NOW));
     }
 
     #[test]
@@ -282,8 +294,12 @@ mod tests {
         let base = Base::new("p", "k");
         let v = value(1, 1, None);
         let (a, b) = (base.live("a"), base.live("b"));
-        let err = Seen::read(&base, 2, vec![(a.as_str(), &v[..], 1), (b.as_str(), &v[..], 1)])
-            .unwrap_err();
+        let err = Seen::read(
+            &base,
+            2,
+            vec![(a.as_str(), &v[..], 1), (b.as_str(), &v[..], 1)],
+        )
+        .unwrap_err();
         assert!(err.contains("etcdctl del --prefix 'p/6b/'"), "{err}");
         let garbage = Seen::read(&base, 2, vec![(a.as_str(), &b"{"[..], 1)]).unwrap_err();
         assert!(garbage.contains("does not hold a lock's data"), "{garbage}");

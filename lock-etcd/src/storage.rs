@@ -91,9 +91,12 @@ impl EtcdBackend {
             .ok_or_else(|| protocol(op, "a read answered without a revision".to_owned()))?;
         let mut kvs = Vec::with_capacity(read.kvs().len());
         for kv in read.kvs() {
-            let name = kv
-                .key_str()
-                .map_err(|e| corrupt(op, format!("a key under {} is not UTF-8 ({e})", base.as_str())))?;
+            let name = kv.key_str().map_err(|e| {
+                corrupt(
+                    op,
+                    format!("a key under {} is not UTF-8 ({e})", base.as_str()),
+                )
+            })?;
             kvs.push((name, kv.value(), kv.mod_revision()));
         }
         let seen = Seen::read(&base, revision, kvs).map_err(|m| corrupt(op, m))?;
@@ -185,7 +188,11 @@ fn transaction(base: &Base, seen: &Seen, plan: &Plan, leases: &[i64]) -> Txn {
             TxnOp::put(put.key.as_str(), put.value.clone(), Some(options))
         })
         .collect();
-    ops.extend(plan.deletes.iter().map(|key| TxnOp::delete(key.as_str(), None)));
+    ops.extend(
+        plan.deletes
+            .iter()
+            .map(|key| TxnOp::delete(key.as_str(), None)),
+    );
     Txn::new().when(compares).and_then(ops)
 }
 

@@ -2,6 +2,7 @@
 //! signal, dropped guards, a paused holder.
 
 use super::*;
+use crate::pace::Pace;
 
 /// N tasks contend for one key for M rounds through the client layer: never two inside at
 /// once, fencing strictly increasing in acquisition order, every acquisition released.
@@ -394,12 +395,13 @@ pub async fn dropped_guard_does_not_hold_forever(suite: &Suite) -> CaseResult {
 /// resource that remembers the highest token refuses its stale write.
 pub async fn paused_holder_is_fenced_out(suite: &Suite) -> CaseResult {
     let backend = suite.harness.backend().await;
+    let t = Pace::of(&*backend, "paused_holder_is_fenced_out");
     let locker = Locker::new(backend);
     // The resource checks tokens with the fence's one rule (`lock_core::fence`).
     let fence = lock_core::fence::MemoryFence::new();
-    let stale = take(&locker, "paused", ms(300), false).await?;
+    let stale = take(&locker, "paused", t.ms(300), false).await?;
     fence.write("paused", stale.fencing(), || ())?;
-    tokio::time::sleep(ms(500)).await;
+    tokio::time::sleep(t.ms(500)).await;
     let fresh = take(&locker, "paused", LONG, false).await?;
     let wrote = fence.write("paused", fresh.fencing(), || ());
     ensure!(wrote.is_ok(), "the new holder's write: {wrote:?}");

@@ -1,20 +1,22 @@
 //! Time: expiry, prolongation, late calls, grace, cooldown, fencing, force release.
 
 use super::*;
+use crate::pace::Pace;
 
 /// An unprolonged lock is Busy to others before its ttl (less a margin) and free after it.
 pub async fn unprolonged_lock_expires_after_its_ttl(suite: &Suite) -> CaseResult {
-    let (_, a, b) = pair(suite, "expiry").await;
-    let ttl = ms(600);
+    let (backend, a, b) = pair(suite, "expiry").await;
+    let t = Pace::of(&*backend, "unprolonged_lock_expires_after_its_ttl");
+    let ttl = t.ms(600);
     let sent = Instant::now();
     let first = acquired(a.obtain(ttl).await?, "obtain")?;
     let answered = Instant::now();
-    tokio::time::sleep(ms(100)).await;
+    tokio::time::sleep(t.ms(100)).await;
     let early = b.obtain(ttl).await?;
     if Instant::now() < sent + ttl {
         ensure!(busy(&early), "before the ttl: expected Busy, got {early:?}");
     }
-    tokio::time::sleep_until(answered + ttl + ms(100)).await;
+    tokio::time::sleep_until(answered + ttl + t.ms(100)).await;
     let second = acquired(b.obtain(ttl).await?, "after the ttl")?;
     ensure!(
         second > first,
@@ -26,9 +28,10 @@ pub async fn unprolonged_lock_expires_after_its_ttl(suite: &Suite) -> CaseResult
 /// Prolonging to a longer ttl keeps the lock past the original ttl; remaining after a prolong
 /// lies within (0, ttl]; then, unprolonged, it expires.
 pub async fn prolong_extends_the_lock(suite: &Suite) -> CaseResult {
-    let (_, a, b) = pair(suite, "prolong").await;
-    acquired(a.obtain(ms(400)).await?, "obtain")?;
-    let p = a.prolong(ms(2_000)).await?;
+    let (backend, a, b) = pair(suite, "prolong").await;
+    let t = Pace::of(&*backend, "prolong_extends_the_lock");
+    acquired(a.obtain(t.ms(400)).await?, "obtain")?;
+    let p = a.prolong(t.ms(2_000)).await?;
     ensure!(
         p == ProlongOutcome::Prolonged,
         "prolong of a live lock: expected Prolonged, got {p:?}"
@@ -36,17 +39,18 @@ pub async fn prolong_extends_the_lock(suite: &Suite) -> CaseResult {
     let after = Instant::now();
     match a.inspect().await? {
         LockState::Held { remaining, .. } => ensure!(
-            remaining > Duration::ZERO && remaining <= ms(2_000),
-            "remaining after prolong {remaining:?} not in (0, 2s]"
+            remaining > Duration::ZERO && remaining <= t.longest(t.ms(2_000)),
+            "remaining after prolong {remaining:?} not in (0, {:?}]",
+            t.longest(t.ms(2_000))
         ),
         other => return Err(Failure(format!("inspect after prolong: {other:?}"))),
     }
-    tokio::time::sleep_until(after + ms(800)).await;
+    tokio::time::sleep_until(after + t.ms(800)).await;
     ensure!(
         busy(&b.obtain(LONG).await?),
         "past the original ttl the prolonged lock must still be held"
     );
-    tokio::time::sleep_until(after + ms(2_300)).await;
+    tokio::time::sleep_until(after + t.ms(2_300)).await;
     acquired(b.obtain(LONG).await?, "after the prolonged ttl")?;
     Ok(())
 }
@@ -54,14 +58,15 @@ pub async fn prolong_extends_the_lock(suite: &Suite) -> CaseResult {
 /// Late prolong and late release when nobody took the lock: ProlongedLate (same fencing,
 /// same holds) and ReleasedLate (freed whatever the hold count).
 pub async fn late_calls_when_untaken_are_late(suite: &Suite) -> CaseResult {
-    let (_, a, b) = pair(suite, "late").await;
+    let (backend, a, b) = pair(suite, "late").await;
+    let t = Pace::of(&*backend, "late_calls_when_untaken_are_late");
     // Each late call lands 120 ms after the ttl, 480 ms before the grace (the ttl) ends:
     // room for a loaded machine.
-    let fencing = acquired(a.obtain(ms(600)).await?, "obtain")?;
-    let _ = a.obtain(ms(600)).await?;
+    let fencing = acquired(a.obtain(t.ms(600)).await?, "obtain")?;
+    let _ = a.obtain(t.ms(600)).await?;
     let answered = Instant::now();
-    tokio::time::sleep_until(answered + ms(720)).await;
-    let p = a.prolong(ms(600)).await?;
+    tokio::time::sleep_until(answered + t.ms(720)).await;
+    let p = a.prolong(t.ms(600)).await?;
     ensure!(
         p == ProlongOutcome::ProlongedLate,
         "late prolong, untaken: expected ProlongedLate, got {p:?}"
@@ -71,7 +76,7 @@ pub async fn late_calls_when_untaken_are_late(suite: &Suite) -> CaseResult {
         "ProlongedLate must keep fencing and holds"
     );
     let answered = Instant::now();
-    tokio::time::sleep_until(answered + ms(720)).await;
+    tokio::time::sleep_until(answered + t.ms(720)).await;
     let r = a.release(None).await?;
     ensure!(
         r == ReleaseOutcome::ReleasedLate,
@@ -88,10 +93,11 @@ pub async fn late_calls_when_untaken_are_late(suite: &Suite) -> CaseResult {
 /// Late prolong and late release after another owner took the lock: Lost, and the new
 /// holder is untouched.
 pub async fn late_calls_after_steal_are_lost(suite: &Suite) -> CaseResult {
-    let (_, a, b) = pair(suite, "stolen").await;
-    let old = acquired(a.obtain(ms(200)).await?, "obtain")?;
+    let (backend, a, b) = pair(suite, "stolen").await;
+    let t = Pace::of(&*backend, "late_calls_after_steal_are_lost");
+    let old = acquired(a.obtain(t.ms(200)).await?, "obtain")?;
     let answered = Instant::now();
-    tokio::time::sleep_until(answered + ms(260)).await;
+    tokio::time::sleep_until(answered + t.ms(300)).await;
     let new = acquired(b.obtain(LONG).await?, "steal after expiry")?;
     ensure!(new > old, "the thief's fencing {new} must exceed {old}");
     let p = a.prolong(LONG).await?;
@@ -140,6 +146,7 @@ async fn prolong_many<'o>(
 /// statement of the backend's (1,010 locks); and an empty batch answers nothing.
 pub async fn prolong_many_answers_each_as_prolong_would(suite: &Suite) -> CaseResult {
     let (backend, a, b) = pair(suite, "many-live").await;
+    let t = Pace::of(&*backend, "prolong_many_answers_each_as_prolong_would");
     ensure!(
         backend.prolongate_many(&[]).await.is_empty(),
         "an empty batch answers nothing"
@@ -154,17 +161,17 @@ pub async fn prolong_many_answers_each_as_prolong_would(suite: &Suite) -> CaseRe
     // Long enough to outlast the whole batch on a loaded machine (three statements of a
     // SQL backend with fsync took over 1.1 s once): its check below reads its remaining ttl
     // instead of waiting for the first one to end.
-    acquired(live.obtain(ms(5_000)).await?, "obtain live")?;
+    acquired(live.obtain(t.ms(5_000)).await?, "obtain live")?;
     let late = a.on("many-late");
-    let late_fencing = acquired(late.obtain(ms(300)).await?, "obtain late")?;
+    let late_fencing = acquired(late.obtain(t.ms(300)).await?, "obtain late")?;
     let stolen = a.on("many-stolen");
-    acquired(stolen.obtain(ms(300)).await?, "obtain stolen")?;
+    acquired(stolen.obtain(t.ms(300)).await?, "obtain stolen")?;
     let never = a.on("many-never");
     let others = b.on("many-other");
     acquired(others.obtain(LONG).await?, "obtain another's")?;
     let theirs = a.on("many-other");
     // Past the 300 ms ttl, well inside the grace (at least the ttl again).
-    tokio::time::sleep(ms(400)).await;
+    tokio::time::sleep(t.ms(400)).await;
     let thief = b.on("many-stolen");
     let thief_fencing = acquired(thief.obtain(LONG).await?, "steal")?;
 
@@ -276,10 +283,11 @@ pub async fn prolong_many_renews_the_largest_records(suite: &Suite) -> CaseResul
 /// After the grace period the record may vanish: a late call then answers Lost, or Late if
 /// the record is still there, never Prolonged.
 pub async fn calls_past_grace_are_never_on_time(suite: &Suite) -> CaseResult {
-    let (_, a, _) = pair(suite, "grace").await;
-    acquired(a.obtain(ms(100)).await?, "obtain")?;
-    tokio::time::sleep(ms(450)).await;
-    let p = a.prolong(ms(100)).await?;
+    let (backend, a, _) = pair(suite, "grace").await;
+    let t = Pace::of(&*backend, "calls_past_grace_are_never_on_time");
+    acquired(a.obtain(t.ms(100)).await?, "obtain")?;
+    tokio::time::sleep(t.ms(450)).await;
+    let p = a.prolong(t.ms(100)).await?;
     ensure!(
         p != ProlongOutcome::Prolonged,
         "prolong past the grace period answered Prolonged"
@@ -290,9 +298,10 @@ pub async fn calls_past_grace_are_never_on_time(suite: &Suite) -> CaseResult {
 /// A release with a cooldown blocks every obtain, the former holder's too, with no holder
 /// named; prolong and release by the former holder are Lost; then the key is free.
 pub async fn cooldown_blocks_everyone_then_frees(suite: &Suite) -> CaseResult {
-    let (_, a, b) = pair(suite, "cooldown").await;
+    let (backend, a, b) = pair(suite, "cooldown").await;
+    let t = Pace::of(&*backend, "cooldown_blocks_everyone_then_frees");
     acquired(a.obtain(LONG).await?, "obtain")?;
-    let delay = ms(700);
+    let delay = t.ms(700);
     let sent = Instant::now();
     ensure!(
         a.release(Some(delay)).await? == ReleaseOutcome::Released,
@@ -308,9 +317,10 @@ pub async fn cooldown_blocks_everyone_then_frees(suite: &Suite) -> CaseResult {
                     busy.holder
                 );
                 ensure!(
-                    busy.remaining <= delay,
-                    "{who}: cooldown remaining {:?} > {delay:?}",
-                    busy.remaining
+                    busy.remaining <= t.longest(delay),
+                    "{who}: cooldown remaining {:?} > {:?}",
+                    busy.remaining,
+                    t.longest(delay)
                 );
             }
             other => {
@@ -332,7 +342,7 @@ pub async fn cooldown_blocks_everyone_then_frees(suite: &Suite) -> CaseResult {
         a.release(None).await? == ReleaseOutcome::Lost,
         "former holder's release during cooldown must be Lost"
     );
-    tokio::time::sleep_until(answered + delay + ms(100)).await;
+    tokio::time::sleep_until(answered + delay + t.ms(100)).await;
     acquired(b.obtain(LONG).await?, "obtain after the cooldown")?;
     Ok(())
 }
@@ -362,18 +372,19 @@ pub async fn decrement_ignores_cooldown(suite: &Suite) -> CaseResult {
 /// cooldown and out-of-band deletion; a stale holder's token is lower.
 pub async fn fencing_grows_across_everything(suite: &Suite) -> CaseResult {
     let (backend, a, b) = pair(suite, "fencing").await;
+    let t = Pace::of(&*backend, "fencing_grows_across_everything");
     let mut seen = vec![acquired(a.obtain(LONG).await?, "obtain")?];
     let _ = a.release(None).await?;
-    seen.push(acquired(b.obtain(ms(150)).await?, "after release")?);
-    tokio::time::sleep(ms(250)).await;
+    seen.push(acquired(b.obtain(t.ms(150)).await?, "after release")?);
+    tokio::time::sleep(t.ms(250)).await;
     seen.push(acquired(
-        b.obtain(ms(150)).await?,
+        b.obtain(t.ms(150)).await?,
         "same token after expiry",
     )?);
-    tokio::time::sleep(ms(250)).await;
+    tokio::time::sleep(t.ms(250)).await;
     seen.push(acquired(a.obtain(LONG).await?, "other token after expiry")?);
-    let _ = a.release(Some(ms(150))).await?;
-    tokio::time::sleep(ms(250)).await;
+    let _ = a.release(Some(t.ms(150))).await?;
+    tokio::time::sleep(t.ms(250)).await;
     seen.push(acquired(b.obtain(LONG).await?, "after cooldown")?);
     let _ = backend.force_release(&b.key).await?;
     seen.push(acquired(

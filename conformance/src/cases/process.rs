@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
 use crate::harness::ms;
+use crate::pace::Pace;
 use crate::{ensure, CaseResult, Failure, Suite};
 
 /// The environment variable that carries a worker's job.
@@ -365,6 +366,7 @@ pub async fn killed_holder_frees_after_ttl(suite: &Suite) -> CaseResult {
     };
     let mut child = spawn_holder(suite, &job).await?;
     let backend = suite.harness.connect(&config).await;
+    let pace = Pace::of(&*backend, "killed_holder_frees_after_ttl");
     let locker = Locker::new(backend);
     ensure!(
         locker.lock("killed").try_obtain().await?.is_busy(),
@@ -375,17 +377,21 @@ pub async fn killed_holder_frees_after_ttl(suite: &Suite) -> CaseResult {
         .map_err(|e| Failure(format!("kill: {e}")))?;
     let _ = child.wait().await;
     let killed = tokio::time::Instant::now();
+    // What the server may keep a 1.5 s hold for beyond it (nothing on an exact backend),
+    // on top of the bounds written for one.
+    let over = pace.longest(ms(1_500)) - ms(1_500);
     let got = locker
         .lock("killed")
-        .wait(Duration::from_secs(10))
+        .wait(Duration::from_secs(10) + over)
         .obtain()
         .await?;
     ensure!(
         got.obtained().is_some(),
-        "the killed holder's lock was not free 10 s later"
+        "the killed holder's lock was not free {:?} later",
+        Duration::from_secs(10) + over
     );
     ensure!(
-        killed.elapsed() < Duration::from_secs(5),
+        killed.elapsed() < Duration::from_secs(5) + over,
         "took {:?} after a 1.5 s ttl",
         killed.elapsed()
     );

@@ -5,6 +5,7 @@
 use lock_core::{BusyReason, Mode};
 
 use super::*;
+use crate::pace::Pace;
 
 /// Whether the backend keeps shared holds; says on stderr when a case is skipped.
 pub(super) async fn keeps_shared(suite: &Suite, case: &str) -> Option<Arc<dyn LockBackend>> {
@@ -215,8 +216,9 @@ pub async fn shared_holds_keep_the_contract(suite: &Suite) -> CaseResult {
     // Late and lost per hold: x expires (its grace is at least its ttl, so it is still
     // remembered half a ttl later); y's admission still leaves room, so x is late.
     let [x, y, z] = ["x", "y", "z"].map(|who| Owner::new(&backend, "late", who));
-    acquired(x.obtain_as(ms(1_000), permits(2, 1), false).await?, "x")?;
-    tokio::time::sleep(ms(1_500)).await;
+    let t = Pace::of(&*backend, "shared_holds_keep_the_contract");
+    acquired(x.obtain_as(t.ms(1_000), permits(2, 1), false).await?, "x")?;
+    tokio::time::sleep(t.ms(1_500)).await;
     acquired(
         y.obtain_as(LONG, permits(2, 1), false).await?,
         "y beside expired x",
@@ -230,10 +232,10 @@ pub async fn shared_holds_keep_the_contract(suite: &Suite) -> CaseResult {
         "x releases"
     );
     acquired(
-        x.obtain_as(ms(1_000), permits(2, 1), false).await?,
+        x.obtain_as(t.ms(1_000), permits(2, 1), false).await?,
         "x again",
     )?;
-    tokio::time::sleep(ms(1_500)).await;
+    tokio::time::sleep(t.ms(1_500)).await;
     acquired(
         z.obtain_as(LONG, permits(2, 1), false).await?,
         "z takes x's room",

@@ -10,12 +10,17 @@ use lock_core::{BusyReason, LockState, Mode};
 
 use super::shared::{busy_for, keeps_shared, permits};
 use super::*;
+use crate::pace::Pace;
 
-/// A ttl the cases let run out.
-const SHORT: Duration = Duration::from_millis(1_000);
+/// A ttl the cases let run out (1 s, stretched by the backend's [`Pace`]).
+fn short(t: &Pace) -> Duration {
+    t.ms(1_000)
+}
 
-/// Past [`SHORT`] from the obtains just made, well inside their grace.
-const PAST_SHORT: Duration = Duration::from_millis(1_400);
+/// Past [`short`] from the obtains just made, well inside their grace.
+fn past_short(t: &Pace) -> Duration {
+    t.ms(1_400)
+}
 
 /// The fencing tokens of the live holds `inspect` lists, oldest first.
 async fn live_fencings(owner: &Owner) -> Result<Vec<Fencing>, Failure> {
@@ -79,17 +84,18 @@ pub async fn expired_shares_are_kept_oldest_first(suite: &Suite) -> CaseResult {
     let Some(backend) = keeps_shared(suite, "expired_shares_are_kept_oldest_first").await else {
         return Ok(());
     };
+    let t = Pace::of(&*backend, "expired_shares_are_kept_oldest_first");
     let [older, newer, fresh] =
         ["older", "newer", "fresh"].map(|w| Owner::new(&backend, "oldest", w));
     acquired(
-        older.obtain_as(SHORT, permits(2, 1), false).await?,
+        older.obtain_as(short(&t), permits(2, 1), false).await?,
         "the older share",
     )?;
     acquired(
-        newer.obtain_as(SHORT, permits(2, 1), false).await?,
+        newer.obtain_as(short(&t), permits(2, 1), false).await?,
         "the newer share",
     )?;
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(past_short(&t)).await;
     // Both expired; the fresh share leaves room for one of them.
     acquired(
         fresh.obtain_as(LONG, permits(2, 1), false).await?,
@@ -120,30 +126,34 @@ pub async fn a_writers_marker_lives_from_its_last_busy_attempt(suite: &Suite) ->
     else {
         return Ok(());
     };
+    let t = Pace::of(
+        &*backend,
+        "a_writers_marker_lives_from_its_last_busy_attempt",
+    );
     let [reader, writer, late] =
         ["reader", "writer", "late reader"].map(|w| Owner::new(&backend, "marker", w));
-    let ttl = ms(1_500);
+    let ttl = t.ms(1_500);
     acquired(reader.obtain_as(LONG, Mode::READ, false).await?, "a reader")?;
     busy_for(
         &writer.obtain_as(ttl, Mode::Exclusive, true).await?,
         BusyReason::Shared,
         "the writer's first attempt",
     )?;
-    tokio::time::sleep(ms(800)).await;
+    tokio::time::sleep(t.ms(800)).await;
     busy_for(
         &writer.obtain_as(ttl, Mode::Exclusive, true).await?,
         BusyReason::Shared,
         "the writer's second attempt",
     )?;
     // 1.9 s after the first attempt, 1.1 s after the second: the marker lives.
-    tokio::time::sleep(ms(1_100)).await;
+    tokio::time::sleep(t.ms(1_100)).await;
     busy_for(
         &late.obtain_as(LONG, Mode::READ, false).await?,
         BusyReason::WriterWaiting,
         "a new reader past the first attempt's ttl but inside the second's",
     )?;
     // The writer asks no more: past the second attempt's ttl, readers come in.
-    tokio::time::sleep(ms(1_000)).await;
+    tokio::time::sleep(t.ms(1_000)).await;
     acquired(
         late.obtain_as(LONG, Mode::READ, false).await?,
         "a new reader once the dead writer's marker lapsed",
@@ -211,16 +221,20 @@ pub async fn a_late_release_of_one_share_leaves_the_others_alone(suite: &Suite) 
     else {
         return Ok(());
     };
+    let t = Pace::of(
+        &*backend,
+        "a_late_release_of_one_share_leaves_the_others_alone",
+    );
     let [late, live] = ["late", "live"].map(|w| Owner::new(&backend, "late-share", w));
     acquired(
-        late.obtain_as(SHORT, permits(3, 1), false).await?,
+        late.obtain_as(short(&t), permits(3, 1), false).await?,
         "the share that expires",
     )?;
     let kept = acquired(
         live.obtain_as(LONG, permits(3, 1), false).await?,
         "the share that lives",
     )?;
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(past_short(&t)).await;
     let r = late.release(None).await?;
     ensure!(
         r == ReleaseOutcome::ReleasedLate,
@@ -246,18 +260,19 @@ pub async fn a_shares_prolong_renews_that_share_only(suite: &Suite) -> CaseResul
     let Some(backend) = keeps_shared(suite, "a_shares_prolong_renews_that_share_only").await else {
         return Ok(());
     };
+    let t = Pace::of(&*backend, "a_shares_prolong_renews_that_share_only");
     let [renewed, other] = ["renewed", "other"].map(|w| Owner::new(&backend, "prolong-share", w));
     let kept = acquired(
-        renewed.obtain_as(SHORT, Mode::READ, false).await?,
+        renewed.obtain_as(short(&t), Mode::READ, false).await?,
         "a share",
     )?;
     acquired(
-        other.obtain_as(SHORT, Mode::READ, false).await?,
+        other.obtain_as(short(&t), Mode::READ, false).await?,
         "another share",
     )?;
     let p = renewed.prolong(LONG).await?;
     ensure!(p == ProlongOutcome::Prolonged, "the prolong: {p:?}");
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(past_short(&t)).await;
     let left = live_fencings(&renewed).await?;
     ensure!(
         left == [kept],
@@ -303,12 +318,13 @@ pub async fn an_expired_share_asked_again_is_a_fresh_hold(suite: &Suite) -> Case
     else {
         return Ok(());
     };
+    let t = Pace::of(&*backend, "an_expired_share_asked_again_is_a_fresh_hold");
     let owner = Owner::new(&backend, "share-again", "holder");
     let first = acquired(
-        owner.obtain_as(SHORT, permits(2, 1), false).await?,
+        owner.obtain_as(short(&t), permits(2, 1), false).await?,
         "a share",
     )?;
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(past_short(&t)).await;
     let again = owner.obtain_as(LONG, permits(2, 1), false).await?;
     let fresh = acquired(again, "the same token again, its share expired")?;
     ensure!(
