@@ -205,6 +205,6 @@ mod tests {
         assert_eq!(base.slot(&base.writer()), Some(Slot::Writer));
         assert_eq!(base.slot(&base.fence()), Some(Slot::Fence));
         assert_eq!(base.slot("locks/other"), None);
-        assert!(base.as_str().ends_with("612f62006300/"));
+        assert!(base.as_str().ends_with("/612f620063/"));
     }
 }
