@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 msrv=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml | head -1)
 [ -n "$msrv" ] || { echo "msrv: no rust-version in Cargo.toml" >&2; exit 1; }
 
-published=(lock-core lock-conformance lock-file lock-redis lock-sql lock-postgres lock-mysql lock-config lockrun distlock)
+published=(lock-core lock-conformance lock-file lock-redis lock-sql lock-postgres lock-mysql lock-etcd lock-config lockrun distlock)
 # Only a toolchain already installed: `rustup run` may try to download a missing one.
 if command -v rustup >/dev/null 2>&1 && rustup toolchain list 2>/dev/null | grep -q "^$msrv[.-]"; then
   args=()
