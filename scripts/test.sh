@@ -13,8 +13,9 @@ step "servers"
 # start private servers (to restart, pause or kill them). So the binaries must be here:
 # redis-server, Postgres (initdb, postgres), pgbouncer, MariaDB (mariadbd,
 # mariadb-install-db, the mariadb client), etcd and etcdctl (private members for the etcd
-# tests), protoc (etcd-client compiles etcd's API when lock-etcd builds), openssl for a test
-# certificate, and valgrind (the client must run under it: tests/valgrind.rs).
+# tests), openssl for a test certificate, and valgrind (the client must run under it:
+# tests/valgrind.rs). (protoc, which lock-etcd's build needs, comes with the toolchain:
+# scripts/ensure-toolchain.sh.)
 # Runs a command as root: directly, or through sudo; says what to do when neither works.
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
@@ -33,7 +34,6 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
-command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 { [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && command -v mariadb-install-db >/dev/null 2>&1 \
   && command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-server)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -189,10 +189,13 @@ LOCK_URL=$MYSQL_URL cargo run --locked -q -p examples --example dev_prod_swap
 # moved as locks were taken and lost.
 cargo run --locked -q -p examples --example metrics_service -- --seconds 2
 LOCK_URL=$REDIS_URL cargo run --locked -q -p examples --example metrics_service -- --seconds 2
-# The same program on a private Redis Cluster and Sentinel set (LOCK_URL set by run_on).
+# The same program on a private Redis Cluster and Sentinel set, and on private etcd
+# clusters of one member and of three (LOCK_URL set by run_on).
 cargo build --locked -q -p examples --example dev_prod_swap
 cargo run --locked -q -p test-servers --example run_on -- cluster target/debug/examples/dev_prod_swap
 cargo run --locked -q -p test-servers --example run_on -- sentinel target/debug/examples/dev_prod_swap
+cargo run --locked -q -p test-servers --example run_on -- etcd target/debug/examples/dev_prod_swap
+cargo run --locked -q -p test-servers --example run_on -- etcd3 target/debug/examples/dev_prod_swap
 step "tests"
 cargo test --locked --workspace --exclude lock-etcd
 # etcd's leases are whole seconds, so each timed case of the suite runs its timeline 20

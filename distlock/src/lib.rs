@@ -9,7 +9,8 @@
 //!   cargo feature: `FileBackend` (`file`, the default: one machine), `RedisBackend`
 //!   (`redis`: one server, a Cluster or a Sentinel-managed primary), `PostgresBackend`
 //!   (`postgres`, directly or through PgBouncer), `MySqlBackend` (`mysql`: MariaDB or
-//!   MySQL); [`MemoryBackend`] for tests.
+//!   MySQL), `EtcdBackend` (`etcd`: a consensus store; building it needs `protoc`);
+//!   [`MemoryBackend`] for tests.
 //! - **Watching locks in production**: [`Locker::stats`], an [`observe::Observer`] on the
 //!   locker, and with the `metrics` feature `observe::metrics::MetricsObserver`, which
 //!   records wait times, hold times, losses, renewals and errors through the `metrics`
@@ -76,6 +77,11 @@ pub use lock_postgres::{self as postgres, PostgresBackend};
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use lock_mysql::{self as mysql, MySqlBackend};
+
+/// etcd: each hold a key on a lease of its own, fencing tokens from etcd's revision.
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use lock_etcd::{self as etcd, EtcdBackend};
 
 /// Fencing checked where the write lands: the rule and its typed error
 /// (`lock_core::fence`), and a ready fence for each store, behind its backend's feature:

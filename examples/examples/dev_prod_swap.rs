@@ -1,4 +1,4 @@
-//! The same program on a file lock in development and on Redis (or Postgres, or MariaDB) in production,
+//! The same program on a file lock in development and on Redis (or Postgres, MariaDB, etcd) in production,
 //! chosen by configuration, not by code.
 //!
 //! ```text
@@ -6,6 +6,7 @@
 //! LOCK_URL=redis://127.0.0.1:6379/0 cargo run -p examples --example dev_prod_swap
 //! LOCK_URL=postgres://postgres@127.0.0.1/postgres cargo run -p examples --example dev_prod_swap
 //! LOCK_URL=mysql://root@127.0.0.1:3306/test cargo run -p examples --example dev_prod_swap
+//! LOCK_URL=etcd://127.0.0.1:2379/my-app cargo run -p examples --example dev_prod_swap
 //! ```
 //!
 //! Everything about the lock comes from `LOCK_*` variables (`LOCK_URL`, `LOCK_TTL`,

@@ -24,6 +24,7 @@
 //! | `redis+sentinel://[user:pass@]host:port[,host:port…]/service[/db]` | the primary Redis Sentinel names for `service` |
 //! | `postgres://user@host/db?table=schema.table` | Postgres (`postgresql://` too) |
 //! | `mysql://user@host:port/db?table=name` | MySQL or MariaDB (`mariadb://` too) |
+//! | `etcd://[user:pass@]host:port[,host:port…]/prefix` | etcd (cargo feature `etcd`, off by default: building it needs `protoc`) |
 //!
 //! Options in the query string, removed before the URL reaches the backend:
 //! `grace=30s` (any backend); for Redis `prefix=myapp:`, `variant=lua|watch`, `pool=16`,
@@ -32,18 +33,20 @@
 //! for Postgres `table=[schema.]table`, `notify=false` (behind PgBouncer),
 //! `statements=simple` (behind PgBouncer before 1.21), `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
 //! it), `timeout=5s` (the deadline of one call); for MySQL/MariaDB `table=`, `migrate=false`,
-//! `timeout=`, `grace=`, `pool=`. Other query parameters go to the backend's own client
+//! `timeout=`, `grace=`, `pool=`; for etcd `timeout=`, `grace=`. Other query parameters go to the backend's own client
 //! (`sslmode=…`, `ssl-mode=…`).
 //!
 //! Each backend crate reads its own URLs and options (`MemoryBackend::from_url`,
 //! `lock_file::FileBackend::from_url`, `lock_redis::RedisBuilder::from_url`,
-//! `lock_postgres::PostgresBuilder::from_url`, `lock_mysql::MySqlBuilder::from_url`, all through `lock_core::backend::UrlOptions`, which
+//! `lock_postgres::PostgresBuilder::from_url`, `lock_mysql::MySqlBuilder::from_url`,
+//! `lock_etcd::EtcdBuilder::from_url`, all through `lock_core::backend::UrlOptions`, which
 //! percent-decodes values: `prefix=a%3Ab` is `a:b`); this crate only picks the crate by
 //! scheme. (The `url` crate is not used: it refuses the comma-separated hosts of
 //! `redis+cluster://` and `redis+sentinel://`, and turns `file:locks` into an absolute path.)
 //!
 //! A URL with an unknown scheme, a malformed option, or a scheme whose backend this build
-//! left out (cargo features `file`, `redis`, `postgres`, `mysql`, all on by default) is an
+//! left out (cargo features `file`, `redis`, `postgres`, `mysql`, all on by default, and
+//! `etcd`, off by default because etcd's client compiles its API with `protoc`) is an
 //! [`ErrorKind::Config`] error that names the problem.
 
 use std::sync::Arc;
@@ -245,7 +248,7 @@ pub fn parse_retry(text: &str) -> Result<Retry> {
 pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>> {
     let Some((scheme, _)) = url.split_once(':') else {
         return Err(config_error(format!(
-            "{:?} is not a lock URL: expected memory:, file://DIR, redis://…, postgres://…, mysql://…",
+            "{:?} is not a lock URL: expected memory:, file://DIR, redis://…, postgres://…, mysql://…, etcd://…",
             redact_url(url)
         )));
     };
@@ -327,13 +330,20 @@ const BACKENDS: &[Backend] = &[
             lock_mysql::MySqlBuilder::from_url(&url)?.build()?
         }),
     },
+    Backend {
+        schemes: lock_core::backend::schemes::ETCD,
+        connect: built_in!("etcd", |url| {
+            lock_etcd::EtcdBuilder::from_url(&url)?.connect().await?
+        }),
+    },
 ];
 
 #[cfg(not(all(
     feature = "file",
     feature = "redis",
     feature = "postgres",
-    feature = "mysql"
+    feature = "mysql",
+    feature = "etcd"
 )))]
 fn left_out(feature: &str) -> Error {
     config_error(format!(

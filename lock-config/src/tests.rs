@@ -19,7 +19,7 @@ async fn memory_and_file_urls_give_backends() {
 async fn bad_urls_say_what_is_wrong() {
     let mut cases = vec![
         ("nonsense", "not a lock URL"),
-        ("etcd://db/x", "unknown lock URL scheme"),
+        ("zookeeper://db/x", "unknown lock URL scheme"),
         ("memory:?grace=soon", "not a duration"),
         ("memory:?colour=blue", "unknown option"),
     ];
@@ -53,6 +53,10 @@ async fn bad_urls_say_what_is_wrong() {
         ));
         cases.push(("mariadb://u:secret@h/d?table=Bad-Name", "must match"));
     }
+    if cfg!(feature = "etcd") {
+        cases.push(("etcd://u:secret@h:1/p?timeout=0s", "longer than zero"));
+        cases.push(("etcd://u:secret@h:1/p?tls=yes", "unknown option"));
+    }
     for (url, says) in cases {
         let err = connect(url).await.map(|_| ()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config, "{url}: {err}");
@@ -85,6 +89,12 @@ async fn a_backend_left_out_of_the_build_names_its_feature() {
             "//u@127.0.0.1:1/d",
             "mysql",
             cfg!(feature = "mysql"),
+        ),
+        (
+            schemes::ETCD,
+            "//127.0.0.1:1/p",
+            "etcd",
+            cfg!(feature = "etcd"),
         ),
     ] {
         if built {

@@ -135,8 +135,8 @@ impl EtcdBuilder {
     /// quorum fail at once rather than wait (`require_leader`).
     ///
     /// # Errors
-    /// [`ErrorKind::Config`] for no endpoint, a zero timeout or an endpoint that is not a
-    /// URL; [`ErrorKind::InvalidInput`] for a grace over 365 days;
+    /// [`ErrorKind::Config`] for no endpoint, a timeout of zero or over the longest a call
+    /// may take, or an endpoint that is not a URL; [`ErrorKind::InvalidInput`] for a grace over 365 days;
     /// [`ErrorKind::Unavailable`] when no member answers within the timeout;
     /// [`ErrorKind::PermissionDenied`] for refused credentials.
     pub async fn connect(self) -> Result<EtcdBackend> {
@@ -145,9 +145,7 @@ impl EtcdBuilder {
         if self.endpoints.is_empty() {
             return Err(config("no etcd endpoint given".to_owned()));
         }
-        if self.timeout.is_zero() {
-            return Err(config("the timeout must be longer than zero".to_owned()));
-        }
+        lock_core::backend::check_call_timeout(self.timeout).map_err(config)?;
         let grace = self.grace.map(Grace::new).transpose()?;
         let mut options = ConnectOptions::new()
             .with_require_leader(true)
@@ -166,7 +164,9 @@ impl EtcdBuilder {
         )
         .await?;
         let mut lease = client.lease_client();
-        let probe = within(op, "lease grant", deadline, lease.grant(1, None)).await?;
+        // The client connects lazily: this is the first call that reaches a member.
+        let first = format!("the first call to etcd at {}", self.endpoints.join(","));
+        let probe = within(op, &first, deadline, lease.grant(1, None)).await?;
         let _ = within(op, "lease revoke", deadline, lease.revoke(probe.id())).await;
         let minimum = Duration::from_secs(u64::try_from(probe.ttl()).unwrap_or(1).max(1));
         Ok(EtcdBackend {

@@ -6,10 +6,12 @@ mod layout;
 mod plan;
 mod read;
 mod storage;
+mod url;
 
 pub use backend::{EtcdBackend, EtcdBuilder};
 pub use etcd_client;
 pub use lock_core;
+pub use url::SCHEMES;
 
 /// The backend's name in errors and reports.
 const NAME: &str = "etcd";

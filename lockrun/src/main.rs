@@ -48,7 +48,7 @@ pub(crate) const EXIT_STALE: u8 = 77;
 #[command(
     name = "lockrun",
     version,
-    about = "Run a command under a distributed lock (file, Redis, Postgres or MySQL/MariaDB).",
+    about = "Run a command under a distributed lock (file, Redis, Postgres, MySQL/MariaDB or etcd).",
     long_about = "Obtains the lock KEY (waiting up to --wait), runs COMMAND while a watchdog \
                   prolongs the lock, releases it when COMMAND ends and exits with COMMAND's \
                   status.\n\nCOMMAND runs in a process group of its own (unless standard \
@@ -90,9 +90,10 @@ struct Cli {
 #[derive(Args, Clone)]
 struct Common {
     /// The lock backend: file:///DIR, redis://HOST:PORT/DB, redis+watch://…, rediss://…,
-    /// postgres://USER@HOST/DB, mysql://USER@HOST/DB (MariaDB too). Default: lock files in
-    /// /run/lock/lockrun-UID (/tmp/lockrun-UID where /run/lock is not open to every user),
-    /// the same from cron, a service or a login shell.
+    /// postgres://USER@HOST/DB, mysql://USER@HOST/DB (MariaDB too),
+    /// etcd://HOST:PORT[,HOST:PORT…]/PREFIX. Default: lock files in /run/lock/lockrun-UID
+    /// (/tmp/lockrun-UID where /run/lock is not open to every user), the same from cron, a
+    /// service or a login shell.
     // hide_env_values: the URL may hold a password, and --help would print it.
     #[arg(
         long,

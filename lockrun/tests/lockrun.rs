@@ -1,11 +1,12 @@
-//! The real `lockrun` binary, as separate processes, on the file backend, Redis, Postgres and
-//! MariaDB:
+//! The real `lockrun` binary, as separate processes, on the file backend, Redis, Postgres,
+//! MariaDB and etcd:
 //! two at once on one key, exit status passing through, a lost lock killing COMMAND, SIGTERM
 //! forwarded with the lock released, `inspect` JSON.
 //!
 //! The servers come from `test-servers`: `REDIS_URL` / `DATABASE_URL` / `MYSQL_URL`, else the local
 //! default servers, else private ones started for this test process; a server that cannot
-//! be had fails these tests, it never skips them.
+//! be had fails these tests, it never skips them. etcd is a private member started for this
+//! test process (stopped by the reaper when it ends).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -56,6 +57,13 @@ fn url(backend: &str) -> (String, Option<PathBuf>) {
         "mysql" => {
             let base = test_servers::mysql::shared_url();
             (format!("{base}{}table=lockrun_test", sep(&base)), None)
+        }
+        "etcd" => {
+            static ETCD: std::sync::OnceLock<test_servers::etcd::EtcdCluster> =
+                std::sync::OnceLock::new();
+            let member = ETCD.get_or_init(|| test_servers::etcd::EtcdCluster::start(1));
+            let host = member.endpoint(0).trim_start_matches("http://").to_owned();
+            (format!("etcd://{host}/lockrun-{id}"), None)
         }
         other => panic!("no backend {other}"),
     }
@@ -469,6 +477,7 @@ macro_rules! on_each_backend {
         mod redis { $( #[test] fn $case() { super::$case("redis") } )* }
         mod postgres { $( #[test] fn $case() { super::$case("postgres") } )* }
         mod mysql { $( #[test] fn $case() { super::$case("mysql") } )* }
+        mod etcd { $( #[test] fn $case() { super::$case("etcd") } )* }
     };
 }
 
@@ -920,7 +929,7 @@ fn shared_runs_run_together_and_keep_a_writer_out() {
 
 #[test]
 fn permits_hold_on_the_server_backends() {
-    for backend in ["redis", "postgres", "mysql"] {
+    for backend in ["redis", "postgres", "mysql", "etcd"] {
         let env = Env::new(backend);
         let mut a = env.spawn(&["--permits", "1", "--", "sleep", "3"]);
         let state = wait_until_shared(&env, 1);

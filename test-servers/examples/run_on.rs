@@ -1,7 +1,8 @@
-//! `run_on cluster|sentinel COMMAND [ARGS…]`: starts a private Redis Cluster (3 primaries,
-//! 3 replicas) or Sentinel set (a primary, a replica, 3 sentinels) on free loopback ports,
-//! runs the command with `LOCK_URL` set to its URL, stops the servers and exits with the
-//! command's status. CI runs the `dev_prod_swap` example this way.
+//! `run_on cluster|sentinel|etcd|etcd3 COMMAND [ARGS…]`: starts a private Redis Cluster (3
+//! primaries, 3 replicas), Sentinel set (a primary, a replica, 3 sentinels), or etcd cluster
+//! (one member, or three) on free loopback ports, runs the command with `LOCK_URL` set to
+//! its URL, stops the servers and exits with the command's status. CI runs the
+//! `dev_prod_swap` example this way.
 
 use std::process::{Command, ExitCode};
 
@@ -9,23 +10,33 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let topology = args.next().unwrap_or_default();
     let Some(program) = args.next() else {
-        eprintln!("usage: run_on cluster|sentinel COMMAND [ARGS…]");
+        eprintln!("usage: run_on cluster|sentinel|etcd|etcd3 COMMAND [ARGS…]");
         return ExitCode::from(2);
     };
     // Kept alive until the command ends; dropping them kills the servers.
-    let (_cluster, _sentinel, url) = match topology.as_str() {
+    let (_cluster, _sentinel, _etcd, url) = match topology.as_str() {
         "cluster" => {
             let c = test_servers::cluster::RedisCluster::start();
             let url = c.url.clone();
-            (Some(c), None, url)
+            (Some(c), None, None, url)
         }
         "sentinel" => {
             let s = test_servers::sentinel::RedisSentinel::start();
             let url = s.url.clone();
-            (None, Some(s), url)
+            (None, Some(s), None, url)
+        }
+        "etcd" | "etcd3" => {
+            let e = test_servers::etcd::EtcdCluster::start(if topology == "etcd" { 1 } else { 3 });
+            let hosts: Vec<String> = e
+                .endpoints()
+                .iter()
+                .map(|u| u.trim_start_matches("http://").to_owned())
+                .collect();
+            let url = format!("etcd://{}/run-on", hosts.join(","));
+            (None, None, Some(e), url)
         }
         other => {
-            eprintln!("run_on: {other:?} is not cluster or sentinel");
+            eprintln!("run_on: {other:?} is not cluster, sentinel, etcd or etcd3");
             return ExitCode::from(2);
         }
     };

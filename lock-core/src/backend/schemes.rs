@@ -27,3 +27,6 @@ pub const POSTGRES: &[&str] = &["postgres", "postgresql"];
 
 /// MySQL and MariaDB.
 pub const MYSQL: &[&str] = &["mysql", "mariadb"];
+
+/// etcd: `etcd://host:port[,host:port…]/prefix`.
+pub const ETCD: &[&str] = &["etcd"];

@@ -1,0 +1,132 @@
+//! [`EtcdBuilder::from_url`]: a backend from an `etcd://` URL.
+
+use lock_core::backend::UrlOptions;
+use lock_core::{Error, ErrorKind, Operation, Result};
+use percent_encoding::percent_decode_str;
+
+use crate::{EtcdBackend, EtcdBuilder, NAME};
+
+/// The URL schemes an [`EtcdBuilder::from_url`] takes.
+pub const SCHEMES: &[&str] = lock_core::backend::schemes::ETCD;
+
+fn config(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Config, NAME, Operation::Connect, message)
+}
+
+fn decoded(part: &str, what: &str) -> Result<String> {
+    percent_decode_str(part)
+        .decode_utf8()
+        .map(|v| v.into_owned())
+        .map_err(|_| {
+            config(format!(
+                "the URL's {what} is not UTF-8 once percent-decoded"
+            ))
+        })
+}
+
+impl EtcdBuilder {
+    /// The settings an `etcd://` URL names:
+    /// `etcd://[user:password@]host:port[,host:port…][/prefix][?timeout=2s&grace=1m]`.
+    /// The hosts are the cluster's members (the client spreads calls over them); the path,
+    /// percent-decoded, is the prefix of every key (`distlock` without one). Nothing
+    /// connects before [`EtcdBuilder::connect`].
+    ///
+    /// ```
+    /// use lock_etcd::EtcdBuilder;
+    ///
+    /// let b = EtcdBuilder::from_url("etcd://app:s3cret@10.0.0.1:2379,10.0.0.2:2379/billing?timeout=1s")?;
+    /// let shown = format!("{b:?}");
+    /// assert!(shown.contains("10.0.0.2:2379") && shown.contains("billing") && shown.contains("app"));
+    /// assert!(!shown.contains("s3cret"));
+    /// # Ok::<(), lock_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for another scheme, no host, an unknown or malformed option
+    /// (naming it, never the password).
+    pub fn from_url(url: &str) -> Result<Self> {
+        let mut options = UrlOptions::parse(NAME, url);
+        if !SCHEMES.contains(&options.scheme()) {
+            return Err(config(
+                "not an etcd URL: expected etcd://host:port[,host:port…]/prefix",
+            ));
+        }
+        let timeout = options.take_duration("timeout")?;
+        let grace = options.take_duration("grace")?;
+        let base = options.finish()?;
+        let rest = base
+            .strip_prefix("etcd://")
+            .ok_or_else(|| config("an etcd URL starts with etcd://"))?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (user, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => {
+                let (name, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+                let name = decoded(name, "user name")?;
+                (Some((name, decoded(password, "password")?)), hosts)
+            }
+            None => (None, authority),
+        };
+        let endpoints: Vec<String> = hosts
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if endpoints.is_empty() {
+            return Err(config(
+                "the etcd URL names no host: etcd://host:port[,host:port…]/prefix",
+            ));
+        }
+        let mut b = EtcdBackend::builder(endpoints);
+        if !path.is_empty() {
+            b = b.prefix(decoded(path, "prefix")?);
+        }
+        if let Some((name, password)) = user {
+            b = b.user(name, password);
+        }
+        if let Some(t) = timeout {
+            b = b.timeout(t);
+        }
+        if let Some(g) = grace {
+            b = b.grace(g);
+        }
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_prefix_and_options_are_read() {
+        let b = EtcdBuilder::from_url("etcd://h1:2379,h2:2379/a%2Fb?timeout=1s&grace=1m").unwrap();
+        let shown = format!("{b:?}");
+        assert!(
+            shown.contains(r#"endpoints: ["h1:2379", "h2:2379"]"#),
+            "{shown}"
+        );
+        assert!(shown.contains(r#"prefix: "a/b""#), "{shown}");
+        assert!(
+            shown.contains("timeout: 1s") && shown.contains("60s"),
+            "{shown}"
+        );
+        let plain = format!("{:?}", EtcdBuilder::from_url("etcd://h:2379").unwrap());
+        assert!(plain.contains(r#"prefix: "distlock""#), "{plain}");
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong_without_the_password() {
+        for (url, says) in [
+            ("redis://h:1", "not an etcd URL"),
+            ("etcd:///p", "names no host"),
+            ("etcd://u:pw@h:1/p?tls=1", "unknown option \"tls\""),
+            ("etcd://u:pw@h:1/p?timeout=soon", "timeout"),
+        ] {
+            let err = EtcdBuilder::from_url(url).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Config);
+            let text = format!("{err} {err:?}");
+            assert!(text.contains(says), "{url}: {text}");
+            assert!(!text.contains("pw"), "{url}: {text}");
+        }
+    }
+}
