@@ -3,11 +3,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::ConnectOptions;
 use lock_core::backend::{Expiry, Grace, Waiters};
 use lock_core::{Error, ErrorKind, Operation, Result};
 
-use crate::error::{within, Deadline};
+use crate::error::Deadline;
+use crate::members::Members;
 use crate::NAME;
 
 /// The lock contract on etcd (3.4 and later): each hold is a key on a lease of its own,
@@ -21,7 +22,7 @@ use crate::NAME;
 /// the holder's own validity is the ttl it asked for, counted from when it sent the
 /// request, so two holders never overlap.
 pub struct EtcdBackend {
-    pub(crate) client: Client,
+    pub(crate) members: Members,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) grace: Option<Grace>,
@@ -39,6 +40,9 @@ impl fmt::Debug for EtcdBackend {
             .finish_non_exhaustive()
     }
 }
+
+/// How often the client pings each member's connection.
+const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 /// The settings of an [`EtcdBackend`], all known before it connects. Its `Debug` never
 /// shows the password.
@@ -151,26 +155,33 @@ impl EtcdBuilder {
             .with_require_leader(true)
             .with_timeout(self.timeout)
             .with_connect_timeout(self.timeout)
-            .with_keep_alive(Duration::from_secs(10), self.timeout);
+            // A member that stops answering with its connection open (paused, or cut off
+            // by a network that drops packets) would otherwise keep getting a share of the
+            // calls until the operating system gives up on the connection: HTTP/2 pings
+            // find it within a second and a timeout, and the client leaves it until it
+            // answers again.
+            .with_keep_alive(KEEP_ALIVE, self.timeout)
+            .with_keep_alive_while_idle(true);
         if let Some((name, password)) = self.user {
             options = options.with_user(name, password);
         }
+        let members = Members::new(self.endpoints, options);
         let deadline = Deadline::after(self.timeout);
-        let client = within(
-            op,
-            "connect",
-            deadline,
-            Client::connect(&self.endpoints, Some(options)),
-        )
-        .await?;
-        let mut lease = client.lease_client();
-        // The client connects lazily: this is the first call that reaches a member.
-        let first = format!("the first call to etcd at {}", self.endpoints.join(","));
-        let probe = within(op, &first, deadline, lease.grant(1, None)).await?;
-        let _ = within(op, "lease revoke", deadline, lease.revoke(probe.id())).await;
+        // The first call that reaches a member: a member that is down is passed over.
+        let probe = members
+            .retried(op, "the first call to etcd", deadline, |c| async move {
+                c.lease_client().grant(1, None).await
+            })
+            .await?;
+        let id = probe.id();
+        let _ = members
+            .once(op, "lease revoke", deadline, |c| async move {
+                c.lease_client().revoke(id).await
+            })
+            .await;
         let minimum = Duration::from_secs(u64::try_from(probe.ttl()).unwrap_or(1).max(1));
         Ok(EtcdBackend {
-            client,
+            members,
             prefix: self.prefix,
             timeout: self.timeout,
             grace,

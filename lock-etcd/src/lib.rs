@@ -3,6 +3,7 @@
 mod backend;
 mod error;
 mod layout;
+mod members;
 mod plan;
 mod read;
 mod storage;

@@ -11,7 +11,7 @@ use lock_core::backend::{Capabilities, Grace, ReleaseSubscription, Token};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 use tracing::Instrument;
 
-use crate::error::{within, Deadline};
+use crate::error::Deadline;
 use crate::layout::Base;
 use crate::plan::{Lease, Plan};
 use crate::read::{self, Seen};
@@ -81,9 +81,14 @@ impl EtcdBackend {
     ) -> Result<Commit> {
         let deadline = Deadline::after(self.timeout);
         let base = Base::new(&self.prefix, key.as_str());
-        let mut kv = self.client.kv_client();
-        let range = GetOptions::new().with_range(base.end());
-        let read = within(op, "read", deadline, kv.get(base.first(), Some(range))).await?;
+        let read = self
+            .members
+            .retried(op, "read", deadline, |c| {
+                let range = GetOptions::new().with_range(base.end());
+                let first = base.first();
+                async move { c.kv_client().get(first, Some(range)).await }
+            })
+            .await?;
         let revision = read
             .header()
             .map(|h| h.revision())
@@ -116,7 +121,12 @@ impl EtcdBackend {
         }
         let leases = self.grant(op, deadline, &plan).await?;
         let txn = transaction(&base, &seen, &plan, &leases);
-        let done = within(op, "txn", deadline, kv.txn(txn)).await?;
+        let done = self
+            .members
+            .once(op, "txn", deadline, |c| async move {
+                c.kv_client().txn(txn).await
+            })
+            .await?;
         if !done.succeeded() {
             self.revoke(leases);
             return Ok(Commit::Conflict);
@@ -128,8 +138,10 @@ impl EtcdBackend {
     /// Grants the plan's leases, all at once; their ids in the plan's order.
     async fn grant(&self, op: Operation, deadline: Deadline, plan: &Plan) -> Result<Vec<i64>> {
         let grants = plan.leases.iter().map(|&secs| {
-            let mut lease = self.client.lease_client();
-            async move { within(op, "lease grant", deadline, lease.grant(secs, None)).await }
+            self.members
+                .retried(op, "lease grant", deadline, move |c| async move {
+                    c.lease_client().grant(secs, None).await
+                })
         });
         let mut ids = Vec::with_capacity(plan.leases.len());
         let mut failed = None;
@@ -153,11 +165,14 @@ impl EtcdBackend {
         if leases.is_empty() {
             return;
         }
-        let mut client = self.client.lease_client();
+        let Some(client) = self.members.any_client() else {
+            return;
+        };
         let timeout = self.timeout;
         tokio::spawn(async move {
+            let mut lease = client.lease_client();
             for id in leases {
-                let _ = tokio::time::timeout(timeout, client.revoke(id)).await;
+                let _ = tokio::time::timeout(timeout, lease.revoke(id)).await;
             }
         });
     }
