@@ -1,4 +1,5 @@
-//! The whole conformance suite on one etcd member, multi-process cases included.
+//! The whole conformance suite on one etcd member and on a cluster of three, multi-process
+//! cases included.
 
 mod support;
 
@@ -6,8 +7,13 @@ lock_conformance::suite!("etcd", support::Etcd::new());
 
 /// The mutex suite again, every lock one permit of a semaphore of 1.
 mod as_semaphore {
+    lock_conformance::suite!("etcd", lock_conformance::AsSemaphore(super::support::Etcd::new()));
+}
+
+/// The whole suite on three members: every call may land on any of them.
+mod three_members {
     lock_conformance::suite!(
         "etcd",
-        lock_conformance::AsSemaphore(super::support::Etcd::new())
+        super::support::Etcd::on(super::support::cluster_of_three)
     );
 }

@@ -1,4 +1,5 @@
-//! One private etcd member for a whole test binary, and the conformance harness on it.
+//! Private etcd clusters shared by a whole test binary (one member, and three), and the
+//! conformance harness on them.
 
 #![allow(dead_code)]
 
@@ -10,12 +11,19 @@ use lock_core::backend::Token;
 use lock_core::LockBackend;
 use lock_etcd::EtcdBackend;
 use test_servers::etcd::EtcdCluster;
+use test_servers::proxy::ProxySet;
 
-/// The test binary's etcd member, started on first use, stopped by the reaper when the
-/// binary ends.
+/// The test binary's one-member cluster, started on first use, stopped by the reaper when
+/// the binary ends.
 pub(crate) fn cluster() -> &'static EtcdCluster {
     static CLUSTER: OnceLock<EtcdCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| EtcdCluster::start(1))
+}
+
+/// The test binary's three-member cluster, likewise.
+pub(crate) fn cluster_of_three() -> &'static EtcdCluster {
+    static CLUSTER: OnceLock<EtcdCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| EtcdCluster::start(3))
 }
 
 /// A prefix nobody used.
@@ -23,24 +31,54 @@ pub(crate) fn fresh_prefix() -> String {
     format!("t-{}", &Token::generate().unwrap().to_hex()[..12])
 }
 
-/// A backend on `endpoints` under `prefix`.
+/// A backend on `endpoints` under `prefix`, with a 1 s deadline (the fault cases expect
+/// about a second).
 pub(crate) async fn backend_at(endpoints: &[String], prefix: &str) -> EtcdBackend {
     EtcdBackend::builder(endpoints.iter().cloned())
         .prefix(prefix)
+        .timeout(Duration::from_secs(1))
         .connect()
         .await
         .expect("connect to the test etcd")
 }
 
-/// The conformance harness: every backend under a fresh prefix of the one member, through
-/// a proxy of its own so that the harness can cut its connections.
+fn port(endpoint: &str) -> u16 {
+    endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("an endpoint with a port")
+}
+
+/// Proxies in front of every member of `cluster`, and the endpoints through them.
+fn proxied(cluster: &EtcdCluster) -> (ProxySet, Vec<String>) {
+    let ports: Vec<u16> = cluster.endpoints().iter().map(|e| port(e)).collect();
+    let set = ProxySet::start(&ports);
+    let endpoints = set
+        .proxies
+        .iter()
+        .map(|(_, p)| format!("http://127.0.0.1:{}", p.port()))
+        .collect();
+    (set, endpoints)
+}
+
+/// The conformance harness: every backend under a fresh prefix of one cluster, through
+/// proxies of its own so that the harness can cut its connections.
 pub(crate) struct Etcd {
-    proxies: Mutex<Vec<test_servers::proxy::FaultProxy>>,
+    cluster: fn() -> &'static EtcdCluster,
+    proxies: Mutex<Vec<ProxySet>>,
 }
 
 impl Etcd {
+    /// On the one-member cluster.
     pub(crate) fn new() -> Self {
+        Etcd::on(cluster)
+    }
+
+    /// On the cluster `cluster` gives.
+    pub(crate) fn on(cluster: fn() -> &'static EtcdCluster) -> Self {
         Etcd {
+            cluster,
             proxies: Mutex::default(),
         }
     }
@@ -49,64 +87,61 @@ impl Etcd {
 #[async_trait]
 impl Harness for Etcd {
     async fn backend(&self) -> Arc<dyn LockBackend> {
-        let (proxy, proxied) = test_servers::proxy::in_front_of(&cluster().endpoint(0));
-        self.proxies.lock().unwrap().push(proxy);
-        Arc::new(backend_at(&[proxied], &fresh_prefix()).await)
+        let (set, endpoints) = proxied((self.cluster)());
+        self.proxies.lock().unwrap().push(set);
+        Arc::new(backend_at(&endpoints, &fresh_prefix()).await)
     }
 
     async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {
-        for proxy in self.proxies.lock().unwrap().iter() {
-            proxy.cut();
+        for set in self.proxies.lock().unwrap().iter() {
+            lock_conformance::NetworkFaults::cut(set);
         }
         true
     }
 
     async fn namespaced(&self, namespace: &str) -> Option<Arc<dyn LockBackend>> {
+        let endpoints = (self.cluster)().endpoints();
         Some(Arc::new(
-            backend_at(&cluster().endpoints(), &format!("ns-space{namespace}")).await,
+            backend_at(&endpoints, &format!("ns-space{namespace}")).await,
         ))
     }
 
     async fn lose_data(&self, backend: &Arc<dyn LockBackend>) -> bool {
         // Every key of the backend's prefix, as a restore from an empty snapshot would;
         // the revision keeps fencing growing.
-        let prefix = format!("{backend:?}");
-        let prefix = prefix
+        let shown = format!("{backend:?}");
+        let prefix = shown
             .split("prefix: \"")
             .nth(1)
             .and_then(|rest| rest.split('"').next())
             .expect("the backend's Debug names its prefix")
             .to_owned();
-        cluster().etcdctl(&["del", "--prefix", &format!("{prefix}/")]);
+        (self.cluster)().etcdctl(&["del", "--prefix", &format!("{prefix}/")]);
         true
     }
 
     async fn behind_faults(&self) -> Option<Faulty> {
-        let endpoint = cluster().endpoint(0);
-        let (proxy, proxied) = test_servers::proxy::in_front_of(&endpoint);
+        let cluster = (self.cluster)();
+        let (set, endpoints) = proxied(cluster);
         let prefix = fresh_prefix();
-        let deadline = Duration::from_secs(1);
-        let backend = EtcdBackend::builder([proxied])
-            .prefix(&prefix)
-            .timeout(deadline)
-            .connect()
-            .await
-            .expect("connect through the proxy");
-        let direct = backend_at(&[endpoint], &prefix).await;
+        let backend = backend_at(&endpoints, &prefix).await;
+        let direct = backend_at(&cluster.endpoints(), &prefix).await;
         Some(Faulty {
             backend: Arc::new(backend),
             direct: Arc::new(direct),
-            faults: Box::new(proxy),
-            deadline,
+            faults: Box::new(set),
+            deadline: Duration::from_secs(1),
         })
     }
 
     async fn shared_config(&self) -> Option<String> {
-        Some(format!("{} {}", cluster().endpoint(0), fresh_prefix()))
+        let endpoints = (self.cluster)().endpoints();
+        Some(format!("{} {}", endpoints.join(","), fresh_prefix()))
     }
 
     async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {
-        let (endpoint, prefix) = config.split_once(' ').expect("endpoint and prefix");
-        Arc::new(backend_at(&[endpoint.to_owned()], prefix).await)
+        let (endpoints, prefix) = config.split_once(' ').expect("endpoints and prefix");
+        let endpoints: Vec<String> = endpoints.split(',').map(str::to_owned).collect();
+        Arc::new(backend_at(&endpoints, prefix).await)
     }
 }
