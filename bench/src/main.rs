@@ -10,7 +10,8 @@
 //!
 //! Redis is `REDIS_URL` (default `redis://127.0.0.1:6379/0`), Postgres `DATABASE_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/postgres`), MariaDB/MySQL `MYSQL_URL`
-//! (default `mysql://root@127.0.0.1:3306/test`); a backend whose server does not
+//! (default `mysql://root@127.0.0.1:3306/test`), etcd `ETCD_URL` (default: a private member
+//! started for the run, `etcd` must be installed); a backend whose server does not
 //! answer is reported as skipped. Every figure is the median of three interleaved rounds
 //! (the baseline and the project take turns, so both see the same machine), printed as a
 //! Markdown table: `BENCHMARKS.md` keeps the latest one.
@@ -24,7 +25,8 @@
 //!   through rslock; `pg_try_advisory_lock` + `pg_advisory_unlock` for Postgres, and a
 //!   durable single-row upsert + update (what a lock row costs at the least when every
 //!   write is durable; the simple statement form is measured against it too);
-//!   `GET_LOCK` + `RELEASE_LOCK` and the same durable row pair for MariaDB/MySQL; one
+//!   `GET_LOCK` + `RELEASE_LOCK` and the same durable row pair for MariaDB/MySQL; a lease,
+//!   a put-if-absent transaction on it and a delete for etcd; one
 //!   `flock`ed read-modify-write of one file for the file backend; the trait called
 //!   directly for the memory backend. Rate, and each cycle's p50 / p99.
 //! - **where a Redis cycle's time goes**: the raw cycles and the project's, at 1 and 64
@@ -61,6 +63,7 @@ mod alloc;
 mod baselines;
 mod cpu;
 mod instructions;
+mod on_etcd;
 mod on_mysql;
 mod on_postgres;
 mod on_redis;
@@ -109,14 +112,15 @@ const USAGE: &str = "lock-bench: every backend next to its baseline, in one run
 usage: cargo run --release -p lock-bench -- [OPTIONS]
 
   --quick               fewer cycles, one round (a smoke run, about a minute per backend)
-  --only=NAME[,NAME]    just these: memory, file, redis, postgres, mysql
+  --only=NAME[,NAME]    just these: memory, file, redis, postgres, mysql, etcd
   --watched-only        just the locks held with the watchdog
   --instructions        the client's instructions per cycle (valgrind's callgrind)
   --count-cycles=KIND:N[:TASKS]
                         run N cycles of KIND alone (for a profiler or callgrind)
   --help                this text
 
-servers: REDIS_URL, DATABASE_URL, MYSQL_URL (defaults: the local servers); the full run
+servers: REDIS_URL, DATABASE_URL, MYSQL_URL (defaults: the local servers), ETCD_URL
+(default: a private member started for the run); the full run
 takes about six minutes";
 
 fn main() {
@@ -206,6 +210,11 @@ fn main() {
         if wanted("mysql") {
             if let Err(why) = on_mysql::mysql(&mut table, size, &my_url).await {
                 table.skipped("mysql", &why);
+            }
+        }
+        if wanted("etcd") {
+            if let Err(why) = on_etcd::etcd(&mut table, size).await {
+                table.skipped("etcd", &why);
             }
         }
     });

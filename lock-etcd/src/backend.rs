@@ -28,6 +28,7 @@ pub struct EtcdBackend {
     pub(crate) grace: Option<Grace>,
     pub(crate) expiry: Expiry,
     pub(crate) waiters: Waiters,
+    pub(crate) watches: crate::notify::Watches,
 }
 
 impl fmt::Debug for EtcdBackend {
@@ -194,6 +195,7 @@ impl EtcdBuilder {
                 lag: Duration::from_secs(1),
             },
             waiters: Waiters::default(),
+            watches: crate::notify::Watches::default(),
         })
     }
 }

@@ -4,6 +4,7 @@ mod backend;
 mod error;
 mod layout;
 mod members;
+mod notify;
 mod plan;
 mod read;
 mod storage;

@@ -28,6 +28,7 @@ impl Storage for EtcdBackend {
             .cross_process(true)
             .cross_host(true)
             .shared(true)
+            .release_notification(true)
             .expiry(self.expiry)
     }
 
@@ -65,10 +66,13 @@ impl Storage for EtcdBackend {
         self.decide(key, op, decide).instrument(span).await
     }
 
-    /// This process's waiters only, for now: a release elsewhere reaches a waiter here at
-    /// its next poll.
+    /// This process's waiters of `key`, woken by the key's watch (`notify.rs`): a release
+    /// or an expiry anywhere wakes the longest waiter.
+    ///
+    /// # Cancel safety
+    /// Dropped before the watch is made, nothing is left running.
     async fn subscribe_releases(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
-        Ok(Some(self.waiters.subscribe(key.as_str())))
+        self.watched(key).await.map(Some)
     }
 }
 

@@ -367,6 +367,16 @@ pub async fn semaphore_capacity_holds_under_contention(suite: &Suite) -> CaseRes
         return Ok(());
     };
     let locker = Locker::new(backend).with_retry(Retry::exponential(ms(1), ms(20)).notified());
+    // Each holder stays long enough that another task's obtain lands meanwhile, on any
+    // backend: 20 ms, or four uncontended obtains of this one when they take longer (a
+    // consensus store commits each write on a majority of its members).
+    let started = tokio::time::Instant::now();
+    let probe = locker.semaphore("pool-probe", 3).ttl(LONG).try_obtain().await?;
+    let one_obtain = started.elapsed();
+    if let Attempt::Obtained(g) = probe {
+        let _ = g.release().await?;
+    }
+    let stay = ms(20).max(one_obtain * 4);
     let inside = Arc::new(AtomicUsize::new(0));
     // Holders inside at once, and the most seen.
     let holders = Arc::new(AtomicUsize::new(0));
@@ -392,8 +402,7 @@ pub async fn semaphore_capacity_holds_under_contention(suite: &Suite) -> CaseRes
                 let now = inside.fetch_add(weight, Ordering::SeqCst) + weight;
                 most.fetch_max(holders.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                 ensure!(now <= 3, "{now} permits of 3 taken at once");
-                // Long enough that another task's obtain lands meanwhile, on any backend.
-                tokio::time::sleep(ms(20)).await;
+                tokio::time::sleep(stay).await;
                 holders.fetch_sub(1, Ordering::SeqCst);
                 inside.fetch_sub(weight, Ordering::SeqCst);
                 let r = guard.release().await?;

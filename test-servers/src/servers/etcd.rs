@@ -42,7 +42,15 @@ impl EtcdCluster {
         assert!(n >= 1, "a cluster needs a member");
         let etcd = crate::require("etcd", "etcd-server");
         let etcdctl = crate::require("etcdctl", "etcd-client");
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        // In memory where the machine has a tmpfs: etcd syncs its log to disk on every
+        // write, and on a disk busy with a build one sync took seconds, past the backend's
+        // deadline (calls failed in a CI run); the tests are about etcd's protocol, not
+        // about the disk.
+        let dir = tempfile::Builder::new()
+            .prefix("etcd-test-")
+            .tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .expect("a temporary directory");
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),

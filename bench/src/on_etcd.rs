@@ -1,0 +1,99 @@
+//! The etcd rows: the backend's cycles next to the least a leased lock costs on etcd (a
+//! lease, a put-if-absent transaction on it, a delete), shared holds and handoffs, on
+//! `ETCD_URL`'s members or a private member started for the run.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use lock_core::{LockBackend, Locker};
+use lock_etcd::EtcdBuilder;
+use test_servers::bench::{rounds, run};
+use test_servers::etcd::EtcdCluster;
+
+use crate::report::Table;
+use crate::{handoffs, several_keys, shared_holds, through, Size, CONCURRENCY};
+
+/// A lease of 30 s, a transaction that puts the key on it only if the key is absent, and
+/// a delete: 3 round trips, what any leased lock on etcd needs at the least.
+async fn raw_cycles(client: Client, prefix: String, n: usize) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    let (mut kv, mut lease) = (client.kv_client(), client.lease_client());
+    for i in 0..n {
+        let started = Instant::now();
+        let key = format!("bench-raw/{prefix}{}", i % 64);
+        let id = lease.grant(30, None).await.expect("lease grant").id();
+        let txn = Txn::new()
+            .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                "bench",
+                Some(PutOptions::new().with_lease(id)),
+            )]);
+        assert!(kv.txn(txn).await.expect("txn").succeeded(), "the key was free");
+        kv.delete(key.as_str(), None).await.expect("delete");
+        times.push(started.elapsed());
+    }
+    times
+}
+
+pub(crate) async fn etcd(table: &mut Table, size: Size) -> Result<(), String> {
+    // A private member unless ETCD_URL names a cluster (kept alive for the whole run).
+    let (_member, url) = match std::env::var("ETCD_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            if std::process::Command::new("etcd").arg("--version").output().is_err() {
+                return Err("no etcd binary (apt-get install etcd-server), no ETCD_URL".into());
+            }
+            let member = tokio::task::spawn_blocking(|| EtcdCluster::start(1))
+                .await
+                .map_err(|e| e.to_string())?;
+            let host = member.endpoint(0).trim_start_matches("http://").to_owned();
+            (Some(member), format!("etcd://{host}/bench"))
+        }
+    };
+    let backend = EtcdBuilder::from_url(&url)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("no etcd at {} (set ETCD_URL): {e}", lock_core::redact_url(&url)))?;
+    let endpoints: Vec<String> = url
+        .trim_start_matches("etcd://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let client = Client::connect(&endpoints, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let backend: Arc<dyn LockBackend> = Arc::new(backend);
+    let locker = Locker::new(backend.clone());
+    for tasks in CONCURRENCY {
+        let [raw, project] = rounds(size.rounds, async || {
+            let c = client.clone();
+            [
+                run(tasks, size.pg_cycles, move |prefix, count| {
+                    raw_cycles(c.clone(), prefix, count)
+                })
+                .await,
+                through(&locker, tasks, size.pg_cycles, true).await,
+            ]
+        })
+        .await;
+        let what = "lease + put-if-absent txn + delete";
+        table.cycles("etcd", "obtain()+release", tasks, what, raw, project);
+    }
+    let etcd_size = Size {
+        cycles: size.pg_cycles,
+        ..size
+    };
+    shared_holds(table, "etcd", &locker, etcd_size).await;
+    several_keys(table, "etcd", &locker, etcd_size).await;
+    handoffs(table, "etcd", backend, size, None).await;
+    Ok(())
+}
