@@ -30,7 +30,10 @@ async fn raw_cycles(client: Client, prefix: String, n: usize) -> Vec<Duration> {
                 "bench",
                 Some(PutOptions::new().with_lease(id)),
             )]);
-        assert!(kv.txn(txn).await.expect("txn").succeeded(), "the key was free");
+        assert!(
+            kv.txn(txn).await.expect("txn").succeeded(),
+            "the key was free"
+        );
         kv.delete(key.as_str(), None).await.expect("delete");
         times.push(started.elapsed());
     }
@@ -42,7 +45,11 @@ pub(crate) async fn etcd(table: &mut Table, size: Size) -> Result<(), String> {
     let (_member, url) = match std::env::var("ETCD_URL") {
         Ok(url) => (None, url),
         Err(_) => {
-            if std::process::Command::new("etcd").arg("--version").output().is_err() {
+            if std::process::Command::new("etcd")
+                .arg("--version")
+                .output()
+                .is_err()
+            {
                 return Err("no etcd binary (apt-get install etcd-server), no ETCD_URL".into());
             }
             let member = tokio::task::spawn_blocking(|| EtcdCluster::start(1))
@@ -56,7 +63,12 @@ pub(crate) async fn etcd(table: &mut Table, size: Size) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .connect()
         .await
-        .map_err(|e| format!("no etcd at {} (set ETCD_URL): {e}", lock_core::redact_url(&url)))?;
+        .map_err(|e| {
+            format!(
+                "no etcd at {} (set ETCD_URL): {e}",
+                lock_core::redact_url(&url)
+            )
+        })?;
     let endpoints: Vec<String> = url
         .trim_start_matches("etcd://")
         .split('/')

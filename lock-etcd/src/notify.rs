@@ -54,7 +54,11 @@ impl EtcdBackend {
     }
 
     fn live_watch(&self, key: &Key) -> Option<Arc<KeyWatch>> {
-        let running = self.watches.running.lock().unwrap_or_else(|e| e.into_inner());
+        let running = self
+            .watches
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         running.get(key.as_str()).and_then(Weak::upgrade)
     }
 
@@ -97,7 +101,11 @@ impl EtcdBackend {
         let watch = Arc::new(KeyWatch {
             task: task.abort_handle(),
         });
-        let mut running = self.watches.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mut running = self
+            .watches
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         running.retain(|_, w| w.strong_count() > 0);
         // A watch another subscription started meanwhile serves as well; this one then
         // ends with its own subscriptions.

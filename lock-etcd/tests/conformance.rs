@@ -7,7 +7,10 @@ lock_conformance::suite!("etcd", support::Etcd::new());
 
 /// The mutex suite again, every lock one permit of a semaphore of 1.
 mod as_semaphore {
-    lock_conformance::suite!("etcd", lock_conformance::AsSemaphore(super::support::Etcd::new()));
+    lock_conformance::suite!(
+        "etcd",
+        lock_conformance::AsSemaphore(super::support::Etcd::new())
+    );
 }
 
 /// The whole suite on three members: every call may land on any of them.

@@ -371,7 +371,11 @@ pub async fn semaphore_capacity_holds_under_contention(suite: &Suite) -> CaseRes
     // backend: 20 ms, or four uncontended obtains of this one when they take longer (a
     // consensus store commits each write on a majority of its members).
     let started = tokio::time::Instant::now();
-    let probe = locker.semaphore("pool-probe", 3).ttl(LONG).try_obtain().await?;
+    let probe = locker
+        .semaphore("pool-probe", 3)
+        .ttl(LONG)
+        .try_obtain()
+        .await?;
     let one_obtain = started.elapsed();
     if let Attempt::Obtained(g) = probe {
         let _ = g.release().await?;
