@@ -30,8 +30,8 @@
 //! - [`contract`]: the rules every backend keeps, each naming the conformance case that
 //!   checks it.
 //! - [`LockBackend`]: the contract (obtain, prolongate, release, inspect), implemented by
-//!   [`MemoryBackend`] here and by the `lock-file`, `lock-redis`, `lock-postgres` and
-//!   `lock-mysql` (MariaDB, MySQL) crates.
+//!   [`MemoryBackend`] here and by the `lock-file`, `lock-redis`, `lock-postgres`,
+//!   `lock-mysql` (MariaDB, MySQL) and `lock-etcd` crates.
 //!   Contention is an outcome ([`ObtainOutcome::Busy`]), never an [`Error`].
 //! - [`Locker`]: waiting with a deadline and a [`Retry`] strategy, a "don't queue" policy,
 //!   the [`LockGuard`] with its watchdog and lost signal, [`Locker::with_lock`] and

@@ -32,7 +32,7 @@ pub struct Capabilities {
     /// before any I/O, and the conformance suite skips the shared cases.
     pub shared: bool,
     /// How much longer than asked the server may keep a hold or a cooldown:
-    /// [`Expiry::EXACT`] (the default, every backend of this workspace), or rounded up as a
+    /// [`Expiry::EXACT`] (the default: memory, file, Redis, Postgres, MariaDB), or rounded up as a
     /// lease-based store grants them. The client's validity is the ttl asked either way;
     /// the conformance suite widens its timing by it.
     pub expiry: Expiry,
@@ -43,7 +43,9 @@ pub struct Capabilities {
 /// exactly (a clock and a comparison: Redis, Postgres, MariaDB, files, memory) is
 /// [`Expiry::EXACT`]. One that grants leases (etcd: whole seconds, at least one or two, ended
 /// by a check every 500 ms) declares how it rounds them, so that the conformance suite
-/// expects an expired hold only when the longest it may last has passed.
+/// expects an expired hold only when the longest it may last has passed. Such a backend may
+/// answer a hold's remaining time as the ttl it was last set for: never less than what is
+/// left.
 ///
 /// ```
 /// use std::time::Duration;
