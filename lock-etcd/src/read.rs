@@ -8,7 +8,7 @@
 //! for the same ttl is told apart from one left alone), an expired one ended before now
 //! (the earlier renewed, the earlier it ended) and its grace ends just after. The same
 //! goes for the cooldown and the writer's marker. The times the rules write back are read
-//! the same way by [`plan`](crate::plan): a time they moved is a lease to grant.
+//! the same way when the decision is written: a time they moved is a lease to grant.
 
 use std::collections::BTreeMap;
 

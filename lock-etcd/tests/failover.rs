@@ -15,23 +15,13 @@ use std::time::Duration;
 
 use lock_core::backend::{ObtainRequest, Token};
 use lock_core::{HolderInfo, Key, LockBackend, Locker, ObtainOutcome, ReleaseOutcome, Ttl};
-use lock_etcd::EtcdBackend;
 use test_servers::etcd::EtcdCluster;
 use tokio::task::block_in_place;
 use tokio::time::Instant;
 
 /// The ttl of the holds: long enough that a renewal held up by a failover (each call's
-/// deadline is 1 s) still lands within it.
+/// deadline is 1 s: `support::backend_at`) still lands within it.
 const TTL: Duration = Duration::from_secs(4);
-
-async fn backend(endpoints: &[String], prefix: &str) -> EtcdBackend {
-    EtcdBackend::builder(endpoints.iter().cloned())
-        .prefix(prefix)
-        .timeout(Duration::from_secs(1))
-        .connect()
-        .await
-        .expect("connect to the test cluster")
-}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Fault {
@@ -45,8 +35,8 @@ async fn a_holder_and_a_waiter_live_through(fault: Fault) {
     let mut cluster = block_in_place(|| EtcdCluster::start(3));
     let endpoints = cluster.endpoints();
     let prefix = support::fresh_prefix();
-    let holder = Locker::new(Arc::new(backend(&endpoints, &prefix).await));
-    let waiter = Locker::new(Arc::new(backend(&endpoints, &prefix).await));
+    let holder = Locker::new(Arc::new(support::backend_at(&endpoints, &prefix).await));
+    let waiter = Locker::new(Arc::new(support::backend_at(&endpoints, &prefix).await));
     let guard = holder
         .lock("job")
         .ttl(TTL)
@@ -142,7 +132,9 @@ async fn a_holder_cut_off_from_the_quorum_hears_lost_by_its_validity_end() {
     let leader = block_in_place(|| cluster.wait_for_leader());
     let alone = (leader + 1) % 3;
     let prefix = support::fresh_prefix();
-    let locker = Locker::new(Arc::new(backend(&[cluster.endpoint(alone)], &prefix).await));
+    let locker = Locker::new(Arc::new(
+        support::backend_at(&[cluster.endpoint(alone)], &prefix).await,
+    ));
     let ttl = Duration::from_secs(3);
     let guard = locker
         .lock("cut-off")
@@ -184,8 +176,11 @@ async fn a_holder_cut_off_from_the_quorum_hears_lost_by_its_validity_end() {
 async fn a_dead_holders_lock_outlives_a_leader_change_by_up_to_its_ttl() {
     let cluster = block_in_place(|| EtcdCluster::start(3));
     let prefix = support::fresh_prefix();
-    let dead: Arc<dyn LockBackend> = Arc::new(backend(&cluster.endpoints(), &prefix).await);
-    let other = Locker::new(Arc::new(backend(&cluster.endpoints(), &prefix).await));
+    let dead: Arc<dyn LockBackend> =
+        Arc::new(support::backend_at(&cluster.endpoints(), &prefix).await);
+    let other = Locker::new(Arc::new(
+        support::backend_at(&cluster.endpoints(), &prefix).await,
+    ));
     let (key, token) = (Key::new("dead").unwrap(), Token::generate().unwrap());
     let ttl = Duration::from_secs(3);
     let holder = HolderInfo::current();
