@@ -24,7 +24,7 @@
 //! | `redis+sentinel://[user:pass@]host:port[,host:port…]/service[/db]` | the primary Redis Sentinel names for `service` |
 //! | `postgres://user@host/db?table=schema.table` | Postgres (`postgresql://` too) |
 //! | `mysql://user@host:port/db?table=name` | MySQL or MariaDB (`mariadb://` too) |
-//! | `etcd://[user:pass@]host:port[,host:port…]/prefix` | etcd (cargo feature `etcd`, off by default: building it needs `protoc`) |
+//! | `etcd://[user:pass@]host:port[,host:port…]/prefix`, `etcds://…?ca=PATH[&cert=PATH&key=PATH]` | etcd, `etcds://` over TLS (cargo feature `etcd`, off by default: building it needs `protoc`) |
 //!
 //! Options in the query string, removed before the URL reaches the backend:
 //! `grace=30s` (any backend); for Redis `prefix=myapp:`, `variant=lua|watch`, `pool=16`,
@@ -33,7 +33,7 @@
 //! for Postgres `table=[schema.]table`, `notify=false` (behind PgBouncer),
 //! `statements=simple` (behind PgBouncer before 1.21), `durable=false`, `migrate=false` (a least-privilege role: check the schema, never create
 //! it), `timeout=5s` (the deadline of one call); for MySQL/MariaDB `table=`, `migrate=false`,
-//! `timeout=`, `grace=`, `pool=`; for etcd `timeout=`, `grace=`. Other query parameters go to the backend's own client
+//! `timeout=`, `grace=`, `pool=`; for etcd `timeout=`, `grace=`, and with `etcds://` `ca=`, `cert=`, `key=` (PEM files). Other query parameters go to the backend's own client
 //! (`sslmode=…`, `ssl-mode=…`).
 //!
 //! Each backend crate reads its own URLs and options (`MemoryBackend::from_url`,

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use etcd_client::ConnectOptions;
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use lock_core::backend::{Expiry, Grace, Waiters};
 use lock_core::{Error, ErrorKind, Operation, Result};
 
@@ -53,6 +53,8 @@ pub struct EtcdBuilder {
     endpoints: Vec<String>,
     prefix: String,
     user: Option<(String, String)>,
+    tls: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
     timeout: Duration,
     grace: Option<Duration>,
 }
@@ -63,6 +65,8 @@ impl fmt::Debug for EtcdBuilder {
             .field("endpoints", &self.endpoints)
             .field("prefix", &self.prefix)
             .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .field("tls", &self.tls.is_some())
+            .field("client_certificate", &self.identity.is_some())
             .field("timeout", &self.timeout)
             .field("grace", &self.grace)
             .finish()
@@ -91,6 +95,8 @@ impl EtcdBackend {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             prefix: "distlock".to_owned(),
             user: None,
+            tls: None,
+            identity: None,
             timeout: Duration::from_secs(2),
             grace: None,
         }
@@ -114,6 +120,26 @@ impl EtcdBuilder {
     /// password is kept out of `Debug`, logs and errors.
     pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((name.into(), password.into()));
+        self
+    }
+
+    /// Speaks TLS to the members (`https://`), trusting the certificate authority in
+    /// `ca_pem` (PEM): the one that signed the members' certificates. An endpoint without
+    /// a scheme is then `https://`.
+    pub fn tls(mut self, ca_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls = Some(ca_pem.into());
+        self
+    }
+
+    /// Presents a client certificate (`cert_pem`, with its private key `key_pem`, both PEM)
+    /// to members that ask for one (`--client-cert-auth`); needs [`EtcdBuilder::tls`]. The
+    /// key is kept out of `Debug`, logs and errors.
+    pub fn client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.identity = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -141,7 +167,7 @@ impl EtcdBuilder {
     ///
     /// # Errors
     /// [`ErrorKind::Config`] for no endpoint, a timeout of zero or over the longest a call
-    /// may take, or an endpoint that is not a URL; [`ErrorKind::InvalidInput`] for a grace over 365 days;
+    /// may take, an endpoint that is not a URL, or a client certificate without TLS; [`ErrorKind::InvalidInput`] for a grace over 365 days;
     /// [`ErrorKind::Unavailable`] when no member answers within the timeout;
     /// [`ErrorKind::PermissionDenied`] for refused credentials.
     pub async fn connect(self) -> Result<EtcdBackend> {
@@ -165,6 +191,23 @@ impl EtcdBuilder {
             .with_keep_alive_while_idle(true);
         if let Some((name, password)) = self.user {
             options = options.with_user(name, password);
+        }
+        match (self.tls, self.identity) {
+            (Some(ca), identity) => {
+                let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+                if let Some((cert, key)) = identity {
+                    tls = tls.identity(Identity::from_pem(cert, key));
+                }
+                options = options.with_tls(tls);
+            }
+            (None, Some(_)) => {
+                return Err(config(
+                    "a client certificate needs TLS: set the members' certificate authority \
+                     with tls(ca_pem) (ca= in an etcds:// URL)"
+                        .to_owned(),
+                ))
+            }
+            (None, None) => {}
         }
         let members = Members::new(self.endpoints, options);
         let deadline = Deadline::after(self.timeout);

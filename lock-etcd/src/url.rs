@@ -28,7 +28,9 @@ impl EtcdBuilder {
     /// The settings an `etcd://` URL names:
     /// `etcd://[user:password@]host:port[,host:port…][/prefix][?timeout=2s&grace=1m]`.
     /// The hosts are the cluster's members (the client spreads calls over them); the path,
-    /// percent-decoded, is the prefix of every key (`distlock` without one). Nothing
+    /// percent-decoded, is the prefix of every key (`distlock` without one). `etcds://`
+    /// speaks TLS: `ca=PATH` names the certificate authority to trust (required), and
+    /// `cert=PATH&key=PATH` a client certificate, read from those files here. Nothing
     /// connects before [`EtcdBuilder::connect`].
     ///
     /// ```
@@ -51,12 +53,16 @@ impl EtcdBuilder {
                 "not an etcd URL: expected etcd://host:port[,host:port…]/prefix",
             ));
         }
+        let tls = options.scheme() == "etcds";
         let timeout = options.take_duration("timeout")?;
         let grace = options.take_duration("grace")?;
+        let ca = options.take("ca")?;
+        let identity = (options.take("cert")?, options.take("key")?);
         let base = options.finish()?;
         let rest = base
-            .strip_prefix("etcd://")
-            .ok_or_else(|| config("an etcd URL starts with etcd://"))?;
+            .split_once("://")
+            .map(|(_, rest)| rest)
+            .ok_or_else(|| config("an etcd URL starts with etcd:// or etcds://"))?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (user, hosts) = match authority.rsplit_once('@') {
             Some((userinfo, hosts)) => {
@@ -89,8 +95,43 @@ impl EtcdBuilder {
         if let Some(g) = grace {
             b = b.grace(g);
         }
+        match (tls, ca) {
+            (true, Some(ca)) => b = b.tls(read_pem("ca", &ca)?),
+            (true, None) => {
+                return Err(config(
+                    "an etcds:// URL needs ca=PATH: the certificate authority that signed the \
+                     members' certificates",
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(config("ca= is for TLS: write the URL as etcds://"));
+            }
+            (false, None) => {}
+        }
+        match identity {
+            (Some(cert), Some(key)) if tls => {
+                b = b.client_certificate(read_pem("cert", &cert)?, read_pem("key", &key)?);
+            }
+            (None, None) => {}
+            _ if !tls => {
+                return Err(config(
+                    "cert= and key= are for TLS: write the URL as etcds://",
+                ))
+            }
+            _ => {
+                return Err(config(
+                    "a client certificate needs both cert=PATH and key=PATH",
+                ))
+            }
+        }
         Ok(b)
     }
+}
+
+/// The PEM file option `option` names. Errors name the option and the path, never the
+/// file's contents.
+fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| config(format!("{option}={path}: cannot read it ({e})")))
 }
 
 #[cfg(test)]
@@ -118,6 +159,12 @@ mod tests {
     fn bad_urls_say_what_is_wrong_without_the_password() {
         for (url, says) in [
             ("redis://h:1", "not an etcd URL"),
+            ("etcds://u:pw@h:1/p", "needs ca=PATH"),
+            ("etcd://u:pw@h:1/p?ca=/x.pem", "write the URL as etcds://"),
+            (
+                "etcds://u:pw@h:1/p?ca=/nonexistent/ca.pem",
+                "ca=/nonexistent/ca.pem: cannot read it",
+            ),
             ("etcd:///p", "names no host"),
             ("etcd://u:pw@h:1/p?tls=1", "unknown option \"tls\""),
             ("etcd://u:pw@h:1/p?timeout=soon", "timeout"),

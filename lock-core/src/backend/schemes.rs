@@ -28,5 +28,5 @@ pub const POSTGRES: &[&str] = &["postgres", "postgresql"];
 /// MySQL and MariaDB.
 pub const MYSQL: &[&str] = &["mysql", "mariadb"];
 
-/// etcd: `etcd://host:port[,host:port…]/prefix`.
-pub const ETCD: &[&str] = &["etcd"];
+/// etcd: `etcd://host:port[,host:port…]/prefix`, and with TLS `etcds://`.
+pub const ETCD: &[&str] = &["etcd", "etcds"];

@@ -30,6 +30,8 @@ struct Member {
 /// A set of private etcd members forming one cluster.
 pub struct EtcdCluster {
     members: Vec<Member>,
+    /// Clients speak TLS, with the certificate in `dir/cert.pem`.
+    tls: bool,
     etcd: PathBuf,
     etcdctl: PathBuf,
     dir: tempfile::TempDir,
@@ -39,6 +41,23 @@ impl EtcdCluster {
     /// Starts `n` members (1 or 3, typically) and waits until they agree on a leader.
     /// Panics at once, naming the package, when `etcd` or `etcdctl` is missing.
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, false)
+    }
+
+    /// Starts `n` members that speak TLS to their clients (`https://`), with a certificate
+    /// for 127.0.0.1 signed by a fresh certificate authority, both made by `openssl`
+    /// ([`EtcdCluster::ca_pem`]).
+    pub fn start_tls(n: usize) -> Self {
+        Self::start_with(n, true)
+    }
+
+    /// The certificate authority that signed the members' certificate, which a client
+    /// must trust (PEM).
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.dir.path().join("ca.pem")).expect("the test certificate authority")
+    }
+
+    fn start_with(n: usize, tls: bool) -> Self {
         assert!(n >= 1, "a cluster needs a member");
         let etcd = crate::require("etcd", "etcd-server");
         let etcdctl = crate::require("etcdctl", "etcd-client");
@@ -60,7 +79,11 @@ impl EtcdCluster {
                 paused: false,
             })
             .collect();
+        if tls {
+            make_certificates(dir.path());
+        }
         let mut cluster = EtcdCluster {
+            tls,
             members,
             etcd,
             etcdctl,
@@ -93,9 +116,17 @@ impl EtcdCluster {
             .append(true)
             .open(self.dir.path().join(format!("{}.log", m.name)))
             .expect("the member's log file");
-        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let client = self.endpoint(i);
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
-        let child = Command::new(&self.etcd)
+        let mut command = Command::new(&self.etcd);
+        if self.tls {
+            command
+                .arg("--cert-file")
+                .arg(self.dir.path().join("cert.pem"))
+                .arg("--key-file")
+                .arg(self.dir.path().join("key.pem"));
+        }
+        let child = command
             .args(["--name", &m.name])
             .arg("--data-dir")
             .arg(&data)
@@ -124,7 +155,18 @@ impl EtcdCluster {
 
     /// The client URL of member `i`.
     pub fn endpoint(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client_port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// `etcdctl` trusting the members' certificate when they speak TLS.
+    fn etcdctl_command(&self) -> Command {
+        let mut command = Command::new(&self.etcdctl);
+        command.env("ETCDCTL_API", "3");
+        if self.tls {
+            command.arg("--cacert").arg(self.dir.path().join("ca.pem"));
+        }
+        command
     }
 
     /// Runs `etcdctl` against every live member's endpoint; its standard output. Panics
@@ -138,8 +180,8 @@ impl EtcdCluster {
     }
 
     fn etcdctl_on(&self, endpoints: &str, args: &[&str]) -> String {
-        let out = Command::new(&self.etcdctl)
-            .env("ETCDCTL_API", "3")
+        let out = self
+            .etcdctl_command()
             .arg(format!("--endpoints={endpoints}"))
             .args(["--command-timeout", "5s"])
             .args(args)
@@ -165,8 +207,8 @@ impl EtcdCluster {
             if !self.live(i) {
                 continue;
             }
-            let out = Command::new(&self.etcdctl)
-                .env("ETCDCTL_API", "3")
+            let out = self
+                .etcdctl_command()
                 .arg(format!("--endpoints={}", self.endpoint(i)))
                 .args([
                     "--command-timeout",
@@ -307,6 +349,73 @@ impl EtcdCluster {
     pub fn restart(&mut self, i: usize) {
         assert!(self.members[i].child.is_none(), "member {i} still runs");
         self.launch(i);
+    }
+}
+
+/// A certificate authority (`ca.pem`) and a server certificate for 127.0.0.1 it signed
+/// (`cert.pem`, `key.pem`) in `dir`. (TLS clients such as rustls refuse a self-signed
+/// authority presented as the server's own certificate.)
+fn make_certificates(dir: &std::path::Path) {
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("the certificate's extensions");
+    let steps: [&[&str]; 3] = [
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=distlock test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "server.csr",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "cert.pem",
+        ],
+    ];
+    for args in steps {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl, to make a test certificate: apt-get install openssl");
+        assert!(status.success(), "openssl {args:?} failed");
     }
 }
 
