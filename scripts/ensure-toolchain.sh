@@ -53,16 +53,18 @@ MSG
   echo "using Rust $have" >&2
 fi
 
-# protoc: etcd-client (lock-etcd) compiles etcd's API at build time, and the workspace's
-# examples build every backend.
-if ! command -v protoc >/dev/null 2>&1; then
-  echo "protoc is missing (lock-etcd's etcd client compiles etcd's API with it): installing Debian's protobuf-compiler" >&2
+# protoc and the well-known types it imports (google/protobuf/descriptor.proto: Debian's
+# libprotobuf-dev, which apt installs with protobuf-compiler only as a recommendation):
+# etcd-client (lock-etcd) compiles etcd's API at build time, and the workspace's examples
+# build every backend.
+if ! command -v protoc >/dev/null 2>&1 || ! [ -f /usr/include/google/protobuf/descriptor.proto ]; then
+  echo "protoc or its well-known types are missing (lock-etcd's etcd client compiles etcd's API with them): installing Debian's protobuf-compiler and libprotobuf-dev" >&2
   sudo=""
   if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
   if ! { command -v apt-get >/dev/null 2>&1 \
     && $sudo apt-get update -qq >&2 \
-    && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends protobuf-compiler >&2; }; then
-    echo "could not install protobuf-compiler: install protoc (https://protobuf.dev/installation/) and run this script again" >&2
+    && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >&2; }; then
+    echo "could not install protobuf-compiler and libprotobuf-dev: install protoc with its include files (https://protobuf.dev/installation/) and run this script again" >&2
     exit 1
   fi
   hash -r
