@@ -46,9 +46,6 @@ pub(crate) struct Plan {
     pub(crate) puts: Vec<Put>,
     /// The keys to delete.
     pub(crate) deletes: Vec<String>,
-    /// The leases of the keys read that no key is left on once the plan is written (each
-    /// of their keys moved to a new lease or deleted): revoked after the transaction.
-    pub(crate) unused: Vec<i64>,
 }
 
 impl Plan {
@@ -177,34 +174,7 @@ impl Seen {
         }
         self.plan_cooling(base, new, &mut plan);
         self.plan_writer(base, new, &mut plan);
-        plan.unused = self.unused_leases(&plan);
         Ok(plan)
-    }
-
-    /// The leases no key read is on once `plan` is written: every key on them is deleted
-    /// or put on a new lease.
-    fn unused_leases(&self, plan: &Plan) -> Vec<i64> {
-        let leaves = |key: &str| {
-            plan.deletes.iter().any(|d| d == key)
-                || plan
-                    .puts
-                    .iter()
-                    .any(|p| p.key == key && matches!(p.lease, Lease::New(_) | Lease::Never))
-        };
-        let mut unused: Vec<i64> = Vec::new();
-        for (key, _, lease) in &self.keys {
-            if *lease == 0 || unused.contains(lease) || !leaves(key) {
-                continue;
-            }
-            let stays = self
-                .keys
-                .iter()
-                .any(|(other, _, l)| l == lease && !leaves(other));
-            if !stays {
-                unused.push(*lease);
-            }
-        }
-        unused
     }
 
     fn plan_cooling(&self, base: &Base, new: &Rec, plan: &mut Plan) {
@@ -253,102 +223,5 @@ impl Seen {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::read::{clock, Kv};
-    use lock_core::backend::rules::{self, Ask};
-    use lock_core::backend::Grace;
-    use lock_core::{HolderInfo, Ttl};
-
-    fn hold(fencing: u64) -> Vec<u8> {
-        serde_json::to_vec(&HoldValue {
-            holder: HolderInfo::current(),
-            holds: 1,
-            fencing,
-            shared: None,
-            ttl_ms: 30_000,
-            grace_ms: 30_000,
-            renewed: 5,
-        })
-        .unwrap()
-    }
-
-    /// The plan of `ask` by token `t` on the keys `kvs` of lock `k` under `p`.
-    fn plan_of(kvs: Vec<Kv<'_>>, ask: Ask<'_, String, HolderInfo>) -> Plan {
-        let base = Base::new("p", "k");
-        let seen = Seen::read(&base, 10, kvs).unwrap();
-        let decision = rules::step(seen.record.as_ref(), clock(), ask);
-        seen.plan(&base, &decision.write.expect("a write")).unwrap()
-    }
-
-    fn prolong(token: &String) -> Ask<'_, String, HolderInfo> {
-        let ttl = Ttl::from_millis(30_000).unwrap();
-        Ask::Prolong {
-            token,
-            ttl,
-            grace: Grace::or_ttl(None, ttl),
-        }
-    }
-
-    #[test]
-    fn a_renewal_moves_the_hold_to_new_leases_and_revokes_the_old_ones() {
-        let base = Base::new("p", "k");
-        let (value, token) = (hold(7), "t".to_owned());
-        let (live, evidence) = (base.live("t"), base.evidence("t"));
-        let kvs = vec![
-            (live.as_str(), &value[..], 6, 100),
-            (evidence.as_str(), &value[..], 6, 101),
-        ];
-        let plan = plan_of(kvs, prolong(&token));
-        assert_eq!(plan.leases, vec![30, 60]);
-        let lease_of = |key: &str| plan.puts.iter().find(|p| p.key == key).map(|p| p.lease);
-        assert_eq!(lease_of(&live), Some(Lease::New(0)));
-        assert_eq!(lease_of(&evidence), Some(Lease::New(1)));
-        assert_eq!(plan.unused, vec![100, 101]);
-    }
-
-    #[test]
-    fn a_lease_a_staying_key_is_on_is_never_revoked() {
-        let base = Base::new("p", "k");
-        let (value, token) = (hold(7), "t".to_owned());
-        let (live, evidence, writer) = (base.live("t"), base.evidence("t"), base.writer());
-        let marker = serde_json::to_vec(&WriterValue {
-            token: "w".to_owned(),
-            ms: 30_000,
-        })
-        .unwrap();
-        // The writer's marker shares the hold's live lease and is left as it is.
-        let kvs = vec![
-            (live.as_str(), &value[..], 6, 100),
-            (evidence.as_str(), &value[..], 6, 101),
-            (writer.as_str(), &marker[..], 6, 100),
-        ];
-        let plan = plan_of(kvs, prolong(&token));
-        assert_eq!(plan.unused, vec![101]);
-    }
-
-    #[test]
-    fn a_release_deletes_the_hold_keeps_the_fence_and_revokes_its_leases() {
-        let base = Base::new("p", "k");
-        let (value, token) = (hold(7), "t".to_owned());
-        let (live, evidence, fence) = (base.live("t"), base.evidence("t"), base.fence());
-        let f = serde_json::to_vec(&FenceValue { fencing: 7 }).unwrap();
-        let kvs = vec![
-            (fence.as_str(), &f[..], 6, 0),
-            (live.as_str(), &value[..], 6, 100),
-            (evidence.as_str(), &value[..], 6, 101),
-        ];
-        let release = Ask::Release {
-            token: &token,
-            delay: None,
-        };
-        let plan = plan_of(kvs, release);
-        assert!(plan.puts.is_empty(), "{:?}", plan.puts);
-        assert_eq!(plan.deletes, vec![live.clone(), evidence.clone()]);
-        assert_eq!(plan.unused, vec![100, 101]);
     }
 }

@@ -106,7 +106,7 @@ impl EtcdBackend {
                     format!("a key under {} is not UTF-8 ({e})", base.as_str()),
                 )
             })?;
-            kvs.push((name, kv.value(), kv.mod_revision(), kv.lease()));
+            kvs.push((name, kv.value(), kv.mod_revision()));
         }
         let seen = Seen::read(&base, revision, kvs).map_err(|m| corrupt(op, m))?;
         // Every later write commits at a higher revision: the floor keeps fencing tokens
@@ -135,8 +135,8 @@ impl EtcdBackend {
             self.revoke(leases);
             return Ok(Commit::Conflict);
         }
-        // The leases the write moved every key off: nothing can join them now.
-        self.revoke(plan.unused);
+        // The leases the write moved keys off are left to lapse rather than revoked: a
+        // revoke is a call to the leader per lease, two more per release and prolong.
         self.waiters.wake(key.as_str(), change.wake);
         Ok(Commit::Done)
     }
@@ -166,9 +166,7 @@ impl EtcdBackend {
         }
     }
 
-    /// Revokes leases no key is on, in the background: they would lapse anyway, but each
-    /// costs the leader a timer until then (a watchdog renewing a hold every third of its
-    /// ttl would leave a handful behind per hold).
+    /// Revokes leases no key was written on, in the background: they would lapse anyway.
     fn revoke(&self, leases: Vec<i64>) {
         if leases.is_empty() {
             return;
@@ -193,7 +191,7 @@ fn transaction(base: &Base, seen: &Seen, plan: &Plan, leases: &[i64]) -> Txn {
     let mut compares: Vec<Compare> = seen
         .keys
         .iter()
-        .map(|(key, at, _)| Compare::mod_revision(key.as_str(), CompareOp::Equal, *at))
+        .map(|(key, at)| Compare::mod_revision(key.as_str(), CompareOp::Equal, *at))
         .collect();
     compares.push(
         Compare::mod_revision(base.first(), CompareOp::Less, revision.saturating_add(1))
