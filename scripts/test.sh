@@ -225,3 +225,6 @@ for crate in lock-core lock-conformance lock-file lock-redis lock-sql lock-postg
 done
 rm -rf target/publish-check
 CARGO_TARGET_DIR=target/publish-check cargo publish --workspace --dry-run --locked --allow-dirty -q
+# The check's target directory is a whole second build: it goes, so the disk it took is free
+# again (the next run removes and rebuilds it anyway).
+rm -rf target/publish-check
