@@ -7,7 +7,9 @@
 //! through the backend and read the record back, so the Lua script and the SQL function are
 //! held to the same table as the Rust rules. A backend that decides in its own code (a
 //! script, a stored procedure) can do the same: write [`Before`], call, decode what is
-//! stored into a [`Seen`], and [`Case::check`].
+//! stored into a [`Seen`], and [`Case::check`]. A backend that keeps no end times, only
+//! whether each has come (etcd's leases), writes a row's past ends as absent and checks
+//! with [`Case::check_coarse`] (`lock-etcd/tests/decision_table.rs` does).
 //!
 //! Times are milliseconds relative to the instant of the request; they are tens of seconds
 //! apart so that a runner on a real server can allow a [`Case::check`] `slack` of a second.

@@ -12,7 +12,7 @@ use lock_core::backend::rules::{
     self, step, Clock, Hold, Obtain, Obtained, Record, Reply, Share, Shared, State, Writer,
 };
 use lock_core::backend::Grace;
-use lock_core::{HolderInfo, ObtainOutcome, Ttl};
+use lock_core::{HolderInfo, LockState, ObtainOutcome, Ttl};
 
 type Stored = Record<Who, &'static str>;
 
@@ -161,6 +161,10 @@ fn run_table(clock: Clock) {
         if let Err(e) = case.check(&answer, &seen, 0) {
             panic!("{e}");
         }
+        // What the exact rules do is also what a backend without end times must do.
+        if let Err(e) = case.check_coarse(&answer, &seen, 0) {
+            panic!("coarse: {e}");
+        }
     }
 }
 
@@ -180,4 +184,52 @@ fn a_check_that_cannot_fail_is_not_a_check() {
     let case = &CASES[0];
     let wrong = Answer::Obtain(ObtainOutcome::Reacquired { holds: 2 });
     assert!(case.check(&wrong, &Seen::Nothing, 0).is_err());
+}
+
+/// The coarse check forgets only when ends came, never what the lock is: a hold left
+/// where the row frees the lock, a live hold read as ended, an expired hold read as live,
+/// a cooldown that should still run, or a hold's count, are all refused.
+#[test]
+fn the_coarse_check_still_refuses_a_wrong_record() {
+    let find = |name: &str| CASES.iter().find(|c| c.name == name).unwrap();
+    let release = find("release, live");
+    let released = Answer::Release(lock_core::ReleaseOutcome::Released);
+    let left = Seen::Held {
+        by: Some(Who::A),
+        holds: 1,
+        fencing: FENCING,
+        expires_in_ms: 10_000,
+        forget_in_ms: 70_000,
+    };
+    assert!(release.check_coarse(&released, &left, 2_000).is_err());
+    assert!(release
+        .check_coarse(&released, &Seen::Free { fencing: FENCING }, 2_000)
+        .is_ok());
+
+    let inspect = find("inspect, expired");
+    let free = Answer::State(LockState::Free);
+    let expired = |expires_in_ms, holds| Seen::Held {
+        by: Some(Who::A),
+        holds,
+        fencing: FENCING,
+        expires_in_ms,
+        forget_in_ms: 50_000,
+    };
+    assert!(inspect
+        .check_coarse(&free, &expired(Seen::OVER, 2), 2_000)
+        .is_ok());
+    assert!(inspect
+        .check_coarse(&free, &expired(10_000, 2), 2_000)
+        .is_err());
+    assert!(inspect
+        .check_coarse(&free, &expired(Seen::OVER, 1), 2_000)
+        .is_err());
+    let forgotten = Seen::Free { fencing: FENCING };
+    assert!(inspect.check_coarse(&free, &forgotten, 2_000).is_err());
+
+    let cooling = find("inspect, cooling");
+    let answer = Answer::State(LockState::Cooling {
+        remaining: Duration::from_secs(20),
+    });
+    assert!(cooling.check_coarse(&answer, &forgotten, 2_000).is_err());
 }

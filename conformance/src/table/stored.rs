@@ -204,6 +204,68 @@ impl Share {
 }
 
 impl Seen {
+    /// An end that has come, as [`Seen::coarse`] writes every past end.
+    pub const OVER: i64 = -1;
+
+    /// The record as a backend that keeps no end times tells it, only whether each end
+    /// has come: a hold past its end ended at [`Seen::OVER`] (when does not matter), one
+    /// past its grace, a cooldown or a writer's marker that has ended are no longer there
+    /// (the lock is free with its fencing token), and a free record that never issued a
+    /// token is no record. An end at the very instant of the request has come (a hold is
+    /// live strictly before its end, remembered strictly before the end of its grace).
+    pub fn coarse(&self) -> Seen {
+        let over = |at: i64| if at <= 0 { Seen::OVER } else { at };
+        match self {
+            Seen::Free { fencing: 0 } => Seen::Nothing,
+            Seen::Cooling { fencing, left_ms } if *left_ms <= 0 => Seen::Free { fencing: *fencing },
+            Seen::Held {
+                fencing,
+                forget_in_ms,
+                ..
+            } if *forget_in_ms <= 0 => Seen::Free { fencing: *fencing },
+            Seen::Held {
+                by,
+                holds,
+                fencing,
+                expires_in_ms,
+                forget_in_ms,
+            } => Seen::Held {
+                by: *by,
+                holds: *holds,
+                fencing: *fencing,
+                expires_in_ms: over(*expires_in_ms),
+                forget_in_ms: *forget_in_ms,
+            },
+            Seen::Shared {
+                fencing,
+                capacity,
+                holds,
+                writer,
+            } => {
+                let holds: Vec<SeenShare> = holds
+                    .iter()
+                    .filter(|s| s.forget_in_ms > 0)
+                    .map(|s| SeenShare {
+                        expires_in_ms: over(s.expires_in_ms),
+                        ..s.clone()
+                    })
+                    .collect();
+                let writer = writer.filter(|(_, until)| *until > 0);
+                if holds.is_empty() && writer.is_none() {
+                    Seen::Free { fencing: *fencing }
+                } else {
+                    Seen::Shared {
+                        fencing: *fencing,
+                        capacity: *capacity,
+                        holds,
+                        writer,
+                    }
+                }
+            }
+            other => other.clone(),
+        }
+    }
+
     /// Decodes shared holds stored as JSON the way the Redis and Postgres backends store
     /// them: `shares` an object with `capacity` and `holds` (each with `token`, `holds`,
     /// `expires`, `forget`, `fencing`, `weight`), `writer` an object with `token` and
