@@ -12,7 +12,7 @@ use test_servers::bench::{rounds, run};
 use test_servers::etcd::EtcdCluster;
 
 use crate::report::Table;
-use crate::{handoffs, several_keys, shared_holds, through, Size, CONCURRENCY};
+use crate::{handoffs, several_keys, shared_holds, through, watched, Batching, Size, CONCURRENCY};
 
 /// A lease of 30 s, a transaction that puts the key on it only if the key is absent, and
 /// a delete: 3 round trips, what any leased lock on etcd needs at the least.
@@ -84,6 +84,16 @@ pub(crate) async fn etcd(table: &mut Table, size: Size) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let backend: Arc<dyn LockBackend> = Arc::new(backend);
+    // Each lock's prolong is a call of its own: a read, two lease grants (sent at once)
+    // and the transaction.
+    let batch = Some(Batching {
+        locks: 1,
+        round_trips: 4,
+    });
+    if size.watched_only {
+        watched(table, "etcd", backend, size, batch, || async { None }).await;
+        return Ok(());
+    }
     let locker = Locker::new(backend.clone());
     for tasks in CONCURRENCY {
         let [raw, project] = rounds(size.rounds, async || {
@@ -106,6 +116,7 @@ pub(crate) async fn etcd(table: &mut Table, size: Size) -> Result<(), String> {
     };
     shared_holds(table, "etcd", &locker, etcd_size).await;
     several_keys(table, "etcd", &locker, etcd_size).await;
-    handoffs(table, "etcd", backend, size, None).await;
+    handoffs(table, "etcd", backend.clone(), size, None).await;
+    watched(table, "etcd", backend, size, batch, || async { None }).await;
     Ok(())
 }

@@ -154,8 +154,13 @@ pub async fn prolong_many_answers_each_as_prolong_would(suite: &Suite) -> CaseRe
     let bulk: Vec<Owner> = (0..1_004)
         .map(|i| a.on(&format!("many-bulk-{i}")))
         .collect();
+    // The bulk must outlast its own obtains and the stretched wait below: on a backend
+    // whose timeline runs 20 times slower (etcd), the wait alone is 8 s, and 1,004 obtains
+    // on three members under a loaded CI took over 22 s, which ended the first bulk holds
+    // of a 30 s ttl before the batch.
+    let bulk_ttl = LONG + t.ms(5_000);
     for owner in &bulk {
-        acquired(owner.obtain(LONG).await?, "obtain bulk")?;
+        acquired(owner.obtain(bulk_ttl).await?, "obtain bulk")?;
     }
     let live = a.clone();
     // Long enough to outlast the whole batch on a loaded machine (three statements of a
