@@ -214,56 +214,41 @@ impl Seen {
     /// token is no record. An end at the very instant of the request has come (a hold is
     /// live strictly before its end, remembered strictly before the end of its grace).
     pub fn coarse(&self) -> Seen {
-        let over = |at: i64| if at <= 0 { Seen::OVER } else { at };
-        match self {
-            Seen::Free { fencing: 0 } => Seen::Nothing,
-            Seen::Cooling { fencing, left_ms } if *left_ms <= 0 => Seen::Free { fencing: *fencing },
+        let over = |at: &mut i64| {
+            if *at <= 0 {
+                *at = Seen::OVER;
+            }
+        };
+        let mut seen = self.clone();
+        match &mut seen {
+            Seen::Free { fencing: 0 } => return Seen::Nothing,
+            Seen::Cooling { fencing, left_ms } if *left_ms <= 0 => {
+                return Seen::Free { fencing: *fencing }
+            }
             Seen::Held {
                 fencing,
                 forget_in_ms,
                 ..
-            } if *forget_in_ms <= 0 => Seen::Free { fencing: *fencing },
-            Seen::Held {
-                by,
-                holds,
-                fencing,
-                expires_in_ms,
-                forget_in_ms,
-            } => Seen::Held {
-                by: *by,
-                holds: *holds,
-                fencing: *fencing,
-                expires_in_ms: over(*expires_in_ms),
-                forget_in_ms: *forget_in_ms,
-            },
+            } if *forget_in_ms <= 0 => return Seen::Free { fencing: *fencing },
+            Seen::Held { expires_in_ms, .. } => over(expires_in_ms),
             Seen::Shared {
                 fencing,
-                capacity,
                 holds,
                 writer,
+                ..
             } => {
-                let holds: Vec<SeenShare> = holds
-                    .iter()
-                    .filter(|s| s.forget_in_ms > 0)
-                    .map(|s| SeenShare {
-                        expires_in_ms: over(s.expires_in_ms),
-                        ..s.clone()
-                    })
-                    .collect();
-                let writer = writer.filter(|(_, until)| *until > 0);
+                holds.retain(|s| s.forget_in_ms > 0);
+                holds.iter_mut().for_each(|s| over(&mut s.expires_in_ms));
+                if writer.is_some_and(|(_, until)| until <= 0) {
+                    *writer = None;
+                }
                 if holds.is_empty() && writer.is_none() {
-                    Seen::Free { fencing: *fencing }
-                } else {
-                    Seen::Shared {
-                        fencing: *fencing,
-                        capacity: *capacity,
-                        holds,
-                        writer,
-                    }
+                    return Seen::Free { fencing: *fencing };
                 }
             }
-            other => other.clone(),
+            Seen::Nothing | Seen::Free { .. } | Seen::Cooling { .. } => {}
         }
+        seen
     }
 
     /// Decodes shared holds stored as JSON the way the Redis and Postgres backends store
