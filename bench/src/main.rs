@@ -334,7 +334,8 @@ pub(crate) async fn handoffs(
 
 /// How a backend's `prolongate_many` reaches its server: at most `locks` a batch, each
 /// batch `round_trips` round trips (a Redis pipeline and a Postgres statement: 1; a
-/// MariaDB transaction: 2).
+/// MariaDB transaction: 2; an etcd prolong: 3, a read, the lease grants sent at once and
+/// the transaction).
 #[derive(Clone, Copy)]
 pub(crate) struct Batching {
     pub(crate) locks: usize,

@@ -84,11 +84,11 @@ pub(crate) async fn etcd(table: &mut Table, size: Size) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let backend: Arc<dyn LockBackend> = Arc::new(backend);
-    // Each lock's prolong is a call of its own: a read, two lease grants (sent at once)
-    // and the transaction.
+    // Each lock's prolong is a call of its own: a read, two lease grants sent at once
+    // (one round trip) and the transaction.
     let batch = Some(Batching {
         locks: 1,
-        round_trips: 4,
+        round_trips: 3,
     });
     if size.watched_only {
         watched(table, "etcd", backend, size, batch, || async { None }).await;
