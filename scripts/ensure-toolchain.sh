@@ -53,17 +53,33 @@ MSG
   echo "using Rust $have" >&2
 fi
 
+# Installs Debian packages $@ quietly, as root or through sudo; fails where there is no apt-get.
+apt_install() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+  command -v apt-get >/dev/null 2>&1 \
+    && $sudo apt-get update -qq >&2 \
+    && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+# The CA certificates that cargo checks crates.io's with: a minimal Debian (debootstrap's
+# minbase, many container images) has none, and cargo then fails with "Problem with the
+# SSL CA cert". Only where dpkg can say they are missing.
+if command -v dpkg >/dev/null 2>&1 && ! dpkg -s ca-certificates >/dev/null 2>&1; then
+  echo "the CA certificates cargo needs to download crates are missing: installing Debian's ca-certificates" >&2
+  if ! apt_install ca-certificates; then
+    echo "could not install ca-certificates: install them and run this script again" >&2
+    exit 1
+  fi
+fi
+
 # protoc and the well-known types it imports (google/protobuf/descriptor.proto: Debian's
 # libprotobuf-dev, which apt installs with protobuf-compiler only as a recommendation):
 # etcd-client (lock-etcd) compiles etcd's API at build time, and the workspace's examples
 # build every backend.
 if ! command -v protoc >/dev/null 2>&1 || ! [ -f /usr/include/google/protobuf/descriptor.proto ]; then
   echo "protoc or its well-known types are missing (lock-etcd's etcd client compiles etcd's API with them): installing Debian's protobuf-compiler and libprotobuf-dev" >&2
-  sudo=""
-  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
-  if ! { command -v apt-get >/dev/null 2>&1 \
-    && $sudo apt-get update -qq >&2 \
-    && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >&2; }; then
+  if ! apt_install protobuf-compiler libprotobuf-dev; then
     echo "could not install protobuf-compiler and libprotobuf-dev: install protoc with its include files (https://protobuf.dev/installation/) and run this script again" >&2
     exit 1
   fi
