@@ -14,7 +14,7 @@
 //! | store | helper | the atomic step |
 //! |---|---|---|
 //! | Postgres | `lock_postgres::fence` | one upsert on a fence table, inside the caller's transaction |
-//! | MySQL, MariaDB | `lock_mysql::fence` | an upsert and a read on a fence table, inside the caller's transaction |
+//! | MySQL, MariaDB | `lock_mysql::fence` | an upsert and a locking read (`FOR UPDATE`) on a fence table, inside the caller's transaction |
 //! | Redis | `lock_redis::fence` | one script: check the fence key, then `SET` the value |
 //! | a file | `lock_file::fence` | under a lock file: the fence, then the content, each replaced atomically |
 //! | in this process | [`MemoryFence`] | one mutex |

@@ -13,6 +13,12 @@
 //! 3. the content replaces `F` the same way (`F.fence-write`, `fsync`, `rename`, `fsync`
 //!    of the directory): a reader sees the old content or the new one, never a mix.
 //!
+//! The content keeps the mode of the file it replaces (and its owner and group, when the
+//! writer may set them: as root); a new file gets `0666` less the process's umask, as
+//! `File::create` would make it. A path whose name ends as one of the fence's own files
+//! (`.fence`, `.fence.lock`, `.fence.tmp`, `.fence-write`) is refused: writing there would
+//! overwrite another file's fence.
+//!
 //! Every writer of `F` must go through [`write()`]: a plain write to `F` is not fenced.
 //! Readers just read `F`. The lock file only serializes writers of one machine's file
 //! system; on a network file system, `flock` is as good as the file system makes it.
@@ -49,7 +55,8 @@ const NAME: &str = "file fence";
 /// [`ErrorKind::StaleToken`] when a higher token wrote to the file (nothing was written);
 /// [`ErrorKind::Corrupt`] when `F.fence` holds something else than a token;
 /// [`ErrorKind::PermissionDenied`] or [`ErrorKind::Unavailable`] for the file system's
-/// errors; [`ErrorKind::InvalidInput`] for a path with no file name.
+/// errors; [`ErrorKind::InvalidInput`] for a path with no file name, or one whose name ends
+/// as the fence's own files do (`.fence`, `.fence.lock`, `.fence.tmp`, `.fence-write`).
 pub fn write(path: &Path, token: Fencing, contents: &[u8]) -> Result<()> {
     let names = Names::of(path)?;
     let lock = open(&names.lock, false).map_err(|e| io_error(&names.lock, e))?;
@@ -66,7 +73,7 @@ pub fn write(path: &Path, token: Fencing, contents: &[u8]) -> Result<()> {
             token.0.to_string().as_bytes(),
         )?;
     }
-    replace(path, &names.content_tmp, contents)?;
+    replace_content(path, &names.content_tmp, contents)?;
     // The lock is released when `lock` is closed.
     drop(lock);
     Ok(())
@@ -100,6 +107,9 @@ pub fn highest(path: &Path) -> Result<Option<Fencing>> {
     read_token(&Names::of(path)?.fence)
 }
 
+/// How the names of the fence's own files end (`F` + suffix).
+const FENCE_SUFFIXES: [&str; 4] = [".fence", ".fence.lock", ".fence.tmp", ".fence-write"];
+
 /// The fence's files beside `F`.
 struct Names {
     fence: PathBuf,
@@ -118,6 +128,21 @@ impl Names {
                 format!("{} names no file", path.display()),
             ));
         };
+        if let Some(suffix) = FENCE_SUFFIXES
+            .iter()
+            .find(|suffix| name.as_encoded_bytes().ends_with(suffix.as_bytes()))
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                NAME,
+                Operation::Fence,
+                format!(
+                    "{} ends in {suffix:?}, as the fence's own files beside a fenced file do: \
+                     writing it would overwrite another file's fence; choose another name",
+                    path.display()
+                ),
+            ));
+        }
         let beside = |suffix: &str| {
             let mut n = name.to_owned();
             n.push(suffix);
@@ -170,6 +195,46 @@ fn read_token(path: &Path) -> Result<Option<Fencing>> {
 fn replace(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
     let written = (|| {
         let mut f = open(tmp, true)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(tmp, path)?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
+    })();
+    written.map_err(|e| io_error(path, e))
+}
+
+/// [`replace`] for the content: the new file takes the mode of the one it replaces (and its
+/// owner and group when this process may set them), or `0666` less the umask when there
+/// is none, so that a report others read stays readable after a fenced write.
+fn replace_content(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let before = match std::fs::metadata(path) {
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_error(path, e)),
+    };
+    let written = (|| {
+        // A temporary an interrupted write left behind would keep its own mode: a new one.
+        match std::fs::remove_file(tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(tmp)?;
+        if let Some(before) = &before {
+            // The owner first: chown clears the set-id bits the mode then puts back.
+            if before.uid() != f.metadata()?.uid() || before.gid() != f.metadata()?.gid() {
+                // Only root (or the owner, for a group it is in) may: otherwise the new
+                // file is the writer's, as any replacing write makes it.
+                let _ = std::os::unix::fs::fchown(&f, Some(before.uid()), Some(before.gid()));
+            }
+            f.set_permissions(std::fs::Permissions::from_mode(before.mode() & 0o7777))?;
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(tmp, path)?;

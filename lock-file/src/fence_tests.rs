@@ -100,3 +100,52 @@ async fn the_async_write_is_the_same_write() {
     assert_eq!(e.kind(), ErrorKind::StaleToken);
     assert_eq!(std::fs::read(&path).unwrap(), b"two");
 }
+
+/// A report others read (0644) stays readable after a fenced write; a new file gets 0666
+/// less the umask, as `File::create` makes it; the owner is kept when root writes.
+#[test]
+fn the_content_keeps_the_replaced_file_s_mode_and_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let (_dir, path) = file();
+    write(&path, Fencing(1), b"new").unwrap();
+    let umask = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .map(|m| u32::from_str_radix(m.trim(), 8).unwrap())
+        .unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&path), 0o666 & !umask, "a new file");
+    for wanted in [0o644, 0o640, 0o600, 0o664] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(wanted)).unwrap();
+        write(&path, Fencing(2), b"again").unwrap();
+        assert_eq!(mode(&path), wanted, "after a fenced write");
+    }
+    // A file this process made is its effective user's: root may give it away.
+    if std::fs::metadata(&path).unwrap().uid() == 0 {
+        std::os::unix::fs::chown(&path, Some(4321), Some(4322)).unwrap();
+        write(&path, Fencing(3), b"as root").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (4321, 4322), "owner kept");
+    }
+}
+
+/// `x.fence` is the fence of `x`: a fenced write to a file of that name would overwrite
+/// it (and the other fence files alike), so it is refused, and `x`'s fence still holds.
+#[test]
+fn a_name_of_the_fence_s_own_files_is_refused() {
+    let (dir, path) = file();
+    write(&path, Fencing(9), b"nine").unwrap();
+    for suffix in FENCE_SUFFIXES {
+        let other = dir.path().join(format!("data.json{suffix}"));
+        let e = write(&other, Fencing(1), b"1").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{suffix}: {e}");
+        assert!(e.to_string().contains(suffix), "{e}");
+    }
+    assert_eq!(
+        write(&path, Fencing(5), b"five").unwrap_err().kind(),
+        ErrorKind::StaleToken
+    );
+    // A name that only contains the suffix is fine.
+    write(&dir.path().join("a.fence.json"), Fencing(1), b"1").unwrap();
+}

@@ -1,8 +1,8 @@
 //! Fenced writes to MySQL and MariaDB (see `lock_core::fence`): a fence table keeps the
 //! highest fencing token that wrote to each resource, and [`MySqlFence::check`], run inside
 //! the caller's own transaction before its write, refuses a stale token
-//! (`sql/fence.sql`: an upsert that keeps the higher token and locks the row, then a read
-//! of it). The write and the check commit together or not at all, and the fence row stays
+//! (`sql/fence.sql`: an upsert that keeps the higher token and locks the row, then a
+//! locking read of it, which sees the newest token whatever the transaction read before). The write and the check commit together or not at all, and the fence row stays
 //! locked until then, so no newer holder's check can come between.
 //!
 //! ```no_run
@@ -39,6 +39,7 @@ pub const MAX_RESOURCE: usize = 767;
 pub struct MySqlFence {
     migrate: String,
     raise: String,
+    checked: String,
     highest: String,
 }
 
@@ -76,6 +77,7 @@ impl MySqlFence {
         Ok(MySqlFence {
             migrate: statement("migrate"),
             raise: statement("raise"),
+            checked: statement("checked"),
             highest: statement("highest"),
         })
     }
@@ -126,7 +128,7 @@ impl MySqlFence {
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
-        let highest: u64 = sqlx::query(&self.highest)
+        let highest: u64 = sqlx::query(&self.checked)
             .bind(resource.as_bytes())
             .fetch_one(&mut *tx)
             .await
@@ -196,6 +198,10 @@ mod tests {
             f.raise
         );
         assert_eq!(f.highest, "SELECT token FROM `t` WHERE resource = ?");
+        assert_eq!(
+            f.checked,
+            "SELECT token FROM `t` WHERE resource = ? FOR UPDATE"
+        );
         assert_eq!(
             MySqlFence::table("Bad").unwrap_err().kind(),
             ErrorKind::InvalidInput

@@ -157,3 +157,65 @@ async fn a_user_without_privileges_is_told_what_to_grant() {
         "{e}"
     );
 }
+
+/// The caller's transaction read something before its check (so InnoDB's REPEATABLE READ
+/// fixed its snapshot), then a newer holder checked and committed: the older check must
+/// see the newer token, not the snapshot's, and refuse, at every isolation level, whether
+/// the fence row existed before the snapshot or not.
+#[tokio::test]
+async fn a_check_after_the_transaction_read_first_sees_the_newest_token() {
+    use sqlx::Connection as _;
+    let pool = pool().await;
+    let fence = MySqlFence::new();
+    fence.migrate(&pool).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS distlock_fence_data (resource VARCHAR(200) PRIMARY KEY, v TEXT)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let url = test_servers::servers::mysql::shared_url();
+    for level in [
+        "READ UNCOMMITTED",
+        "READ COMMITTED",
+        "REPEATABLE READ",
+        "SERIALIZABLE",
+    ] {
+        for first in [None, Some(3)] {
+            let r = resource("snapshot");
+            if let Some(first) = first {
+                let mut tx = pool.begin().await.unwrap();
+                fence.check(&mut tx, &r, Fencing(first)).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+            let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+            sqlx::query(&format!("SET SESSION TRANSACTION ISOLATION LEVEL {level}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            let mut older = sqlx::Connection::begin(&mut conn).await.unwrap();
+            // The caller reads its own data first (another table: no lock on the fence).
+            let _: Option<String> =
+                sqlx::query_scalar("SELECT v FROM distlock_fence_data WHERE resource = ?")
+                    .bind(&r)
+                    .fetch_optional(&mut *older)
+                    .await
+                    .unwrap();
+            let mut newer = pool.begin().await.unwrap();
+            fence.check(&mut newer, &r, Fencing(7)).await.unwrap();
+            newer.commit().await.unwrap();
+            let e = fence
+                .check(&mut older, &r, Fencing(5))
+                .await
+                .expect_err(&format!("{level}, first token {first:?}: token 5 after 7"));
+            assert_eq!(e.kind(), ErrorKind::StaleToken, "{level}, {first:?}: {e}");
+            let tokens = e.stale_token().expect("both tokens");
+            assert_eq!(
+                (tokens.presented, tokens.highest),
+                (Fencing(5), Fencing(7)),
+                "{level}, {first:?}"
+            );
+            older.rollback().await.unwrap();
+        }
+    }
+}

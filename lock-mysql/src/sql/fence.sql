@@ -13,6 +13,13 @@ CREATE TABLE IF NOT EXISTS {table} (
 INSERT INTO {table} (resource, token) VALUES (?, ?)
 ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token));
 
--- highest: ? the resource: the highest token that wrote to it. After raise, in the same
--- transaction: above the writer's token means refused (raise changed nothing then).
+-- checked: ? the resource: the highest token that wrote to it. After raise, in the same
+-- transaction: above the writer's token means refused (raise changed nothing then). A
+-- locking read: a plain SELECT is a snapshot read under InnoDB's REPEATABLE READ, and in a
+-- transaction that read anything before the check, it would return the snapshot's token
+-- (or no row) when raise left a newer holder's row unchanged, and admit a stale writer.
+-- FOR UPDATE reads the newest committed row at every isolation level.
+SELECT token FROM {table} WHERE resource = ? FOR UPDATE;
+
+-- highest: ? the resource: the highest token that wrote to it, outside any check.
 SELECT token FROM {table} WHERE resource = ?;
