@@ -135,6 +135,11 @@ impl Owner {
         }
     }
 
+    /// Another owner (a token of its own) of the same key, named `who`.
+    pub(crate) fn fresh(&self, who: &str) -> Self {
+        Owner::new(&self.backend, self.key.as_str(), who)
+    }
+
     /// The same owner on another key.
     pub(crate) fn on(&self, key: &str) -> Self {
         Owner {

@@ -236,6 +236,7 @@ macro_rules! for_each_case {
             an_expired_share_asked_again_is_a_fresh_hold,
             a_mode_change_of_a_hold_that_is_gone_is_lost,
             semaphore_capacity_holds_under_contention,
+            a_key_takes_a_thousand_readers,
             multiprocess_semaphore_stays_within_its_permits,
             killed_holder_frees_only_its_own_permits,
             shared_model_sequences,

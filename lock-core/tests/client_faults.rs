@@ -24,6 +24,8 @@ struct Faulty {
     inner: Arc<MemoryBackend>,
     /// The first obtain is applied, but its reply is lost (an `Unavailable` error instead).
     lose_first_obtain_reply: AtomicBool,
+    /// Obtains of this key are applied, and their reply is lost, while this is set.
+    lose_obtain_replies_of: std::sync::Mutex<Option<&'static str>>,
     /// Obtains travel this long before the server applies them; dropping the caller does
     /// not stop them (like a statement already sent to Postgres).
     obtain_in_flight: Duration,
@@ -69,7 +71,10 @@ impl Layer for Faulty {
             inner.obtain(req).await
         });
         let outcome = applied.await.expect("the server task ran")?;
-        if self.lose_first_obtain_reply.swap(false, Ordering::SeqCst) {
+        let lost_key = *self.lose_obtain_replies_of.lock().unwrap();
+        if self.lose_first_obtain_reply.swap(false, Ordering::SeqCst)
+            || lost_key == Some(req.key.as_str())
+        {
             return Err(Error::new(
                 ErrorKind::Unavailable,
                 "faulty",
@@ -157,6 +162,62 @@ async fn waits_that_overflow_an_instant_do_not_panic() {
         .unwrap();
     assert!(busy.is_busy());
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// An obtain whose reply is lost after the backend applied it, with no wait left to retry
+/// in: the error comes back, and the grant it may have made is given back first, so the
+/// key is free for the caller's own retry (nobody has the token that holds it).
+#[tokio::test(start_paused = true)]
+async fn a_failed_obtain_gives_back_the_grant_its_lost_reply_made() {
+    let (faulty, locker) = locker(Faulty::default());
+    *faulty.lose_obtain_replies_of.lock().unwrap() = Some("k");
+    let e = locker.lock("k").try_obtain().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert_eq!(state(&locker, "k").await, LockState::Free, "try_obtain");
+    let e = locker
+        .lock("k")
+        .wait(ms(100))
+        .retry(Retry::linear(ms(10)))
+        .obtain()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert_eq!(state(&locker, "k").await, LockState::Free, "obtain");
+    *faulty.lose_obtain_replies_of.lock().unwrap() = None;
+    let guard = held(locker.lock("k")).await;
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// `lock_all` whose obtain of one key is applied but its reply lost: the error comes back
+/// with none of the keys held, that one included, and the caller's retry takes them all.
+#[tokio::test(start_paused = true)]
+async fn lock_all_with_a_lost_reply_leaves_none_of_the_keys_held() {
+    for lost in ["a", "b", "c"] {
+        let (faulty, locker) = locker(Faulty::default());
+        *faulty.lose_obtain_replies_of.lock().unwrap() = Some(lost);
+        let e = locker
+            .lock_all(["a", "b", "c"])
+            .try_obtain()
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{lost}");
+        for key in ["a", "b", "c"] {
+            assert_eq!(
+                state(&locker, key).await,
+                LockState::Free,
+                "{key}, after the reply of {lost} was lost"
+            );
+        }
+        *faulty.lose_obtain_replies_of.lock().unwrap() = None;
+        let all = locker
+            .lock_all(["a", "b", "c"])
+            .try_obtain()
+            .await
+            .unwrap()
+            .obtained()
+            .unwrap_or_else(|| panic!("the retry after {lost}'s lost reply is busy"));
+        assert!(all.release().await.is_ok());
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -52,7 +52,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(1);
 pub struct EtcdBuilder {
     endpoints: Vec<String>,
     prefix: String,
-    user: Option<(String, String)>,
+    pub(crate) user: Option<(String, String)>,
     tls: Option<Vec<u8>>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
     timeout: Duration,

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
 use lock_core::backend::{Capabilities, Grace, ReleaseSubscription, Token};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
@@ -184,18 +184,41 @@ impl EtcdBackend {
     }
 }
 
-/// The transaction that writes `plan` if the lock's keys are as `seen` read them: each key
-/// read still there at the revision it had, and no key of the lock written since.
+/// The transaction that writes `plan` if the lock's keys are as `seen` read them.
+///
+/// Its guard is what the decision's safety needs, and no more, so that it stays within
+/// etcd's operations per transaction (`--max-txn-ops`, 128 by default) however many holds
+/// a key has:
+/// - one range compare: no key of the lock was written since the read (a hold admitted
+///   meanwhile writes `F`, so two admissions read at one revision never both land);
+/// - each key the plan rewrites on the lease it has: still there (its lease may have run
+///   out, and a put that keeps a lease fails on a key that is gone).
+///
+/// A key read and deleted since (a release, an expired lease) is not compared: deletions
+/// only free room, a decision that counted the key is as safe without it, and a key the
+/// plan deletes anyway may be gone already. The deletes go as ranges: the range compare
+/// holds every key of the lock to those read, so each run of keys to delete that no kept
+/// or written key interrupts is one range delete (a `force_release` of 1,000 readers is
+/// one operation, not 2,000).
 fn transaction(base: &Base, seen: &Seen, plan: &Plan, leases: &[i64]) -> Txn {
     let revision = i64::try_from(seen.revision).unwrap_or(i64::MAX);
-    let mut compares: Vec<Compare> = seen
-        .keys
-        .iter()
-        .map(|(key, at)| Compare::mod_revision(key.as_str(), CompareOp::Equal, *at))
-        .collect();
-    compares.push(
-        Compare::mod_revision(base.first(), CompareOp::Less, revision.saturating_add(1))
-            .with_range(base.end()),
+    let mut compares =
+        vec![
+            Compare::mod_revision(base.first(), CompareOp::Less, revision.saturating_add(1))
+                .with_range(base.end()),
+        ];
+    compares.extend(
+        plan.puts
+            .iter()
+            .filter(|put| put.lease == Lease::Keep)
+            .filter_map(|put| {
+                let at = seen.keys.iter().find(|(k, _)| *k == put.key)?.1;
+                Some(Compare::mod_revision(
+                    put.key.as_str(),
+                    CompareOp::Equal,
+                    at,
+                ))
+            }),
     );
     let mut ops: Vec<TxnOp> = plan
         .puts
@@ -210,11 +233,45 @@ fn transaction(base: &Base, seen: &Seen, plan: &Plan, leases: &[i64]) -> Txn {
         })
         .collect();
     ops.extend(
-        plan.deletes
-            .iter()
-            .map(|key| TxnOp::delete(key.as_str(), None)),
+        delete_runs(seen, plan)
+            .into_iter()
+            .map(|(first, end)| match end {
+                None => TxnOp::delete(first, None),
+                Some(end) => TxnOp::delete(first, Some(DeleteOptions::new().with_range(end))),
+            }),
     );
     Txn::new().when(compares).and_then(ops)
+}
+
+/// The plan's deletes as runs of the lock's keys in order: `(first, None)` deletes one key,
+/// `(first, Some(end))` the keys from `first` up to `end` (exclusive). A run ends at a key
+/// read that stays, or one the plan writes.
+fn delete_runs(seen: &Seen, plan: &Plan) -> Vec<(String, Option<String>)> {
+    let deleted: std::collections::BTreeSet<&str> =
+        plan.deletes.iter().map(String::as_str).collect();
+    let mut all: std::collections::BTreeSet<&str> =
+        seen.keys.iter().map(|(k, _)| k.as_str()).collect();
+    all.extend(plan.puts.iter().map(|p| p.key.as_str()));
+    all.extend(deleted.iter().copied());
+    let mut runs = Vec::new();
+    let mut run: Vec<&str> = Vec::new();
+    let mut close = |run: &mut Vec<&str>| {
+        match run.as_slice() {
+            [] => {}
+            [one] => runs.push(((*one).to_owned(), None)),
+            [first, .., last] => runs.push(((*first).to_owned(), Some(format!("{last}\0")))),
+        }
+        run.clear();
+    };
+    for key in all {
+        if deleted.contains(key) {
+            run.push(key);
+        } else {
+            close(&mut run);
+        }
+    }
+    close(&mut run);
+    runs
 }
 
 fn corrupt(op: Operation, message: String) -> Error {
@@ -223,4 +280,103 @@ fn corrupt(op: Operation, message: String) -> Error {
 
 fn protocol(op: Operation, message: String) -> Error {
     Error::new(ErrorKind::Protocol, NAME, op, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Put;
+
+    fn seen(base: &Base, keys: &[String]) -> Seen {
+        let value = br#"{"holder":{"host":"h","pid":1},"holds":1,"fencing":1,"shared":{"capacity":4294967295,"weight":1},"ttl_ms":1000,"grace_ms":1000,"renewed":1}"#;
+        let fence = br#"{"fencing":1}"#;
+        let kvs = keys.iter().map(|k| {
+            let v: &[u8] = if k.ends_with('F') { fence } else { value };
+            (k.as_str(), v, 5)
+        });
+        Seen::read(base, 9, kvs).unwrap()
+    }
+
+    #[test]
+    fn deletes_go_as_runs_between_the_keys_that_stay() {
+        let base = Base::new("p", "k");
+        let tokens: Vec<String> = (0..1_000).map(|i| format!("{i:04}")).collect();
+        let mut keys: Vec<String> = tokens
+            .iter()
+            .flat_map(|t| [base.live(t), base.evidence(t)])
+            .collect();
+        keys.push(base.fence());
+        let seen = seen(&base, &keys);
+        // Everything but F goes: one range (G/ then H/ follow each other).
+        let all = Plan {
+            deletes: keys[..keys.len() - 1].to_vec(),
+            ..Plan::default()
+        };
+        assert_eq!(
+            delete_runs(&seen, &all),
+            vec![(
+                base.evidence("0000"),
+                Some(format!("{}\0", base.live("0999")))
+            )]
+        );
+        // One reader's keys: two single deletes, its neighbours stay.
+        let one = Plan {
+            deletes: vec![base.live("0500"), base.evidence("0500")],
+            ..Plan::default()
+        };
+        assert_eq!(
+            delete_runs(&seen, &one),
+            vec![(base.evidence("0500"), None), (base.live("0500"), None)]
+        );
+        // A key the plan writes inside a deleted run splits it.
+        let taken = Plan {
+            puts: vec![Put {
+                key: base.evidence("0500x"),
+                value: Vec::new(),
+                lease: Lease::New(0),
+            }],
+            deletes: tokens.iter().map(|t| base.evidence(t)).collect(),
+            ..Plan::default()
+        };
+        let runs = delete_runs(&seen, &taken);
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        let txn_ops = |plan: &Plan| {
+            let txn = transaction(&base, &seen, plan, &[1]);
+            format!("{txn:?}").matches("RequestDeleteRange").count()
+        };
+        assert_eq!(txn_ops(&all), 1);
+        assert_eq!(txn_ops(&taken), 2);
+    }
+
+    /// The guard of a decision among 1,000 holds: the range compare, and the keys the plan
+    /// rewrites on their lease, never a compare per key read.
+    #[test]
+    fn a_transaction_compares_only_what_it_rewrites() {
+        let base = Base::new("p", "k");
+        let mut keys: Vec<String> = (0..1_000)
+            .flat_map(|i| {
+                let t = format!("{i:04}");
+                [base.live(&t), base.evidence(&t)]
+            })
+            .collect();
+        keys.push(base.fence());
+        let seen = seen(&base, &keys);
+        let plan = Plan {
+            puts: vec![
+                Put {
+                    key: base.live("0001"),
+                    value: Vec::new(),
+                    lease: Lease::Keep,
+                },
+                Put {
+                    key: base.fence(),
+                    value: Vec::new(),
+                    lease: Lease::Never,
+                },
+            ],
+            ..Plan::default()
+        };
+        let txn = format!("{:?}", transaction(&base, &seen, &plan, &[]));
+        assert_eq!(txn.matches("Compare {").count(), 2, "{txn}");
+    }
 }

@@ -63,15 +63,17 @@ impl EtcdBuilder {
             .split_once("://")
             .map(|(_, rest)| rest)
             .ok_or_else(|| config("an etcd URL starts with etcd:// or etcds://"))?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (user, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => {
+        // The user info ends at the last `@`, as `redact_url` reads it: a password pasted
+        // with a `/` in it (not percent-encoded) stays whole, and never becomes a host.
+        let (user, rest) = match rest.rsplit_once('@') {
+            Some((userinfo, rest)) => {
                 let (name, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
                 let name = decoded(name, "user name")?;
-                (Some((name, decoded(password, "password")?)), hosts)
+                (Some((name, decoded(password, "password")?)), rest)
             }
-            None => (None, authority),
+            None => (None, rest),
         };
+        let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
         let endpoints: Vec<String> = hosts
             .split(',')
             .filter(|h| !h.is_empty())
@@ -153,6 +155,28 @@ mod tests {
         );
         let plain = format!("{:?}", EtcdBuilder::from_url("etcd://h:2379").unwrap());
         assert!(plain.contains(r#"prefix: "distlock""#), "{plain}");
+    }
+
+    /// A password pasted with a `/` (or an `@`) in it, not percent-encoded: the user info
+    /// ends at the last `@`, so the password stays whole and out of `Debug`, and the hosts
+    /// and prefix are the ones after it.
+    #[test]
+    fn a_password_with_a_slash_stays_whole_and_hidden() {
+        for (url, password) in [
+            ("etcd://app:s3/cr@t@h1:2379,h2:2379/billing", "s3/cr@t"),
+            ("etcd://app:a/b@h1:2379", "a/b"),
+            ("etcd://app:%2Fx@h1:2379/billing", "/x"),
+        ] {
+            let b = EtcdBuilder::from_url(url).unwrap();
+            let shown = format!("{b:?}");
+            assert!(!shown.contains(password), "{url}: {shown}");
+            assert!(!shown.contains("s3") && !shown.contains("cr@t"), "{shown}");
+            assert!(shown.contains(r#"endpoints: ["h1:2379""#), "{url}: {shown}");
+            let user = b.user.as_ref().map(|(n, p)| (n.as_str(), p.as_str()));
+            assert_eq!(user, Some(("app", password)), "{url}");
+        }
+        let b = EtcdBuilder::from_url("etcd://app:s3/cr@t@h1:2379,h2:2379/billing").unwrap();
+        assert!(format!("{b:?}").contains(r#"prefix: "billing""#), "{b:?}");
     }
 
     #[test]

@@ -285,7 +285,10 @@ impl Storage for FileBackend {
     const NAME: &'static str = FileBackend::NAME;
 
     fn storage_capabilities(&self) -> Capabilities {
-        Capabilities::none().cross_process(true).shared(true)
+        Capabilities::none()
+            .cross_process(true)
+            .shared(true)
+            .holds_per_key(crate::record::HOLDS_PER_KEY)
     }
 
     fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {

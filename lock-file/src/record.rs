@@ -46,6 +46,12 @@ pub(crate) const VERSION_SHARED: u32 = 3;
 /// most about 33 KiB (a 1 KiB key and 4 KiB of metadata, every byte escaped as `\u00XX`).
 pub(crate) const SLOT: usize = 64 * 1024;
 
+/// The most shared holds one lock file is sure to keep (`Capabilities::holds_per_key`):
+/// every hold in one record, and a record in one [`SLOT`], for holders whose host name and
+/// metadata are at most 64 printable ASCII bytes each, under a key of 1 KiB (a byte JSON
+/// escapes takes six); shorter holders fit more. Checked by a test below.
+pub(crate) const HOLDS_PER_KEY: usize = 150;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "Flat")]
 pub(crate) struct Record {
@@ -348,6 +354,50 @@ mod tests {
 
     fn line(json: &str) -> Vec<u8> {
         format!("{json} {}\n", checksum(json.as_bytes())).into_bytes()
+    }
+
+    /// [`HOLDS_PER_KEY`] holds of the longest promised holders fit one slot, with the
+    /// writer's marker beside them.
+    #[test]
+    fn the_declared_number_of_holds_fits_a_slot() {
+        let holder = HolderInfo {
+            host: "h".repeat(64),
+            pid: u32::MAX,
+            metadata: Some("m".repeat(64)),
+        };
+        let share = |i: u64| Share {
+            token: "ab".repeat(32),
+            holder: holder.clone(),
+            holds: u32::MAX,
+            expires_ms: u64::MAX - i,
+            forget_ms: u64::MAX,
+            fencing: u64::MAX - i,
+            weight: u32::MAX,
+        };
+        let record = Record {
+            v: VERSION_SHARED,
+            seq: u64::MAX,
+            key: "k".repeat(lock_core::Key::MAX_LEN),
+            fencing: u64::MAX,
+            clock: Some(Anchor {
+                boot: "0b3c1e2a-5f1d-4a7e-9c3b-2d4e6f8a0b1c".into(),
+                boot_ms: u64::MAX,
+                ms: u64::MAX,
+            }),
+            writer: Some(Writer {
+                token: "ef".repeat(32),
+                until_ms: u64::MAX,
+            }),
+            state: State::Shared {
+                capacity: u32::MAX,
+                shares: (0..HOLDS_PER_KEY as u64).map(share).collect(),
+            },
+        };
+        let len = record.encode().len();
+        assert!(
+            len <= SLOT,
+            "{HOLDS_PER_KEY} holds take {len} bytes of {SLOT}"
+        );
     }
 
     #[test]

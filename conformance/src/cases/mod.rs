@@ -103,6 +103,7 @@ mod client;
 mod expiry;
 mod identity;
 mod recovery;
+mod scale;
 mod shared;
 mod shared_rules;
 
@@ -110,5 +111,6 @@ pub use client::*;
 pub use expiry::*;
 pub use identity::*;
 pub use recovery::*;
+pub use scale::*;
 pub use shared::*;
 pub use shared_rules::*;

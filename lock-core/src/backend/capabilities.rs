@@ -36,6 +36,13 @@ pub struct Capabilities {
     /// lease-based store grants them. The client's validity is the ttl asked either way;
     /// the conformance suite widens its timing by it.
     pub expiry: Expiry,
+    /// The most shared holds one key is sure to take at once, when the backend keeps all
+    /// of a key's holds in one record of bounded size; `None` (the default): as many as the
+    /// key's capacity admits. The bound holds for holders whose host name and metadata are
+    /// at most 64 printable ASCII bytes each; an obtain past what the record takes is refused with
+    /// `InvalidInput`, saying so, and changes nothing. The conformance suite admits
+    /// 1,000 readers of one key, or this many when it is fewer.
+    pub holds_per_key: Option<usize>,
 }
 
 /// How a backend's server ends holds and cooldowns: never before the time asked, and at
@@ -107,6 +114,7 @@ impl Capabilities {
             prolong_batch: 1,
             shared: false,
             expiry: Expiry::EXACT,
+            holds_per_key: None,
         }
     }
 
@@ -137,6 +145,12 @@ impl Capabilities {
     /// Sets [`Capabilities::expiry`].
     pub const fn expiry(mut self, expiry: Expiry) -> Self {
         self.expiry = expiry;
+        self
+    }
+
+    /// Sets [`Capabilities::holds_per_key`].
+    pub const fn holds_per_key(mut self, most: usize) -> Self {
+        self.holds_per_key = Some(most);
         self
     }
 

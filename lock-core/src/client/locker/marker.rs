@@ -1,5 +1,7 @@
-//! The writer's marker a waiting exclusive obtain may leave on a key held shared, and how
-//! its wait takes it away when it ends without the lock.
+//! What an obtain that ends without the lock may have left on the key under its token, and
+//! how it is taken away: the writer's marker a waiting exclusive obtain may leave on a key
+//! held shared, and the grant of an attempt that failed after the backend may have applied
+//! it (its reply lost: a timeout, a cut connection).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,19 +17,39 @@ use crate::{Attempt, BusyReason, Key, LockGuard, Result, Token};
 ///
 /// Only an attempt answered busy because of shared holds leaves a marker (or one whose
 /// answer never came: it may have), so a wait that only ever met an exclusive holder costs
-/// no release when it gives up.
+/// no release when it gives up. An attempt that failed with an error the backend may have
+/// applied anyway arms it too, queueing or not: an obtain that returns an error leaves no
+/// hold behind under a token nobody has (`lock_all` then hands back a set with none of its
+/// keys held, and the caller's retry does not find its own lost grant busy).
 pub(super) struct Marker<'a> {
     /// Borrowed: cloned only to send the release, so a wait costs no allocation for it.
     pub(super) target: Option<(&'a Arc<dyn crate::LockBackend>, &'a Key, &'a Token)>,
     /// The token's calls: the release waits for an attempt still in flight.
     pub(super) calls: &'a Calls,
-    /// An attempt may have left a marker on the key.
+    /// The attempts queue: each may leave a writer's marker while it is in flight.
+    pub(super) queue: bool,
+    /// An attempt may have left a marker or a grant on the key.
     pub(super) maybe_left: bool,
+}
+
+/// Whether a failed obtain may have been applied by the backend all the same: not when it
+/// was refused before any write (bad input, configuration, a permission, a corrupt record).
+fn may_have_applied(e: &crate::Error) -> bool {
+    use crate::ErrorKind;
+    !matches!(
+        e.kind(),
+        ErrorKind::InvalidInput
+            | ErrorKind::Config
+            | ErrorKind::PermissionDenied
+            | ErrorKind::Corrupt
+            | ErrorKind::ExpiredOnArrival
+    )
 }
 
 impl Marker<'_> {
     /// Around one attempt: while it is in flight it may leave a marker; once answered, it
-    /// did if it was busy because of shared holds, or failed (it may have been applied).
+    /// did if it was busy because of shared holds, or failed (it may have been applied, and
+    /// left a grant too).
     pub(super) async fn around<F: Future<Output = Result<Attempt<LockGuard>>>>(
         &mut self,
         attempt: F,
@@ -36,13 +58,15 @@ impl Marker<'_> {
             return attempt.await;
         }
         let before = self.maybe_left;
-        self.maybe_left = true;
+        // A grant in flight when the wait is dropped is given back by the call itself (its
+        // unread grant); a marker in flight is not.
+        self.maybe_left = before || self.queue;
         let answer = attempt.await;
         self.maybe_left = before
             || match &answer {
-                Ok(Attempt::Busy(busy)) => busy.reason == BusyReason::Shared,
+                Ok(Attempt::Busy(busy)) => self.queue && busy.reason == BusyReason::Shared,
                 Ok(Attempt::Obtained(_)) => false,
-                Err(_) => true,
+                Err(e) => may_have_applied(e),
             };
         answer
     }

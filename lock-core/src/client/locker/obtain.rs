@@ -133,7 +133,9 @@ impl<'a> LockBuilder<'a> {
     /// # Errors
     /// [`ErrorKind::InvalidInput`] for a bad key, ttl or metadata (before any I/O);
     /// [`ErrorKind::ExpiredOnArrival`] when the grant came back after its ttl had run out (it
-    /// was given back); otherwise the backend's error.
+    /// was given back); otherwise the backend's error. After an error the backend may have
+    /// applied all the same (its reply lost), the grant it may have made is given back
+    /// before the error returns: a failed obtain leaves no hold under a token nobody has.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves nothing behind. The backend call runs in a
@@ -144,7 +146,12 @@ impl<'a> LockBuilder<'a> {
         let span = plan.span();
         async {
             let mut watch = plan.watch();
-            let result = plan.attempt(false).await;
+            let mut marker = plan.marker(false);
+            let result = marker.around(plan.attempt(false)).await;
+            match &result {
+                Ok(Attempt::Obtained(_)) => marker.disarm(),
+                _ => marker.take_away().await,
+            }
             watch.attempts = 1;
             watch.end(ObtainEnd::of(&result, false));
             result
@@ -360,6 +367,17 @@ impl Plan<'_> {
         ))
     }
 
+    /// What this obtain's attempts may leave under its token, to take away when it ends
+    /// without the lock (see [`Marker`]).
+    fn marker(&self, queue: bool) -> Marker<'_> {
+        Marker {
+            target: Some((&self.locker.backend, &self.key, &self.token)),
+            calls: &self.calls,
+            queue,
+            maybe_left: false,
+        }
+    }
+
     /// Attempts until done; an exclusive wait that ends without the lock takes its writer's
     /// marker away (a release by its token), so readers need not wait for the marker's end.
     ///
@@ -371,11 +389,7 @@ impl Plan<'_> {
         let queue = !self.mode.is_shared()
             && !self.wait.is_zero()
             && self.locker.backend.capabilities().shared;
-        let mut marker = Marker {
-            target: queue.then_some((&self.locker.backend, &self.key, &self.token)),
-            calls: &self.calls,
-            maybe_left: false,
-        };
+        let mut marker = self.marker(queue);
         let mut watch = self.watch();
         let mut timed_out = false;
         let result = self
