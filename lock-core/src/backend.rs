@@ -320,6 +320,8 @@ pub trait LockBackend: fmt::Debug + Send + Sync + 'static {
 /// key; the subscription stays registered until it is dropped.
 pub struct ReleaseSubscription {
     rx: watch::Receiver<u64>,
+    /// Its place in a [`Waiters`] line, when [`Waiters::subscribe`] made it.
+    line: Option<crate::waiters::Registration>,
     _registration: Option<Box<dyn Send + Sync>>,
 }
 
@@ -329,7 +331,17 @@ impl ReleaseSubscription {
     pub fn new(rx: watch::Receiver<u64>, registration: Option<Box<dyn Send + Sync>>) -> Self {
         ReleaseSubscription {
             rx,
+            line: None,
             _registration: registration,
+        }
+    }
+
+    /// A subscription standing in a [`Waiters`] line.
+    pub(crate) fn in_line(rx: watch::Receiver<u64>, line: crate::waiters::Registration) -> Self {
+        ReleaseSubscription {
+            rx,
+            line: Some(line),
+            _registration: None,
         }
     }
 
@@ -339,7 +351,19 @@ impl ReleaseSubscription {
         let both: Box<dyn Send + Sync> = Box::new((self._registration, registration));
         ReleaseSubscription {
             rx: self.rx,
+            line: self.line,
             _registration: Some(both),
+        }
+    }
+
+    /// Makes this subscription a watcher's, not a waiter's: it is woken by every release of
+    /// its key and never takes the turn of a waiter for the lock (an observer of who leads
+    /// must not be woken in the place of the candidate that waits). Works on the
+    /// subscriptions [`Waiters`] makes, whatever the backend wraps around them; on others
+    /// it changes nothing.
+    pub fn watch_only(&mut self) {
+        if let Some(line) = &self.line {
+            line.watch_only();
         }
     }
 

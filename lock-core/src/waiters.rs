@@ -10,7 +10,34 @@ use tokio::sync::watch;
 use crate::backend::rules::Wake;
 use crate::ReleaseSubscription;
 
-type Queues = HashMap<String, VecDeque<Waiter>>;
+type Queues = HashMap<String, Line>;
+
+/// One key's waiters: those in line for the lock, and those that only watch it (an
+/// observer of who leads), woken by every release without a place in the line.
+#[derive(Default)]
+struct Line {
+    waiting: VecDeque<Waiter>,
+    watching: Vec<Waiter>,
+}
+
+impl Line {
+    fn is_empty(&self) -> bool {
+        self.waiting.is_empty() && self.watching.is_empty()
+    }
+
+    fn wake_watchers(&self) {
+        for watcher in &self.watching {
+            watcher.wake();
+        }
+    }
+
+    fn wake_first(&mut self) {
+        if let Some(first) = self.waiting.pop_front() {
+            first.wake();
+            self.waiting.push_back(first);
+        }
+    }
+}
 
 /// The processes' waiters of each key, for a backend that implements
 /// [`LockBackend::subscribe`](crate::LockBackend::subscribe): one release wakes *one*
@@ -55,11 +82,36 @@ impl Waiter {
     }
 }
 
-/// Takes a waiter out of its key's line when its subscription is dropped.
-struct Registration {
+/// A waiter's place in its key's line: taken out when its subscription is dropped.
+pub(crate) struct Registration {
     key: String,
     id: u64,
     queues: Weak<Mutex<Queues>>,
+}
+
+impl Registration {
+    /// Moves the waiter out of the line to the key's watchers: woken by every release, it
+    /// never takes a waiter's turn. A release that woke it while it stood in line is handed
+    /// on to the next waiter.
+    pub(crate) fn watch_only(&self) {
+        let Some(queues) = self.queues.upgrade() else {
+            return;
+        };
+        let mut q = lock(&queues);
+        let Some(line) = q.get_mut(&self.key) else {
+            return;
+        };
+        let Some(at) = line.waiting.iter().position(|w| w.id == self.id) else {
+            return;
+        };
+        if let Some(waiter) = line.waiting.remove(at) {
+            let woken = *waiter.tx.borrow() > 0;
+            line.watching.push(waiter);
+            if woken {
+                line.wake_first();
+            }
+        }
+    }
 }
 
 impl Drop for Registration {
@@ -69,7 +121,8 @@ impl Drop for Registration {
         };
         let mut q = lock(&queues);
         if let Some(line) = q.get_mut(&self.key) {
-            line.retain(|w| w.id != self.id);
+            line.waiting.retain(|w| w.id != self.id);
+            line.watching.retain(|w| w.id != self.id);
             if line.is_empty() {
                 q.remove(&self.key);
             }
@@ -92,23 +145,23 @@ impl Waiters {
         lock(&self.queues)
             .entry(key.to_owned())
             .or_default()
+            .waiting
             .push_back(Waiter { id, tx });
         let registration = Registration {
             key: key.to_owned(),
             id,
             queues: Arc::downgrade(&self.queues),
         };
-        ReleaseSubscription::new(rx, Some(Box::new(registration)))
+        ReleaseSubscription::in_line(rx, registration)
     }
 
-    /// Wakes the longest-waiting waiter of `key`, which then goes to the back of the line.
+    /// Wakes the longest-waiting waiter of `key`, which then goes to the back of the line,
+    /// and every watcher of `key` ([`ReleaseSubscription::watch_only`]).
     pub fn wake_one(&self, key: &str) {
         let mut q = lock(&self.queues);
         if let Some(line) = q.get_mut(key) {
-            if let Some(first) = line.pop_front() {
-                first.wake();
-                line.push_back(first);
-            }
+            line.wake_first();
+            line.wake_watchers();
         }
     }
 
@@ -116,9 +169,10 @@ impl Waiters {
     /// holds), or the one that can is not first in line (a waiting writer).
     pub fn wake_key(&self, key: &str) {
         if let Some(line) = lock(&self.queues).get(key) {
-            for waiter in line {
+            for waiter in &line.waiting {
                 waiter.wake();
             }
+            line.wake_watchers();
         }
     }
 
@@ -136,17 +190,20 @@ impl Waiters {
 
     /// Wakes every waiter of every key: for when a release may have gone unannounced.
     pub fn wake_all(&self) {
-        for waiter in lock(&self.queues).values().flatten() {
-            waiter.wake();
+        for line in lock(&self.queues).values() {
+            for waiter in &line.waiting {
+                waiter.wake();
+            }
+            line.wake_watchers();
         }
     }
 
-    /// The keys someone waits for now.
+    /// The keys someone waits for or watches now.
     pub fn keys(&self) -> Vec<String> {
         lock(&self.queues).keys().cloned().collect()
     }
 
-    /// Whether someone waits for `key` now.
+    /// Whether someone waits for or watches `key` now.
     pub fn is_waited(&self, key: &str) -> bool {
         lock(&self.queues).contains_key(key)
     }
@@ -190,5 +247,37 @@ mod tests {
             "dropped subscriptions leave the line"
         );
         assert_eq!(waiters.keys(), vec!["other".to_owned()]);
+    }
+
+    /// A watcher (an observer of who leads) is woken by every release and never takes a
+    /// waiter's turn; a release that woke it while it still stood in line is handed on.
+    #[tokio::test(start_paused = true)]
+    async fn a_watcher_never_takes_a_waiter_s_turn() {
+        let waiters = Waiters::default();
+        let short = Duration::from_millis(1);
+        let mut watcher = waiters.subscribe("k");
+        let mut a = waiters.subscribe("k");
+        let mut b = waiters.subscribe("k");
+        watcher.watch_only();
+        waiters.wake_one("k");
+        assert!(a.released_within(short).await, "the first waiter");
+        assert!(!b.released_within(short).await);
+        assert!(watcher.released_within(short).await, "the watcher too");
+        waiters.wake_one("k");
+        assert!(b.released_within(short).await, "then the second");
+        assert!(watcher.released_within(short).await);
+        waiters.wake_key("k");
+        assert!(a.released_within(short).await && b.released_within(short).await);
+        assert!(watcher.released_within(short).await);
+
+        // Woken in line before it became a watcher: the turn goes on to the next waiter.
+        let mut late = waiters.subscribe("j");
+        let mut next = waiters.subscribe("j");
+        waiters.wake_one("j");
+        late.watch_only();
+        assert!(next.released_within(short).await, "the turn handed on");
+        assert!(late.released_within(short).await);
+        drop((late, next, watcher, a, b));
+        assert!(waiters.keys().is_empty(), "{:?}", waiters.keys());
     }
 }

@@ -214,3 +214,124 @@ async fn an_observer_hears_a_resignation_at_once() {
     assert_eq!(next.unwrap(), None);
     assert_eq!(resigned.await.unwrap(), ReleaseOutcome::Released);
 }
+
+/// The docs' own shape: one process observes who leads and campaigns. A resignation wakes
+/// the waiting candidate at once (the notification is its, not the observer's), long before
+/// its poll a minute later; the observer hears it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resignation_wakes_the_waiting_candidate_with_an_observer_present() {
+    let backend = Arc::new(MemoryBackend::new());
+    let locker = Locker::new(backend).with_retry(Retry::linear(Duration::from_secs(60)).notified());
+    let leader = locker
+        .elect("jobs")
+        .ttl(Duration::from_secs(120))
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    // The observer subscribes first: it stands before the candidate in the key's line.
+    let mut who = locker
+        .observe("jobs")
+        .unwrap()
+        .every(Duration::from_secs(60));
+    assert_eq!(who.changed().await.unwrap().unwrap().term, leader.term());
+    let candidate = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .elect("jobs")
+                .ttl(Duration::from_secs(120))
+                .lead()
+                .await
+                .unwrap()
+                .obtained()
+                .unwrap()
+        })
+    };
+    // The candidate found the key busy and waits on its subscription.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resigned_at = tokio::time::Instant::now();
+    assert_eq!(leader.resign().await.unwrap(), ReleaseOutcome::Released);
+    let next = tokio::time::timeout(Duration::from_secs(10), candidate)
+        .await
+        .expect("the candidate leads at once, not at its poll a minute later")
+        .unwrap();
+    assert!(resigned_at.elapsed() < Duration::from_secs(10));
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(l) = who.changed().await.unwrap() {
+                return l;
+            }
+        }
+    })
+    .await
+    .expect("the observer sees the new leader");
+    assert_eq!(seen.term, next.term());
+    assert_eq!(next.resign().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// An observer whose first subscription fails subscribes again at its next pass, and then
+/// hears a resignation at once rather than polling for its life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_whose_subscribe_failed_subscribes_again() {
+    use lock_core::backend::layer::{Layer, Layered};
+    use lock_core::backend::{async_trait, ReleaseSubscription};
+    use lock_core::{Error, ErrorKind, Key, Operation, Result};
+
+    #[derive(Debug, Default)]
+    struct FailsFirstSubscribe {
+        inner: MemoryBackend,
+        failed: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait]
+    impl Layer for FailsFirstSubscribe {
+        fn inner(&self) -> &dyn LockBackend {
+            &self.inner
+        }
+
+        async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+            if !self.failed.swap(true, Ordering::SeqCst) {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "memory",
+                    Operation::Subscribe,
+                    "the notification connection dropped",
+                ));
+            }
+            self.inner.subscribe(key).await
+        }
+    }
+
+    let locker = Locker::new(Arc::new(Layered(FailsFirstSubscribe::default())));
+    let leader = locker
+        .elect("cron")
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .unwrap();
+    let mut who = locker
+        .observe("cron")
+        .unwrap()
+        .every(Duration::from_millis(300));
+    assert_eq!(who.changed().await.unwrap().unwrap().term, leader.term());
+    // A pass of the observer's loop: it subscribes again this time.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), who.changed())
+            .await
+            .is_err(),
+        "nothing changed"
+    );
+    let mut who = who.every(Duration::from_secs(60));
+    let resigned = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        leader.resign().await.unwrap()
+    });
+    let next = tokio::time::timeout(Duration::from_secs(10), who.changed())
+        .await
+        .expect("heard at once through the second subscription");
+    assert_eq!(next.unwrap(), None);
+    assert_eq!(resigned.await.unwrap(), ReleaseOutcome::Released);
+}

@@ -242,16 +242,15 @@ impl Observation {
     /// seen only grow.
     ///
     /// # Errors
-    /// The backend's error on a read; the next call reads again.
+    /// The backend's error on a read; the next call reads again. A failed subscription to
+    /// releases is no error: the observer polls (every [`Observation::every`]) and
+    /// subscribes again at its next pass.
     ///
     /// # Cancel safety
     /// Cancel safe: a change that happens while nobody waits is returned by the next call.
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
-        if !self.subscribed {
-            self.subscribed = true;
-            self.subscription = self.backend.subscribe(&self.key).await?;
-        }
         loop {
+            self.subscribe().await;
             let (now, remaining) = self.read().await?;
             if self.last.as_ref() != Some(&now) {
                 self.last = Some(now.clone());
@@ -266,6 +265,26 @@ impl Observation {
                 }
                 None => tokio::time::sleep(pause).await,
             }
+        }
+    }
+
+    /// Subscribes to the key's releases as a watcher, if not yet: an observer woken in
+    /// place of a waiting candidate would leave that candidate to its poll. A backend without
+    /// notifications is asked once; one whose subscribe failed (or was cancelled) is asked
+    /// again at the next pass, and the observer polls meanwhile.
+    async fn subscribe(&mut self) {
+        if self.subscribed {
+            return;
+        }
+        match self.backend.subscribe(&self.key).await {
+            Ok(subscription) => {
+                self.subscription = subscription.map(|mut s| {
+                    s.watch_only();
+                    s
+                });
+                self.subscribed = true;
+            }
+            Err(e) => tracing::debug!(key = %self.key, "observing by polling for now: {e}"),
         }
     }
 
