@@ -198,3 +198,44 @@ fn debug_never_shows_the_password() {
     assert!(!shown.contains("s3cret"), "{shown}");
     assert!(shown.contains("cache:6379"), "{shown}");
 }
+
+/// A password pasted with a `/` in it (not percent-encoded), on every scheme: the
+/// configuration's `Debug` and the error of a connect to a port nobody listens on never
+/// show any part of it. (An etcd URL split at the `/`: its password showed in errors and
+/// `Debug`, and its first part was looked up as a host.)
+#[tokio::test]
+async fn a_password_with_a_slash_never_shows() {
+    let mut urls = vec!["memory:"];
+    if cfg!(feature = "redis") {
+        urls.extend([
+            "redis://app:pw1/s3cr@127.0.0.1:1/0?timeout=300ms",
+            "redis+watch://app:pw1/s3cr@127.0.0.1:1/0?timeout=300ms",
+        ]);
+    }
+    if cfg!(feature = "postgres") {
+        urls.push("postgres://app:pw1/s3cr@127.0.0.1:1/db?timeout=300ms");
+    }
+    if cfg!(feature = "mysql") {
+        urls.push("mysql://app:pw1/s3cr@127.0.0.1:1/db?timeout=300ms");
+    }
+    if cfg!(feature = "etcd") {
+        urls.push("etcd://app:pw1/s3cr@127.0.0.1:1/p?timeout=300ms");
+    }
+    for url in urls.into_iter().skip(1) {
+        let config = LockConfig::from_url(url);
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("s3cr") && !shown.contains("pw1"),
+            "{url}: {shown}"
+        );
+        let err = match connect(url).await {
+            Ok(_) => panic!("{url}: nothing listens on port 1"),
+            Err(e) => e,
+        };
+        let text = format!("{err} {err:?}");
+        assert!(
+            !text.contains("s3cr") && !text.contains("pw1"),
+            "{url}: {text}"
+        );
+    }
+}

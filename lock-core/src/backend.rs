@@ -306,6 +306,17 @@ pub trait LockBackend: fmt::Debug + Send + Sync + 'static {
     /// default, means the backend has no notification and waiters poll per their retry
     /// strategy.
     ///
+    /// Whom a release wakes follows the decision ([`rules::Wake`]: one waiter, all of
+    /// them, or nobody), in every process. A subscription made by [`Waiters`] can be made a
+    /// watcher's ([`ReleaseSubscription::watch_only`]: an observer of who leads is woken by
+    /// every release and never takes a waiter's turn); a backend that keeps a line of its
+    /// own instead must wake all of a key's subscribers, or an observer that subscribed
+    /// first is woken in a waiting candidate's place. The conformance suite checks each
+    /// rule (`a_release_wakes_a_waiter_at_once`,
+    /// `the_last_share_beside_a_writer_wakes_every_waiter`,
+    /// `a_downgrade_wakes_every_waiter`, `what_frees_nothing_wakes_nobody`,
+    /// `a_resignation_wakes_the_candidate_not_the_observer`).
+    ///
     /// # Errors
     /// As for [`LockBackend::obtain`]; a waiter treats an error as "no notification".
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {

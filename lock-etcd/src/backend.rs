@@ -22,7 +22,7 @@ use crate::NAME;
 /// the holder's own validity is the ttl it asked for, counted from when it sent the
 /// request, so two holders never overlap.
 pub struct EtcdBackend {
-    pub(crate) members: Members,
+    pub(crate) members: std::sync::Arc<Members>,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) grace: Option<Grace>,
@@ -225,7 +225,7 @@ impl EtcdBuilder {
             .await;
         let minimum = Duration::from_secs(u64::try_from(probe.ttl()).unwrap_or(1).max(1));
         Ok(EtcdBackend {
-            members,
+            members: std::sync::Arc::new(members),
             prefix: self.prefix,
             timeout: self.timeout,
             grace,

@@ -9,7 +9,12 @@
 //! | `G/<token digest>` | the ttl plus the grace | [`HoldValue`] | the hold is live or within its grace: a late call is told apart from a lost one |
 //! | `C` | the cooldown | [`CoolValue`] | the key is cooling (`delay_after`) |
 //! | `W` | the writer's request ttl | [`WriterValue`] | a writer waits: new shared holds stay out |
-//! | `F` | none | [`FenceValue`] | the last fencing token issued |
+//! | `F` | none | [`FenceValue`] | the last fencing token issued, and whom the last decision that wrote it wakes |
+//!
+//! `F` is also rewritten by every transaction whose decision wakes waiters (a release, a
+//! downgrade, an admission that lets the next reader in), saying whom: each process's watch
+//! of the lock wakes its own waiters as the rules decided, one or all, as the other
+//! backends' notifications do.
 //!
 //! `F` is written by every transaction that admits a hold and never deleted: two
 //! decisions read at the same revision can never both admit, even when the first hold was
@@ -170,11 +175,27 @@ pub(crate) struct WriterValue {
     pub(crate) ms: u64,
 }
 
-/// The last fencing token issued for a lock.
+/// The last fencing token issued for a lock, and whom the decision that last wrote it
+/// wakes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct FenceValue {
     /// The token.
     pub(crate) fencing: u64,
+    /// Whom the transaction that wrote this wakes in every process, as the rules decided
+    /// (`lock_core::backend::rules::Wake`); absent: nobody. Each process's watch reads it
+    /// from the put's event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) wake: Option<Wakes>,
+}
+
+/// Whom a decision wakes, as `F` announces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Wakes {
+    /// The longest-waiting waiter of each process.
+    One,
+    /// Every waiter.
+    All,
 }
 
 #[cfg(test)]

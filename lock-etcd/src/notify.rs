@@ -1,27 +1,37 @@
-//! Wake-ups from etcd's watch: a release, an expired lease, the end of a cooldown or of a
-//! writer's marker anywhere wakes this process's waiters of the key.
+//! Wake-ups from etcd's watch: each decision anywhere that frees room wakes this process's
+//! waiters of the key as the rules decided, and so does a hold's lease running out.
 //!
 //! One watch per key per backend, shared by every subscription of the key in the process
-//! and ended with the last one: it watches the key's whole range, and each deletion of a
-//! live hold (a release, a lease that ran out: waiters wake on expiry too, which no other
-//! backend's server tells them), of the cooldown or of the writer's marker wakes the
-//! longest-waiting local waiter, who tries at once. A release in this process wakes its
-//! waiter directly as well (the decision's wake-up); waking twice only costs an attempt.
+//! and ended with the last one. It watches the key's whole range and, for each revision it
+//! sees:
+//! - a put of `F` that names whom to wake (a release, a downgrade, an admission that lets
+//!   the next reader in: see `layout.rs`) wakes the longest-waiting local waiter, or all of
+//!   them, as the decision's [`Wake`](lock_core::backend::rules::Wake) says;
+//! - a revision that only deletes a live hold, the cooldown or the writer's marker (a lease
+//!   that ran out: nobody decided, and whoever can get in now is not known) wakes them all.
+//!
+//! A release in this process also wakes its waiters directly (the decision's wake-up);
+//! waking twice only costs an attempt.
 //!
 //! The watch starts at the revision after its creation; the client layer subscribes
 //! before it tries, so a release between its attempt and the watch is never missed. A
-//! watch whose stream breaks (its member died) ends: the waiters' fallback poll covers
-//! what it would have told them until the next subscription makes a new one.
+//! watch whose stream ends (its member restarted or lost its leader) wakes every local
+//! waiter of the key (what it would have said may be lost) and is made again, on any
+//! member, from the revision after the last one it saw (from the current one if that was
+//! compacted), pausing 100 ms to 2 s between tries: subscriptions made before and after a
+//! restart keep being woken.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions};
+use etcd_client::{EventType, WatchOptions, WatchResponse, WatchStream};
 use lock_core::backend::{ReleaseSubscription, Waiters};
 use lock_core::{Key, Operation, Result};
 
 use crate::error::Deadline;
-use crate::layout::{Base, Slot};
+use crate::layout::{Base, FenceValue, Slot, Wakes};
+use crate::members::Members;
 use crate::EtcdBackend;
 
 /// The running watches, by lock key.
@@ -53,51 +63,32 @@ impl EtcdBackend {
         Ok(subscription.holding(Box::new(watch)))
     }
 
+    /// The key's watch, if one runs: a task that ended (it cannot, but for a panic) is
+    /// never handed to a new subscription.
     fn live_watch(&self, key: &Key) -> Option<Arc<KeyWatch>> {
         let running = self
             .watches
             .running
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        running.get(key.as_str()).and_then(Weak::upgrade)
+        running
+            .get(key.as_str())
+            .and_then(Weak::upgrade)
+            .filter(|w| !w.task.is_finished())
     }
 
     async fn start_watch(&self, key: &Key) -> Result<Arc<KeyWatch>> {
-        let op = Operation::Subscribe;
         let base = Base::new(&self.prefix, key.as_str());
         let deadline = Deadline::after(self.timeout);
-        let mut stream = self
-            .members
-            .retried(op, "watch", deadline, |c| {
-                let options = WatchOptions::new().with_range(base.end());
-                let first = base.first();
-                async move {
-                    let mut stream = c.watch_client().watch(first, Some(options)).await?;
-                    // The first message says the watch was created.
-                    stream.message().await?;
-                    Ok(stream)
-                }
-            })
-            .await?;
-        let waiters: Waiters = self.waiters.clone();
-        let name = key.as_str().to_owned();
-        let task = tokio::spawn(async move {
-            while let Ok(Some(message)) = stream.message().await {
-                for event in message.events() {
-                    let frees = event.event_type() == EventType::Delete
-                        && event
-                            .kv()
-                            .and_then(|kv| kv.key_str().ok())
-                            .and_then(|k| base.slot(k))
-                            .is_some_and(|slot| {
-                                matches!(slot, Slot::Live(_) | Slot::Cooling | Slot::Writer)
-                            });
-                    if frees {
-                        waiters.wake_one(&name);
-                    }
-                }
-            }
-        });
+        let (stream, created) = open(&self.members, &base, None, deadline).await?;
+        let watching = Watching {
+            members: Arc::clone(&self.members),
+            waiters: self.waiters.clone(),
+            name: key.as_str().to_owned(),
+            base,
+            timeout: self.timeout,
+        };
+        let task = tokio::spawn(watching.run(stream, created + 1));
         let watch = Arc::new(KeyWatch {
             task: task.abort_handle(),
         });
@@ -111,5 +102,139 @@ impl EtcdBackend {
         // ends with its own subscriptions.
         running.insert(key.as_str().to_owned(), Arc::downgrade(&watch));
         Ok(watch)
+    }
+}
+
+/// A watch of the lock's range from `start` (the current revision when `None`), made on
+/// the first member that answers by `deadline`; with the revision it was made at.
+async fn open(
+    members: &Members,
+    base: &Base,
+    start: Option<i64>,
+    deadline: Deadline,
+) -> Result<(WatchStream, i64)> {
+    members
+        .retried(Operation::Subscribe, "watch", deadline, |c| {
+            let mut options = WatchOptions::new().with_range(base.end());
+            if let Some(start) = start {
+                options = options.with_start_revision(start);
+            }
+            let first = base.first();
+            async move {
+                let mut stream = c.watch_client().watch(first, Some(options)).await?;
+                // The first message says the watch was created (or, from a compacted
+                // revision, that it was cancelled at once).
+                let created = stream.message().await?;
+                let revision = created
+                    .as_ref()
+                    .and_then(WatchResponse::header)
+                    .map_or(0, |h| h.revision());
+                if created.is_none_or(|m| m.canceled()) {
+                    return Err(etcd_client::Error::WatchError(
+                        "the watch was cancelled as it was made (its start revision was compacted)"
+                            .to_owned(),
+                    ));
+                }
+                Ok((stream, revision))
+            }
+        })
+        .await
+}
+
+/// What a key's watch task needs.
+struct Watching {
+    members: Arc<Members>,
+    waiters: Waiters,
+    name: String,
+    base: Base,
+    timeout: Duration,
+}
+
+impl Watching {
+    /// Wakes the key's waiters as each revision says, for ever: a stream that ends is made
+    /// again from `next`, the revision after the last one seen.
+    async fn run(self, mut stream: WatchStream, mut next: i64) {
+        const FIRST_PAUSE: Duration = Duration::from_millis(100);
+        loop {
+            while let Ok(Some(message)) = stream.message().await {
+                if message.canceled() {
+                    break;
+                }
+                next = next.max(self.wake(&message));
+            }
+            // Whatever the ended stream would still have said may be lost.
+            self.waiters.wake_key(&self.name);
+            tracing::debug!(key = %self.name, "the etcd watch ended: making it again");
+            let mut pause = FIRST_PAUSE;
+            let mut from = Some(next);
+            stream = loop {
+                tokio::time::sleep(pause).await;
+                match open(
+                    &self.members,
+                    &self.base,
+                    from,
+                    Deadline::after(self.timeout),
+                )
+                .await
+                {
+                    Ok((stream, _)) => break stream,
+                    Err(e) => {
+                        // From a compacted revision, never again: from now on (the waiters
+                        // were all woken above).
+                        if e.to_string().contains("compacted") {
+                            from = None;
+                        }
+                        tracing::debug!(key = %self.name, "the etcd watch could not be made again yet: {e}");
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                }
+            };
+        }
+    }
+
+    /// Wakes whom each revision of `message` frees room for; the revision after its last.
+    fn wake(&self, message: &WatchResponse) -> i64 {
+        // Per revision: what a put of `F` announced, and whether keys that free room went.
+        let mut revisions: Vec<(i64, Option<Wakes>, bool, bool)> = Vec::new();
+        let mut last = 0;
+        for event in message.events() {
+            let Some(kv) = event.kv() else { continue };
+            let revision = kv.mod_revision();
+            last = last.max(revision);
+            let Some(slot) = kv.key_str().ok().and_then(|k| self.base.slot(k)) else {
+                continue;
+            };
+            let at = match revisions.iter().position(|r| r.0 == revision) {
+                Some(at) => at,
+                None => {
+                    revisions.push((revision, None, false, false));
+                    revisions.len() - 1
+                }
+            };
+            let entry = &mut revisions[at];
+            match event.event_type() {
+                EventType::Put => {
+                    entry.3 = true;
+                    if slot == Slot::Fence {
+                        entry.1 = serde_json::from_slice::<FenceValue>(kv.value())
+                            .ok()
+                            .and_then(|f| f.wake);
+                    }
+                }
+                EventType::Delete => {
+                    if matches!(slot, Slot::Live(_) | Slot::Cooling | Slot::Writer) {
+                        entry.2 = true;
+                    }
+                }
+            }
+        }
+        for (_, announced, freed, wrote) in revisions {
+            match (announced, freed, wrote) {
+                (Some(Wakes::One), ..) => self.waiters.wake_one(&self.name),
+                (Some(Wakes::All), ..) | (None, true, false) => self.waiters.wake_key(&self.name),
+                _ => {}
+            }
+        }
+        last + 1
     }
 }

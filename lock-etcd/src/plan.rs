@@ -7,10 +7,10 @@
 //! the `H/` key and the ttl plus the grace for the `G/` key. A hold the rules dropped loses
 //! both keys. The cooldown and the writer's marker go the same way.
 
-use lock_core::backend::rules::{Hold, State};
+use lock_core::backend::rules::{Hold, State, Wake};
 use lock_core::HolderInfo;
 
-use crate::layout::{Base, CoolValue, FenceValue, HoldValue, Permits, WriterValue};
+use crate::layout::{Base, CoolValue, FenceValue, HoldValue, Permits, Wakes, WriterValue};
 use crate::read::{Rec, Seen, NOW};
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -66,6 +66,23 @@ impl Plan {
             }
         };
         Lease::New(n)
+    }
+
+    /// Announces whom the decision wakes to every process's watch: `F` written with it (its
+    /// token kept, or the one the plan writes). Nothing for [`Wake::Nobody`].
+    pub(crate) fn announce(&mut self, base: &Base, seen: &Seen, new: &Rec, wake: Wake) {
+        let wake = match wake {
+            Wake::Nobody => return,
+            Wake::One => Wakes::One,
+            Wake::All => Wakes::All,
+        };
+        let value = FenceValue {
+            fencing: new.fencing.max(seen.fence.unwrap_or(0)),
+            wake: Some(wake),
+        };
+        let key = base.fence();
+        self.puts.retain(|p| p.key != key);
+        self.put(key, &value, Lease::Never);
     }
 
     fn put(&mut self, key: String, value: &impl serde::Serialize, lease: Lease) {
@@ -169,6 +186,7 @@ impl Seen {
         if new.fencing > self.fence.unwrap_or(0) {
             let fence = FenceValue {
                 fencing: new.fencing,
+                wake: None,
             };
             plan.put(base.fence(), &fence, Lease::Never);
         }

@@ -48,6 +48,16 @@ impl Storage for EtcdBackend {
         Grace::or_ttl(self.grace, ttl)
     }
 
+    /// The backend's timeout, shared by a call's reads, lease grants, transactions and
+    /// the ones run again after conflicts.
+    fn conflicts_within(&self) -> std::time::Duration {
+        self.timeout
+    }
+
+    fn call_timeout(&self) -> Option<std::time::Duration> {
+        Some(self.timeout)
+    }
+
     /// The read, the step, the lease grants and the guarded transaction, all within the
     /// backend's timeout. A decision that writes nothing (a busy obtain, an inspection)
     /// ends at the read: it was true at the read's revision.
@@ -119,10 +129,11 @@ impl EtcdBackend {
         let Some(record) = change.write else {
             return Ok(Commit::Done);
         };
-        let plan = seen.plan(&base, &record).map_err(|m| protocol(op, m))?;
+        let mut plan = seen.plan(&base, &record).map_err(|m| protocol(op, m))?;
         if plan.is_empty() {
             return Ok(Commit::Done);
         }
+        plan.announce(&base, &seen, &record, change.wake);
         let leases = self.grant(op, deadline, &plan).await?;
         let txn = transaction(&base, &seen, &plan, &leases);
         let done = self

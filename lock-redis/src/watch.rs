@@ -333,6 +333,10 @@ impl Storage for OnWatch<'_> {
         self.timeout
     }
 
+    fn call_timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+
     async fn transact(
         &self,
         key: &Key,

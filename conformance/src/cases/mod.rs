@@ -106,6 +106,7 @@ mod recovery;
 mod scale;
 mod shared;
 mod shared_rules;
+mod wakes;
 
 pub use client::*;
 pub use expiry::*;
@@ -114,3 +115,4 @@ pub use recovery::*;
 pub use scale::*;
 pub use shared::*;
 pub use shared_rules::*;
+pub use wakes::*;

@@ -165,38 +165,25 @@ pub async fn a_writers_marker_lives_from_its_last_busy_attempt(suite: &Suite) ->
 }
 
 /// A downgrade wakes every waiter of the key, not one: readers may all come in now, and
-/// the longest waiter may be a writer that still cannot.
+/// the longest waiter may be a writer that still cannot. The waiters are another
+/// process's where the backend notifies across processes (a downgrade deletes no key, and
+/// rewrites the hold: a notification that follows deletions alone misses it).
 pub async fn a_downgrade_wakes_every_waiter(suite: &Suite) -> CaseResult {
-    let Some(backend) = keeps_shared(suite, "a_downgrade_wakes_every_waiter").await else {
+    let case = "a_downgrade_wakes_every_waiter";
+    if keeps_shared(suite, case).await.is_none() {
+        return Ok(());
+    }
+    let Some(two) = super::wakes::Two::of(suite, case, "downgrade-wakes").await? else {
         return Ok(());
     };
-    let notifies = backend.capabilities().release_notification;
-    let writer = Owner::new(&backend, "downgrade-wakes", "writer");
+    let writer = Owner::new(&two.deciding, "downgrade-wakes", "writer");
     acquired(writer.obtain(LONG).await?, "the writer")?;
     let mut waiting = Vec::new();
     for _ in 0..3 {
-        match backend.subscribe(&writer.key).await? {
-            // Also a backend whose subscriptions hear only its own process's releases (no
-            // server notifications): the rule holds for what it hears.
-            Some(sub) => waiting.push(sub),
-            None if notifies => {
-                return Err(Failure(
-                    "the backend declares release notifications but subscribe answered None".into(),
-                ))
-            }
-            None => {
-                eprintln!(
-                    "{}: a_downgrade_wakes_every_waiter: skipped, the backend has no release \
-                     notifications (waiters poll)",
-                    suite.name
-                );
-                let _ = writer.release(None).await?;
-                return Ok(());
-            }
-        }
+        let sub = two.waiting.subscribe(&writer.key).await?;
+        waiting.push(sub.ok_or_else(|| Failure("subscribe answered None".into()))?);
     }
-    // Subscriptions may take a moment to reach the server (LISTEN, SUBSCRIBE).
-    tokio::time::sleep(ms(300)).await;
+    tokio::time::sleep(super::wakes::SETTLE).await;
     let down = writer.obtain_as(LONG, Mode::READ, false).await?;
     ensure!(
         matches!(down, ObtainOutcome::Acquired { .. }),
@@ -204,7 +191,7 @@ pub async fn a_downgrade_wakes_every_waiter(suite: &Suite) -> CaseResult {
     );
     for (i, sub) in waiting.iter_mut().enumerate() {
         ensure!(
-            sub.released_within(ms(3_000)).await,
+            sub.released_within(super::wakes::WOKEN).await,
             "waiter {} of 3 was not woken by the downgrade",
             i + 1
         );

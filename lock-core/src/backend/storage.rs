@@ -206,9 +206,20 @@ pub trait Storage: fmt::Debug + Send + Sync {
     }
 
     /// How long a call keeps running the step again after conflicts before it fails
-    /// ([`ErrorKind::Unavailable`], nothing written, safe to retry): 5 s by default.
+    /// ([`ErrorKind::Unavailable`], nothing written, safe to retry): 5 s by default, and
+    /// never past [`Storage::call_timeout`].
     fn conflicts_within(&self) -> Duration {
         Duration::from_secs(5)
+    }
+
+    /// The one deadline of each call, from when it starts: its reads, its transactions and
+    /// the ones run again after conflicts all end by it, and a call still running then
+    /// fails ([`ErrorKind::Unavailable`]: it may have been stored, or not; safe to retry).
+    /// `None`, the default: each transaction bounds itself (a storage without I/O). A
+    /// storage with a timeout setting returns it here, so that a call under contention
+    /// never runs past the timeout its user set.
+    fn call_timeout(&self) -> Option<Duration> {
+        None
     }
 
     /// Reads the record of `key` and the clock, runs `decide` on them once, stores the
@@ -263,6 +274,8 @@ async fn run<S: Storage, O: Send>(
     answer: impl for<'r> Fn(Answer<'r, S::Holder>) -> Result<O> + Send + Sync,
 ) -> Result<O> {
     let op = ask.operation();
+    let timeout = storage.call_timeout();
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     // Read on the first conflict only: an uncontended call reads no clock of its own.
     let mut started = None;
     let mut conflicts = 0u32;
@@ -280,7 +293,15 @@ async fn run<S: Storage, O: Send>(
                 wake: d.wake,
             })
         };
-        match storage.transact(key, op, &mut decide).await? {
+        let transact = storage.transact(key, op, &mut decide);
+        let commit = match deadline {
+            None => transact.await?,
+            Some(deadline) => match tokio::time::timeout_at(deadline, transact).await {
+                Ok(commit) => commit?,
+                Err(_) => return Err(past_deadline::<S>(op, timeout, conflicts)),
+            },
+        };
+        match commit {
             Commit::Done => {
                 return outcome.ok_or_else(|| {
                     Error::new(
@@ -296,6 +317,10 @@ async fn run<S: Storage, O: Send>(
         conflicts += 1;
         let within = storage.conflicts_within();
         let started = *started.get_or_insert_with(tokio::time::Instant::now);
+        let pause = conflict_pause(conflicts);
+        if deadline.is_some_and(|d| tokio::time::Instant::now() + pause >= d) {
+            return Err(past_deadline::<S>(op, timeout, conflicts));
+        }
         if started.elapsed() >= within {
             return Err(Error::new(
                 ErrorKind::Unavailable,
@@ -309,8 +334,22 @@ async fn run<S: Storage, O: Send>(
             ));
         }
         tracing::debug!(conflicts, key = %key, "transaction lost to a concurrent writer");
-        tokio::time::sleep(conflict_pause(conflicts)).await;
+        tokio::time::sleep(pause).await;
     }
+}
+
+/// A call that reached its deadline ([`Storage::call_timeout`]) after `conflicts` lost
+/// transactions, or in the middle of one.
+fn past_deadline<S: Storage>(op: Operation, timeout: Option<Duration>, conflicts: u32) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        S::NAME,
+        op,
+        format!(
+            "no answer within the call's deadline of {:?} ({conflicts} transactions lost to              concurrent writers of the key before it); the last may or may not have been              stored: safe to retry",
+            timeout.unwrap_or_default()
+        ),
+    )
 }
 
 /// The step answered another operation than it was asked: a bug, said as such.
@@ -471,10 +510,13 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A storage whose every write loses to a concurrent writer: it runs the step, then
-    /// answers a conflict and stores nothing.
+    /// answers a conflict and stores nothing. Each transaction takes `slow` (a round trip),
+    /// and the calls have `timeout` as their one deadline, if set.
     #[derive(Debug, Default)]
     struct AlwaysConflicts {
         transactions: AtomicU32,
+        slow: Duration,
+        timeout: Option<Duration>,
     }
 
     impl Storage for AlwaysConflicts {
@@ -497,6 +539,9 @@ mod tests {
         fn conflicts_within(&self) -> Duration {
             Duration::from_millis(50)
         }
+        fn call_timeout(&self) -> Option<Duration> {
+            self.timeout
+        }
 
         async fn transact(
             &self,
@@ -505,6 +550,7 @@ mod tests {
             decide: &mut Decide<'_, Token, HolderInfo>,
         ) -> Result<Commit> {
             self.transactions.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(self.slow).await;
             decide(Snapshot {
                 record: None,
                 clock: Clock::millis(1_000),
@@ -537,6 +583,35 @@ mod tests {
             storage.transactions.load(Ordering::Relaxed) > 1,
             "the step ran again after a conflict"
         );
+    }
+
+    /// One deadline per call: transactions of 7 ms that keep losing, with a timeout of
+    /// 30 ms, end by the timeout (not by `conflicts_within`, 50 ms, counted from the first
+    /// conflict, nor a fresh deadline per transaction), and a transaction that is still
+    /// running at the deadline is cut there.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_under_contention_ends_by_its_one_deadline() {
+        for (slow, timeout) in [(7, 30), (100, 30), (29, 30)] {
+            let storage = AlwaysConflicts {
+                slow: Duration::from_millis(slow),
+                timeout: Some(Duration::from_millis(timeout)),
+                ..AlwaysConflicts::default()
+            };
+            let (key, token) = (Key::new("k").unwrap(), Token::generate().unwrap());
+            let holder = HolderInfo::current();
+            let ttl = Ttl::from_millis(30_000).unwrap();
+            let started = tokio::time::Instant::now();
+            let err = obtain(&storage, ObtainRequest::new(&key, &token, ttl, &holder))
+                .await
+                .unwrap_err();
+            let took = started.elapsed();
+            assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+            assert!(err.to_string().contains("deadline of 30ms"), "{err}");
+            assert!(
+                took <= Duration::from_millis(timeout),
+                "transactions of {slow} ms: the call took {took:?}"
+            );
+        }
     }
 
     #[test]
