@@ -108,6 +108,7 @@ mod harness;
 mod pace;
 
 pub mod cases;
+pub mod fence;
 pub use cases::{faults, process};
 pub mod table;
 

@@ -44,3 +44,10 @@ mod as_semaphore {
         lock_conformance::AsSemaphore(Memory(MemoryBackend::new()))
     );
 }
+
+mod memory_fence {
+    lock_conformance::fence_suite!(
+        "memory fence",
+        lock_conformance::fence::MemoryFenceHarness::default()
+    );
+}

@@ -424,3 +424,31 @@ fn a_record_whose_file_lock_is_never_let_go_fails_in_time_without_blocking_the_t
         "the runtime's thread was blocked: {ticks} ticks in {took:?}"
     );
 }
+
+/// The fence suite on `lock_file::fence::write`: each test's files in a directory of their
+/// own; a store without transactions (writers take turns under the fence's lock file).
+mod fence_suite {
+    use async_trait::async_trait;
+    use lock_conformance::fence::FenceHarness;
+    use lock_core::{Fencing, Result};
+
+    struct Files(tempfile::TempDir);
+
+    #[async_trait]
+    impl FenceHarness for Files {
+        async fn write(&self, resource: &str, token: Fencing, value: &str) -> Result<()> {
+            let path = self.0.path().join(resource);
+            lock_file::fence::write_async(path, token, value.as_bytes().to_vec()).await
+        }
+
+        async fn read(&self, resource: &str) -> Result<Option<String>> {
+            match std::fs::read_to_string(self.0.path().join(resource)) {
+                Ok(text) => Ok(Some(text)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => panic!("reading {resource}: {e}"),
+            }
+        }
+    }
+
+    lock_conformance::fence_suite!("file fence", Files(tempfile::tempdir().unwrap()));
+}

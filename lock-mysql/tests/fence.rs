@@ -219,3 +219,134 @@ async fn a_check_after_the_transaction_read_first_sees_the_newest_token() {
         }
     }
 }
+
+/// The fence suite on `MySqlFence`: every fenced write a transaction (the check, then the data's upsert).
+mod suite {
+    use async_trait::async_trait;
+    use lock_conformance::fence::FenceHarness;
+    use lock_core::{Fencing, Result};
+    use lock_mysql::fence::MySqlFence;
+    use sqlx::{Connection as _, MySqlPool};
+    use tokio::sync::OnceCell;
+
+    struct MySql {
+        pool: OnceCell<(MySqlPool, MySqlFence)>,
+    }
+
+    impl MySql {
+        fn new() -> Self {
+            MySql {
+                pool: OnceCell::new(),
+            }
+        }
+
+        async fn ready(&self) -> &(MySqlPool, MySqlFence) {
+            self.pool
+                .get_or_init(|| async {
+                    let pool = super::pool().await;
+                    let fence = MySqlFence::table("fence_suite").unwrap();
+                    fence.migrate(&pool).await.unwrap();
+                    for table in ["data", "other"] {
+                        let sql = format!(
+                            "CREATE TABLE IF NOT EXISTS fence_suite_{table} \
+                             (resource VARBINARY(767) PRIMARY KEY, v TEXT)"
+                        );
+                        sqlx::query(&sql).execute(&pool).await.unwrap();
+                    }
+                    (pool, fence)
+                })
+                .await
+        }
+
+        async fn write_on(
+            &self,
+            tx: &mut sqlx::MySqlConnection,
+            resource: &str,
+            token: Fencing,
+            value: &str,
+        ) -> Result<()> {
+            let (_, fence) = self.ready().await;
+            fence.check(tx, resource, token).await?;
+            sqlx::query(
+                "INSERT INTO fence_suite_data VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)",
+            )
+            .bind(resource)
+            .bind(value)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+            Ok(())
+        }
+    }
+
+    fn unavailable(e: sqlx::Error) -> lock_core::Error {
+        lock_core::Error::new(
+            lock_core::ErrorKind::Unavailable,
+            "mysql fence suite",
+            lock_core::Operation::Fence,
+            e.to_string(),
+        )
+    }
+
+    #[async_trait]
+    impl FenceHarness for MySql {
+        async fn write(&self, resource: &str, token: Fencing, value: &str) -> Result<()> {
+            let (pool, _) = self.ready().await;
+            let mut tx = pool.begin().await.map_err(unavailable)?;
+            self.write_on(&mut tx, resource, token, value).await?;
+            tx.commit().await.map_err(unavailable)
+        }
+
+        async fn read(&self, resource: &str) -> Result<Option<String>> {
+            let (pool, _) = self.ready().await;
+            sqlx::query_scalar("SELECT v FROM fence_suite_data WHERE resource = ?")
+                .bind(resource)
+                .fetch_optional(pool)
+                .await
+                .map_err(unavailable)
+        }
+
+        fn isolation_levels(&self) -> Vec<&'static str> {
+            vec![
+                "READ UNCOMMITTED",
+                "READ COMMITTED",
+                "REPEATABLE READ",
+                "SERIALIZABLE",
+            ]
+        }
+
+        async fn interleaved(
+            &self,
+            isolation: &str,
+            resource: &str,
+            first: (Fencing, &str),
+            second: (Fencing, &str),
+        ) -> (Result<()>, Result<()>) {
+            let (pool, _) = self.ready().await;
+            let mut conn = pool.acquire().await.unwrap();
+            // The level of the connection's next transaction only.
+            sqlx::query(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}"))
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            let mut tx = conn.begin().await.unwrap();
+            // The caller's own read first (another table: no lock on the fence or the
+            // data): the transaction's snapshot is taken here.
+            let _: Option<String> = sqlx::query_scalar("SELECT v FROM fence_suite_other LIMIT 1")
+                .fetch_optional(&mut *tx)
+                .await
+                .unwrap();
+            let second = self.write(resource, second.0, second.1).await;
+            let first = match self.write_on(&mut tx, resource, first.0, first.1).await {
+                Ok(()) => tx.commit().await.map_err(unavailable),
+                Err(e) => {
+                    let _ = tx.rollback().await;
+                    Err(e)
+                }
+            };
+            (first, second)
+        }
+    }
+
+    lock_conformance::fence_suite!("mysql fence", MySql::new());
+}

@@ -146,3 +146,126 @@ async fn a_role_without_privileges_is_told_what_to_grant() {
         "{e}"
     );
 }
+
+/// The fence suite on `PgFence`: every fenced write a transaction (the check, then the data's upsert).
+mod suite {
+    use async_trait::async_trait;
+    use lock_conformance::fence::FenceHarness;
+    use lock_core::{Fencing, Result};
+    use lock_postgres::fence::PgFence;
+    use sqlx::{Connection as _, PgPool};
+    use tokio::sync::OnceCell;
+
+    struct Postgres {
+        pool: OnceCell<(PgPool, PgFence)>,
+    }
+
+    impl Postgres {
+        fn new() -> Self {
+            Postgres {
+                pool: OnceCell::new(),
+            }
+        }
+
+        async fn ready(&self) -> &(PgPool, PgFence) {
+            self.pool
+                .get_or_init(|| async {
+                    let pool = super::pool().await;
+                    let fence = PgFence::table("public", "fence_suite").unwrap();
+                    fence.migrate(&pool).await.unwrap();
+                    for table in ["data", "other"] {
+                        let sql = format!(
+                            "CREATE TABLE IF NOT EXISTS fence_suite_{table} (resource text PRIMARY KEY, v text)"
+                        );
+                        sqlx::query(&sql).execute(&pool).await.unwrap();
+                    }
+                    (pool, fence)
+                })
+                .await
+        }
+
+        async fn write_on(
+            &self,
+            tx: &mut sqlx::PgConnection,
+            resource: &str,
+            token: Fencing,
+            value: &str,
+        ) -> Result<()> {
+            let (_, fence) = self.ready().await;
+            fence.check(tx, resource, token).await?;
+            let sql = "INSERT INTO fence_suite_data VALUES ($1, $2) \
+                 ON CONFLICT (resource) DO UPDATE SET v = EXCLUDED.v";
+            sqlx::query(sql)
+                .bind(resource)
+                .bind(value)
+                .execute(&mut *tx)
+                .await
+                .map_err(unavailable)?;
+            Ok(())
+        }
+    }
+
+    fn unavailable(e: sqlx::Error) -> lock_core::Error {
+        lock_core::Error::new(
+            lock_core::ErrorKind::Unavailable,
+            "postgres fence suite",
+            lock_core::Operation::Fence,
+            e.to_string(),
+        )
+    }
+
+    #[async_trait]
+    impl FenceHarness for Postgres {
+        async fn write(&self, resource: &str, token: Fencing, value: &str) -> Result<()> {
+            let (pool, _) = self.ready().await;
+            let mut tx = pool.begin().await.map_err(unavailable)?;
+            self.write_on(&mut tx, resource, token, value).await?;
+            tx.commit().await.map_err(unavailable)
+        }
+
+        async fn read(&self, resource: &str) -> Result<Option<String>> {
+            let (pool, _) = self.ready().await;
+            sqlx::query_scalar("SELECT v FROM fence_suite_data WHERE resource = $1")
+                .bind(resource)
+                .fetch_optional(pool)
+                .await
+                .map_err(unavailable)
+        }
+
+        fn isolation_levels(&self) -> Vec<&'static str> {
+            vec!["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"]
+        }
+
+        async fn interleaved(
+            &self,
+            isolation: &str,
+            resource: &str,
+            first: (Fencing, &str),
+            second: (Fencing, &str),
+        ) -> (Result<()>, Result<()>) {
+            let (pool, _) = self.ready().await;
+            let mut conn = pool.acquire().await.unwrap();
+            let mut tx = conn.begin().await.unwrap();
+            sqlx::query(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}"))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            // The caller's own read first: the transaction's snapshot is taken here.
+            let _: Option<String> = sqlx::query_scalar("SELECT v FROM fence_suite_other LIMIT 1")
+                .fetch_optional(&mut *tx)
+                .await
+                .unwrap();
+            let second = self.write(resource, second.0, second.1).await;
+            let first = match self.write_on(&mut tx, resource, first.0, first.1).await {
+                Ok(()) => tx.commit().await.map_err(unavailable),
+                Err(e) => {
+                    let _ = tx.rollback().await;
+                    Err(e)
+                }
+            };
+            (first, second)
+        }
+    }
+
+    lock_conformance::fence_suite!("postgres fence", Postgres::new());
+}

@@ -22,14 +22,30 @@ const SCRIPT: &str = include_str!("scripts/fence.lua");
 /// The script, hashed once for `EVALSHA` (not on every write).
 static FENCED_SET: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(SCRIPT));
 
+/// How every fence key [`fence_key`] names ends.
+const FENCE_SUFFIX: &str = ":fence";
+
 /// The fence key of `key`: in the same hash slot, so that one script reaches both on a
 /// cluster. `key:fence` when `key` has a hash tag (`{user:1}:balance` →
 /// `{user:1}:balance:fence`), else `{key}:fence`.
 ///
 /// # Errors
 /// [`ErrorKind::InvalidInput`] for a key with braces but no hash tag (such as `a}b`),
-/// whose slot no fence name can share: pass a fence key of your own to [`set_with`].
+/// whose slot no fence name can share: pass a fence key of your own to [`set_with`]; and
+/// for a key that ends in `:fence`, as fence keys do (a fenced write there could overwrite
+/// another key's fence: `{x}:fence` is the fence of `x`).
 pub fn fence_key(key: &str) -> Result<String> {
+    if key.ends_with(FENCE_SUFFIX) {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            NAME,
+            Operation::Fence,
+            format!(
+                "{key:?} ends in {FENCE_SUFFIX:?}, as the fence keys beside fenced keys do: a \
+                 fenced write there would overwrite another key's fence; choose another name"
+            ),
+        ));
+    }
     let candidates = [format!("{key}:fence"), format!("{{{key}}}:fence")];
     candidates
         .into_iter()

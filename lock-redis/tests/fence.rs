@@ -149,3 +149,48 @@ async fn a_user_whose_acl_denies_the_script_is_permission_denied() {
     assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
     assert!(e.to_string().contains("ACL"), "{e}");
 }
+
+/// The fence suite on `lock_redis::fence::set`, on the suite's fresh key names as they are;
+/// a store without transactions, so interleaved writers land one after the other.
+mod suite {
+    use async_trait::async_trait;
+    use lock_conformance::fence::FenceHarness;
+    use lock_core::{Fencing, Result};
+    use redis::AsyncCommands;
+    use tokio::sync::OnceCell;
+
+    struct Redis {
+        conn: OnceCell<redis::aio::MultiplexedConnection>,
+    }
+
+    impl Redis {
+        async fn conn(&self) -> redis::aio::MultiplexedConnection {
+            self.conn.get_or_init(super::server).await.clone()
+        }
+    }
+
+    #[async_trait]
+    impl FenceHarness for Redis {
+        async fn write(&self, resource: &str, token: Fencing, value: &str) -> Result<()> {
+            lock_redis::fence::set(&mut self.conn().await, resource, value, token).await
+        }
+
+        async fn read(&self, resource: &str) -> Result<Option<String>> {
+            self.conn().await.get(resource).await.map_err(|e| {
+                lock_core::Error::new(
+                    lock_core::ErrorKind::Unavailable,
+                    "redis fence suite",
+                    lock_core::Operation::Fence,
+                    e.to_string(),
+                )
+            })
+        }
+    }
+
+    lock_conformance::fence_suite!(
+        "redis fence",
+        Redis {
+            conn: OnceCell::new(),
+        }
+    );
+}
