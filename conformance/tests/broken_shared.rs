@@ -47,6 +47,13 @@ enum Bug {
     /// A mode change whose hold is gone is granted afresh, as an obtain without
     /// `change` would be.
     ChangeOfAGoneHoldGranted,
+    /// A request with another capacity takes the key over once its shares all expired,
+    /// though they are still remembered within their grace.
+    CapacityForgottenWhenSharesExpire,
+    /// A `Busy` on a shared key names its oldest hold, whatever the request.
+    BusyNamesTheOldestHold,
+    /// `inspect` shows a writer's marker left alone on a key with no holds.
+    InspectShowsALoneMarker,
 }
 
 type Rec = Record<Token, HolderInfo>;
@@ -167,8 +174,27 @@ impl LockBackend for Bent {
                 _ => {}
             }
         }
+        if let (Bug::CapacityForgottenWhenSharesExpire, lock_core::Mode::Shared { capacity, .. }) =
+            (self.bug, req.mode)
+        {
+            if let Some(State::Shared(s)) = record.as_mut().map(|r| &mut r.state) {
+                if s.holds.iter().all(|sh| sh.hold.expires <= clock.now()) {
+                    s.capacity = capacity;
+                }
+            }
+        }
         let before = record.clone();
         let mut d = self.decide_obtain(record.as_ref(), clock, &req)?;
+        if let (Bug::BusyNamesTheOldestHold, ObtainOutcome::Busy(busy)) = (self.bug, &mut d.outcome)
+        {
+            if let Some(State::Shared(s)) = before.as_ref().map(|r| &r.state) {
+                if let Some(oldest) = s.holds.iter().find(|sh| sh.hold.expires > clock.now()) {
+                    busy.holder = Some(oldest.hold.holder.clone());
+                    busy.remaining =
+                        std::time::Duration::from_nanos(oldest.hold.expires - clock.now());
+                }
+            }
+        }
         let downgrade = weight.is_some()
             && matches!(before.as_ref().map(|r| &r.state), Some(State::Held(h)) if h.token == *req.token);
         if self.bug == Bug::DowngradeWakesOne && downgrade && d.wake == Wake::All {
@@ -236,7 +262,20 @@ impl LockBackend for Bent {
     }
     async fn inspect(&self, key: &Key) -> Result<LockState> {
         let records = self.records.lock().unwrap();
-        Ok(rules::view(records.get(key), self.clock()).into_state())
+        let clock = self.clock();
+        let state = rules::view(records.get(key), clock).into_state();
+        let marker = records
+            .get(key)
+            .and_then(|r| r.writer.as_ref())
+            .filter(|w| w.until > clock.now());
+        Ok(match (self.bug, state, marker) {
+            (Bug::InspectShowsALoneMarker, LockState::Free, Some(w)) => LockState::Shared {
+                capacity: lock_core::Mode::UNBOUNDED,
+                holds: Vec::new(),
+                writer_waiting: Some(std::time::Duration::from_nanos(w.until - clock.now())),
+            },
+            (_, state, _) => state,
+        })
     }
     async fn force_release(&self, key: &Key) -> Result<LockState> {
         let clock = self.clock();
@@ -381,6 +420,21 @@ catches!(
     a_change_of_a_gone_hold_granted_is_caught,
     ChangeOfAGoneHoldGranted,
     a_mode_change_of_a_hold_that_is_gone_is_lost
+);
+catches!(
+    a_capacity_forgotten_when_shares_expire_is_caught,
+    CapacityForgottenWhenSharesExpire,
+    a_capacity_holds_while_any_share_is_remembered
+);
+catches!(
+    a_busy_naming_the_oldest_hold_is_caught,
+    BusyNamesTheOldestHold,
+    busy_names_the_hold_that_opens_room
+);
+catches!(
+    a_lone_marker_shown_by_inspect_is_caught,
+    InspectShowsALoneMarker,
+    inspect_shows_a_marker_only_beside_shares
 );
 catches!(shared_model refusing_the_last_permit_is_caught_by_the_shared_model, RefusesTheLastPermit);
 catches!(shared_model admitting_one_past_the_capacity_is_caught_by_the_shared_model, AdmitsOnePastTheCapacity);

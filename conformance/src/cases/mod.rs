@@ -105,6 +105,7 @@ mod identity;
 mod recovery;
 mod scale;
 mod shared;
+mod shared_answers;
 mod shared_rules;
 mod wakes;
 
@@ -114,5 +115,6 @@ pub use identity::*;
 pub use recovery::*;
 pub use scale::*;
 pub use shared::*;
+pub use shared_answers::*;
 pub use shared_rules::*;
 pub use wakes::*;
