@@ -165,14 +165,16 @@ async fn waits_that_overflow_an_instant_do_not_panic() {
 }
 
 /// An obtain whose reply is lost after the backend applied it, with no wait left to retry
-/// in: the error comes back, and the grant it may have made is given back first, so the
-/// key is free for the caller's own retry (nobody has the token that holds it).
+/// in: the error comes back at once, and the grant it may have made is given back in the
+/// background, so the key is free for the caller's own retry (nobody has the token that
+/// holds it).
 #[tokio::test(start_paused = true)]
 async fn a_failed_obtain_gives_back_the_grant_its_lost_reply_made() {
     let (faulty, locker) = locker(Faulty::default());
     *faulty.lose_obtain_replies_of.lock().unwrap() = Some("k");
     let e = locker.lock("k").try_obtain().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(lock_core::settle(Duration::from_secs(1)).await);
     assert_eq!(state(&locker, "k").await, LockState::Free, "try_obtain");
     let e = locker
         .lock("k")
@@ -182,6 +184,7 @@ async fn a_failed_obtain_gives_back_the_grant_its_lost_reply_made() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(lock_core::settle(Duration::from_secs(1)).await);
     assert_eq!(state(&locker, "k").await, LockState::Free, "obtain");
     *faulty.lose_obtain_replies_of.lock().unwrap() = None;
     let guard = held(locker.lock("k")).await;
@@ -201,6 +204,7 @@ async fn lock_all_with_a_lost_reply_leaves_none_of_the_keys_held() {
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unavailable, "{lost}");
+        assert!(lock_core::settle(Duration::from_secs(1)).await);
         for key in ["a", "b", "c"] {
             assert_eq!(
                 state(&locker, key).await,

@@ -19,8 +19,8 @@ use crate::{Attempt, BusyReason, Key, LockGuard, Result, Token};
 /// answer never came: it may have), so a wait that only ever met an exclusive holder costs
 /// no release when it gives up. An attempt that failed with an error the backend may have
 /// applied anyway arms it too, queueing or not: an obtain that returns an error leaves no
-/// hold behind under a token nobody has (`lock_all` then hands back a set with none of its
-/// keys held, and the caller's retry does not find its own lost grant busy).
+/// hold behind under a token nobody has, once the give-back (in the background, when the
+/// attempts did not queue) has run; `lock_all` then leaves none of its keys held.
 pub(super) struct Marker<'a> {
     /// Borrowed: cloned only to send the release, so a wait costs no allocation for it.
     pub(super) target: Option<(&'a Arc<dyn crate::LockBackend>, &'a Key, &'a Token)>,
@@ -83,8 +83,15 @@ impl Marker<'_> {
             .then(|| (Arc::clone(backend), key.clone(), *token))
     }
 
-    /// The wait ended without the lock: takes the marker away now.
+    /// The wait ended without the lock: takes the marker away now. A grant an attempt
+    /// that failed may have left (no marker: the attempts did not queue) is given back in
+    /// the background instead, when `self` drops: the caller's error is not held back by
+    /// one more call (in a partition, a second deadline), and [`crate::settle`] waits for
+    /// it.
     pub(super) async fn take_away(mut self) {
+        if !self.queue {
+            return;
+        }
         if let Some((backend, key, token)) = self.armed() {
             let _turn = self.calls.turn().await;
             if let Err(e) = give_back_detached(&backend, &key, &token, GiveBack::AllHolds).await {

@@ -134,8 +134,10 @@ impl<'a> LockBuilder<'a> {
     /// [`ErrorKind::InvalidInput`] for a bad key, ttl or metadata (before any I/O);
     /// [`ErrorKind::ExpiredOnArrival`] when the grant came back after its ttl had run out (it
     /// was given back); otherwise the backend's error. After an error the backend may have
-    /// applied all the same (its reply lost), the grant it may have made is given back
-    /// before the error returns: a failed obtain leaves no hold under a token nobody has.
+    /// applied all the same (its reply lost), the grant it may have made is given back in
+    /// the background as the error returns (one round trip later a retry finds the key
+    /// free; [`crate::settle`] waits for it): a failed obtain leaves no hold under a token
+    /// nobody has.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves nothing behind. The backend call runs in a
