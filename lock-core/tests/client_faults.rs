@@ -795,3 +795,50 @@ fn the_expiry_timer_starts_again_on_a_new_runtime() {
     let fired = second.block_on(async { tokio::time::timeout(ms(3_000), guard.lost()).await });
     assert!(fired.is_ok(), "lost() never fired on the second runtime");
 }
+
+/// A campaign whose obtain is applied but its reply lost: within its wait it retries and
+/// leads with exactly one hold; with no wait left it fails, and leaves no leadership held
+/// under a token nobody has (the next candidate is elected at once).
+#[tokio::test(start_paused = true)]
+async fn a_campaign_with_a_lost_reply_leads_once_or_leaves_nothing() {
+    let (faulty, locker) = locker(Faulty {
+        lose_first_obtain_reply: AtomicBool::new(true),
+        ..Faulty::default()
+    });
+    let leader = locker
+        .elect("k")
+        .wait(Duration::from_secs(1))
+        .retry(Retry::linear(ms(10)))
+        .lead()
+        .await
+        .expect("the retry turns the lost grant into the leadership")
+        .obtained()
+        .expect("elected");
+    let LockState::Held { holds, fencing, .. } = state(&locker, "k").await else {
+        panic!("held")
+    };
+    assert_eq!((holds, fencing), (1, leader.term()));
+    assert_eq!(leader.resign().await.unwrap(), ReleaseOutcome::Released);
+
+    *faulty.lose_obtain_replies_of.lock().unwrap() = Some("k");
+    let e = locker
+        .elect("k")
+        .wait(ms(50))
+        .retry(Retry::linear(ms(10)))
+        .lead()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(lock_core::settle(Duration::from_secs(1)).await);
+    assert_eq!(state(&locker, "k").await, LockState::Free);
+    *faulty.lose_obtain_replies_of.lock().unwrap() = None;
+    let next = locker
+        .elect("k")
+        .wait(ms(0))
+        .lead()
+        .await
+        .unwrap()
+        .obtained()
+        .expect("the next candidate is elected at once");
+    assert_eq!(next.resign().await.unwrap(), ReleaseOutcome::Released);
+}
