@@ -193,14 +193,7 @@ fn read_token(path: &Path) -> Result<Option<Fencing>> {
 /// Replaces `path` with `bytes` through `tmp`: written, synced, renamed over `path`, and
 /// the directory synced, so that a crash leaves the old file or the new one.
 fn replace(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
-    let written = (|| {
-        let mut f = open(tmp, true)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(tmp, path)?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
-    })();
+    let written = open(tmp, true).and_then(|f| commit(f, bytes, tmp, path));
     written.map_err(|e| io_error(path, e))
 }
 
@@ -220,7 +213,7 @@ fn replace_content(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o666)
@@ -228,20 +221,27 @@ fn replace_content(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
             .open(tmp)?;
         if let Some(before) = &before {
             // The owner first: chown clears the set-id bits the mode then puts back.
-            if before.uid() != f.metadata()?.uid() || before.gid() != f.metadata()?.gid() {
+            let made = f.metadata()?;
+            if (before.uid(), before.gid()) != (made.uid(), made.gid()) {
                 // Only root (or the owner, for a group it is in) may: otherwise the new
                 // file is the writer's, as any replacing write makes it.
                 let _ = std::os::unix::fs::fchown(&f, Some(before.uid()), Some(before.gid()));
             }
             f.set_permissions(std::fs::Permissions::from_mode(before.mode() & 0o7777))?;
         }
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(tmp, path)?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
+        commit(f, bytes, tmp, path)
     })();
     written.map_err(|e| io_error(path, e))
+}
+
+/// Writes `bytes` to `f` (open at `tmp`), syncs it, renames it over `path` and syncs the
+/// directory.
+fn commit(mut f: File, bytes: &[u8], tmp: &Path, path: &Path) -> io::Result<()> {
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(tmp, path)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
 }
 
 fn io_error(path: &Path, e: io::Error) -> Error {

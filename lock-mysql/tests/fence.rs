@@ -12,6 +12,16 @@ async fn pool() -> MySqlPool {
         .expect("the shared MariaDB server")
 }
 
+/// The data table the tests write beside their fence checks.
+async fn data_table(pool: &MySqlPool) {
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS distlock_fence_data (resource VARCHAR(200) PRIMARY KEY, v TEXT)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 fn resource(what: &str) -> String {
     format!(
         "{what}-{}",
@@ -27,12 +37,7 @@ async fn a_stale_token_is_refused_inside_the_transaction() {
     let fence = MySqlFence::table("distlock_fence_test").unwrap();
     fence.migrate(&pool).await.unwrap();
     fence.migrate(&pool).await.unwrap();
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS distlock_fence_data (resource VARCHAR(200) PRIMARY KEY, v TEXT)",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    data_table(&pool).await;
     let r = resource("account");
     let write = |token: u64, value: &'static str| {
         let (pool, fence, r) = (pool.clone(), fence.clone(), r.clone());
@@ -168,12 +173,7 @@ async fn a_check_after_the_transaction_read_first_sees_the_newest_token() {
     let pool = pool().await;
     let fence = MySqlFence::new();
     fence.migrate(&pool).await.unwrap();
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS distlock_fence_data (resource VARCHAR(200) PRIMARY KEY, v TEXT)",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    data_table(&pool).await;
     let url = test_servers::servers::mysql::shared_url();
     for level in [
         "READ UNCOMMITTED",
