@@ -229,7 +229,7 @@ async fn calls_under_contention_end_by_their_one_deadline() {
     use lock_core::{HolderInfo, Key, LockBackend, Mode, Ttl};
 
     const TIMEOUT: Duration = Duration::from_millis(300);
-    const MARGIN: Duration = Duration::from_millis(400);
+    const MARGIN: Duration = Duration::from_millis(500);
     let endpoints = support::cluster_of_three().endpoints();
     let prefix = support::fresh_prefix();
     let mut backends = Vec::new();
