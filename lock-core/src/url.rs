@@ -30,6 +30,8 @@ pub struct UrlOptions {
     fragment: String,
     /// The query's pairs, still percent-encoded.
     params: Vec<(String, String)>,
+    /// The options the backend asked for, in order: the ones an error lists as known.
+    asked: Vec<String>,
 }
 
 impl std::fmt::Debug for UrlOptions {
@@ -76,6 +78,7 @@ impl UrlOptions {
             base: base.to_owned(),
             fragment,
             params,
+            asked: Vec::new(),
         }
     }
 
@@ -101,6 +104,9 @@ impl UrlOptions {
     /// # Errors
     /// [`ErrorKind::Config`] when the decoded value is not UTF-8.
     pub fn take(&mut self, key: &str) -> Result<Option<String>> {
+        if !self.asked.iter().any(|k| k == key) {
+            self.asked.push(key.to_owned());
+        }
         let Some(i) = self.params.iter().position(|(k, _)| k == key) else {
             return Ok(None);
         };
@@ -158,14 +164,9 @@ impl UrlOptions {
     /// The URL without its query, when every option was read.
     ///
     /// # Errors
-    /// [`ErrorKind::Config`] naming the first option nobody read.
+    /// [`ErrorKind::Config`] naming the first option nobody read, and the known ones.
     pub fn finish(self) -> Result<String> {
-        match self.params.first() {
-            None => Ok(format!("{}{}", self.base, self.fragment)),
-            Some((k, _)) => {
-                Err(self.error(format!("unknown option {k:?} for a {}: URL", self.scheme())))
-            }
-        }
+        self.into_client_url_with(&[])
     }
 
     /// The URL with the options nobody read, still encoded: for the backend's own client
@@ -178,6 +179,37 @@ impl UrlOptions {
             .collect();
         let sep = if query.is_empty() { "" } else { "?" };
         format!("{}{sep}{}{}", self.base, query.join("&"), self.fragment)
+    }
+
+    /// [`UrlOptions::into_client_url`], when every option nobody read is one the backend's
+    /// client takes (`client`; an entry that ends in `[` takes every option that starts
+    /// with it, as `options[` takes Postgres' `options[search_path]`): a typo (`prefx=`, `tabel=`) would otherwise reach a client
+    /// that ignores it, and the backend would run with its default (another namespace,
+    /// whose locks exclude nobody else's).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the first unknown option, and every known one.
+    pub fn into_client_url_with(self, client: &[&str]) -> Result<String> {
+        let unknown = self.params.iter().find(|(k, _)| {
+            !client
+                .iter()
+                .any(|c| c == k || (c.ends_with('[') && k.starts_with(c)))
+        });
+        if let Some((k, _)) = unknown {
+            let mut known: Vec<&str> = self.asked.iter().map(String::as_str).collect();
+            known.extend(client.iter().copied());
+            let known = if known.is_empty() {
+                "it takes none".to_owned()
+            } else {
+                format!("it takes {}", known.join(", "))
+            };
+            return Err(self.error(format!(
+                "unknown option {k:?} for a {}: URL ({known}); a misspelt option is \
+                 refused rather than ignored, which would run with the default instead",
+                self.scheme()
+            )));
+        }
+        Ok(self.into_client_url())
     }
 }
 
@@ -206,6 +238,29 @@ mod tests {
         );
         let mut bad = UrlOptions::parse("t", "memory:?prefix=%FF");
         assert_eq!(bad.take("prefix").unwrap_err().kind(), ErrorKind::Config);
+    }
+
+    /// A misspelt option is refused, naming the known ones, whether the backend or its
+    /// client would have read the right one; the client's own options pass on.
+    #[test]
+    fn an_option_neither_the_backend_nor_its_client_takes_is_refused() {
+        let mut url = UrlOptions::parse("t", "redis://h/0?prefx=app%3A&protocol=resp3");
+        assert_eq!(url.take("prefix").unwrap(), None);
+        assert_eq!(url.take_duration("timeout").unwrap(), None);
+        let e = url.clone().into_client_url_with(&["protocol"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        let text = e.to_string();
+        assert!(text.contains("\"prefx\""), "{text}");
+        assert!(text.contains("prefix, timeout, protocol"), "{text}");
+        url.params.retain(|(k, _)| k != "prefx");
+        assert_eq!(
+            url.into_client_url_with(&["protocol"]).unwrap(),
+            "redis://h/0?protocol=resp3"
+        );
+        let e = UrlOptions::parse("t", "memory:?grace=1s")
+            .finish()
+            .unwrap_err();
+        assert!(e.to_string().contains("it takes none"), "{e}");
     }
 
     #[test]

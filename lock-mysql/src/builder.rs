@@ -16,6 +16,25 @@ use crate::exec::Db;
 use crate::sql::{Names, Session};
 use crate::NAME;
 
+/// The URL options sqlx's MySQL driver reads (it ignores any other): passed to it; any
+/// other option the builder does not read is refused as a typo.
+const SQLX_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslca",
+    "ssl-ca",
+    "charset",
+    "collation",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "socket",
+    "timezone",
+    "time-zone",
+];
+
 /// The URL schemes a [`MySqlBuilder`] takes: `mysql://` and `mariadb://`.
 pub const SCHEMES: &[&str] = lock_core::backend::schemes::MYSQL;
 
@@ -95,7 +114,7 @@ impl MySqlBuilder {
             b = b.table(&table);
         }
         b.common.take_options(&mut url)?;
-        b.source = Source::Url(url.into_client_url());
+        b.source = Source::Url(url.into_client_url_with(SQLX_OPTIONS)?);
         Ok(b)
     }
 

@@ -14,6 +14,31 @@ use crate::error::map_error;
 use crate::sql::{Names, Statements};
 use crate::NAME;
 
+/// The URL options sqlx's Postgres driver reads (it logs and ignores any other; `options[`
+/// stands for every `options[NAME]`): passed to it; any other option the builder does not
+/// read is refused as a typo.
+const SQLX_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+    "options[",
+];
+
 /// The URL schemes a [`PostgresBuilder`] takes.
 pub const SCHEMES: &[&str] = lock_core::backend::schemes::POSTGRES;
 
@@ -132,7 +157,7 @@ impl PostgresBuilder {
                 _ => return Err(config("statements= takes prepared or simple")),
             });
         }
-        b.source = Source::Url(url.into_client_url());
+        b.source = Source::Url(url.into_client_url_with(SQLX_OPTIONS)?);
         Ok(b)
     }
 

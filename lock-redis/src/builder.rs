@@ -20,6 +20,9 @@ use crate::lua::{self, Lua};
 use crate::notify::{Notifier, Sharded};
 use crate::watch::{self, Pools, Watch};
 
+/// The URL options redis-rs reads (its `parse_redis_url`); the builder reads its own.
+const REDIS_RS_OPTIONS: &[&str] = &["protocol", "db", "user", "pass"];
+
 /// The settings of a [`RedisBackend`], all known before it connects: made by
 /// [`RedisBackend::builder`], consumed by [`RedisBuilder::connect`]. Its `Debug` never
 /// shows the URL's password.
@@ -160,8 +163,9 @@ impl RedisBuilder {
             }
             (None, None) => {}
         }
-        // The server's URL: the same scheme without `+watch`, and the options nobody read.
-        let rest = url.into_client_url();
+        // The server's URL: the same scheme without `+watch`, and the options nobody read,
+        // each one redis-rs takes (any other is a typo it would ignore).
+        let rest = url.into_client_url_with(REDIS_RS_OPTIONS)?;
         b.url = match scheme.strip_suffix("+watch") {
             Some(plain) => format!("{plain}{}", &rest[scheme.len()..]),
             None => rest,
