@@ -43,14 +43,23 @@ async fn bad_urls_say_what_is_wrong() {
         cases.push(("redis+sentinel://:secret@127.0.0.1:1/", "service name"));
         // A misspelt option (prefix=) would run in the default namespace, apart from the
         // rest of the deployment: refused, naming the known options.
-        cases.push(("redis://:secret@127.0.0.1:1/0?prefx=app:", "unknown option \"prefx\""));
+        cases.push((
+            "redis://:secret@127.0.0.1:1/0?prefx=app:",
+            "unknown option \"prefx\"",
+        ));
         cases.push(("redis+watch://:secret@127.0.0.1:1/0?prefx=app:", "prefix"));
-        cases.push(("redis+cluster://:secret@127.0.0.1:1/?timout=1s", "unknown option"));
+        cases.push((
+            "redis+cluster://:secret@127.0.0.1:1/?timout=1s",
+            "unknown option",
+        ));
     }
     if cfg!(feature = "postgres") {
         cases.push(("postgres://u@h/d?notify=maybe", "expected true or false"));
         cases.push(("postgres://u@h/d?table=Bad-Name", "must match"));
-        cases.push(("postgres://u:secret@h/d?tabel=locks", "unknown option \"tabel\""));
+        cases.push((
+            "postgres://u:secret@h/d?tabel=locks",
+            "unknown option \"tabel\"",
+        ));
         cases.push(("postgres://u:secret@h/d?tabel=locks", "table"));
     }
     if cfg!(feature = "mysql") {
@@ -59,7 +68,10 @@ async fn bad_urls_say_what_is_wrong() {
             "expected true or false",
         ));
         cases.push(("mariadb://u:secret@h/d?table=Bad-Name", "must match"));
-        cases.push(("mysql://u:secret@h/d?tabel=locks", "unknown option \"tabel\""));
+        cases.push((
+            "mysql://u:secret@h/d?tabel=locks",
+            "unknown option \"tabel\"",
+        ));
         cases.push(("mariadb://u:secret@h/d?tabel=locks", "table"));
     }
     if cfg!(feature = "etcd") {

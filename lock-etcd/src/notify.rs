@@ -194,47 +194,60 @@ impl Watching {
 
     /// Wakes whom each revision of `message` frees room for; the revision after its last.
     fn wake(&self, message: &WatchResponse) -> i64 {
-        // Per revision: what a put of `F` announced, and whether keys that free room went.
-        let mut revisions: Vec<(i64, Option<Wakes>, bool, bool)> = Vec::new();
+        let mut revisions: Vec<Revision> = Vec::new();
         let mut last = 0;
         for event in message.events() {
             let Some(kv) = event.kv() else { continue };
-            let revision = kv.mod_revision();
-            last = last.max(revision);
+            let at = kv.mod_revision();
+            last = last.max(at);
             let Some(slot) = kv.key_str().ok().and_then(|k| self.base.slot(k)) else {
                 continue;
             };
-            let at = match revisions.iter().position(|r| r.0 == revision) {
-                Some(at) => at,
+            let i = match revisions.iter().position(|r| r.at == at) {
+                Some(i) => i,
                 None => {
-                    revisions.push((revision, None, false, false));
+                    revisions.push(Revision {
+                        at,
+                        ..Revision::default()
+                    });
                     revisions.len() - 1
                 }
             };
-            let entry = &mut revisions[at];
+            let revision = &mut revisions[i];
             match event.event_type() {
                 EventType::Put => {
-                    entry.3 = true;
+                    revision.wrote = true;
                     if slot == Slot::Fence {
-                        entry.1 = serde_json::from_slice::<FenceValue>(kv.value())
+                        revision.announced = serde_json::from_slice::<FenceValue>(kv.value())
                             .ok()
                             .and_then(|f| f.wake);
                     }
                 }
                 EventType::Delete => {
-                    if matches!(slot, Slot::Live(_) | Slot::Cooling | Slot::Writer) {
-                        entry.2 = true;
-                    }
+                    revision.freed |= matches!(slot, Slot::Live(_) | Slot::Cooling | Slot::Writer);
                 }
             }
         }
-        for (_, announced, freed, wrote) in revisions {
-            match (announced, freed, wrote) {
+        for revision in revisions {
+            match (revision.announced, revision.freed, revision.wrote) {
                 (Some(Wakes::One), ..) => self.waiters.wake_one(&self.name),
+                // A lease that ran out: nobody decided whom it lets in.
                 (Some(Wakes::All), ..) | (None, true, false) => self.waiters.wake_key(&self.name),
                 _ => {}
             }
         }
         last + 1
     }
+}
+
+/// What one revision of a lock's range did, as its watch saw it.
+#[derive(Default)]
+struct Revision {
+    at: i64,
+    /// Whom the put of `F` at this revision said to wake.
+    announced: Option<Wakes>,
+    /// A live hold, the cooldown or the writer's marker went.
+    freed: bool,
+    /// Something was written (a decision's transaction, not a lease's end).
+    wrote: bool,
 }
