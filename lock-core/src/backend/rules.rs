@@ -60,6 +60,8 @@ mod shared;
 mod step;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_boundaries;
 
 pub use answer::{Decision, Obtain, Obtained, Refusal, View, Wake};
 pub use phase::forgotten;
