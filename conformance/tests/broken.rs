@@ -23,6 +23,9 @@ enum Bug {
     ProlongSucceedsAfterSteal,
     LostReportedAsLate,
     FencingStuckAfterExpiry,
+    /// Fencing tokens still grow, but counted from an epoch of the backend's own (as etcd's
+    /// revisions were): a job moved to another backend is refused by its fences.
+    FencingOnAnotherScale,
     CooldownIgnored,
     TtlIgnored,
     ReentrantReleaseFrees,
@@ -94,6 +97,9 @@ impl Layer for Broken {
                 let mut seen = self.fencing.lock().unwrap();
                 let shown = match (self.bug, seen.get(req.key)) {
                     (Bug::FencingStuckAfterExpiry, Some(first)) => *first,
+                    (Bug::FencingOnAnotherScale, _) => {
+                        Fencing(fencing.0.saturating_sub(1_700_000_000_000_000))
+                    }
                     _ => fencing,
                 };
                 seen.entry(req.key.clone()).or_insert(fencing);
@@ -285,6 +291,11 @@ catches!(
     fencing_stuck_after_expiry_is_caught,
     FencingStuckAfterExpiry,
     fencing_grows_across_everything
+);
+catches!(by_name
+    fencing_on_another_scale_is_caught,
+    FencingOnAnotherScale,
+    fencing_tokens_count_wall_clock_microseconds
 );
 catches!(
     ignored_cooldown_is_caught,

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use distlock::backend::rules::{Clock, Record};
+use distlock::backend::rules::{self, Clock, Record};
 use distlock::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
 use distlock::backend::{Capabilities, ReleaseSubscription, Token, Waiters};
 use distlock::{HolderInfo, Key, LockBackend, Locker, Operation, Result};
@@ -96,7 +96,7 @@ impl Storage for VersionedStore {
         let Change { write, wake } = decide(Snapshot {
             record: record.as_ref(),
             clock: Clock::nanos(now),
-            fencing_floor: fencing + 1,
+            fencing_floor: rules::wall_clock_floor(fencing + 1),
         })?;
         let Some(write) = write else {
             return Ok(Commit::Done);

@@ -245,7 +245,7 @@ impl Storage for MemoryBackend {
         let change = decide(Snapshot {
             record: store.records.get(&key),
             clock,
-            fencing_floor: store.fencing + 1,
+            fencing_floor: rules::wall_clock_floor(store.fencing + 1),
         })?;
         store.apply(key, change);
         Ok(Commit::Done)

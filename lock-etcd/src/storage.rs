@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
+use lock_core::backend::rules;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
 use lock_core::backend::{Capabilities, Grace, ReleaseSubscription, Token};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
@@ -119,12 +120,13 @@ impl EtcdBackend {
             kvs.push((name, kv.value(), kv.mod_revision()));
         }
         let seen = Seen::read(&base, revision, kvs).map_err(|m| corrupt(op, m))?;
-        // Every later write commits at a higher revision: the floor keeps fencing tokens
-        // growing across expiry, deletion and restarts without a counter of ours.
+        // Every later write commits at a higher revision, and the wall clock only moves
+        // forward: the floor keeps fencing tokens growing across expiry, deletion and
+        // restarts without a counter of ours, on the scale of every other backend's.
         let change = decide(Snapshot {
             record: seen.record.as_ref(),
             clock: read::clock(),
-            fencing_floor: revision + 1,
+            fencing_floor: rules::wall_clock_floor(revision + 1),
         })?;
         let Some(record) = change.write else {
             return Ok(Commit::Done);

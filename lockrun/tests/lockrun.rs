@@ -50,6 +50,10 @@ fn url(backend: &str) -> (String, Option<PathBuf>) {
             let base = test_servers::redis::shared_url();
             (format!("{base}{}prefix=lockrun-{id}:", sep(&base)), None)
         }
+        "redis-watch" => {
+            let base = test_servers::redis::shared_url().replacen("redis://", "redis+watch://", 1);
+            (format!("{base}{}prefix=lockrun-{id}:", sep(&base)), None)
+        }
         "postgres" => {
             let base = test_servers::postgres::shared_url();
             (format!("{base}{}table=lockrun_test", sep(&base)), None)
@@ -297,6 +301,40 @@ fn the_command_writes_through_the_fence(backend: &str) {
     let said = String::from_utf8_lossy(&late.stderr);
     assert!(said.contains(&newest.to_string()), "{said}");
     assert_eq!(std::fs::read_to_string(&out_file).unwrap(), written);
+}
+
+/// A job that moves to another backend keeps writing through its fence, between every pair
+/// of backends in both directions: fencing tokens are on one scale everywhere (the wall
+/// clock in microseconds). Before, etcd's tokens were revisions: a file first written under
+/// any other backend refused every later write under etcd with 77.
+#[test]
+fn a_job_moved_to_another_backend_keeps_writing_through_its_fence() {
+    let backends = ["file", "redis", "redis-watch", "postgres", "mysql", "etcd"];
+    for from in backends {
+        for to in backends.into_iter().filter(|&to| to != from) {
+            let dir = tempfile::tempdir().unwrap();
+            let report = dir.path().join("report.txt");
+            let script = format!(
+                "printf '%s' \"$LOCKRUN_FENCING\" | {LOCKRUN} fence --file {}",
+                report.display()
+            );
+            let mut written = Vec::new();
+            for backend in [from, to] {
+                let out = Env::new(backend).output(&["--", "sh", "-c", &script]);
+                assert!(
+                    out.status.success(),
+                    "{from} then {to}: the run under {backend} exited {:?}: {}",
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                written.push(std::fs::read_to_string(&report).unwrap());
+            }
+            assert!(
+                written[0].parse::<u64>().unwrap() < written[1].parse::<u64>().unwrap(),
+                "{from} then {to}: {written:?}"
+            );
+        }
+    }
 }
 
 fn a_second_run_gets_75_or_waits(backend: &str) {

@@ -407,6 +407,43 @@ pub async fn fencing_grows_across_everything(suite: &Suite) -> CaseResult {
     Ok(())
 }
 
+/// How far a backend's clock may be from the test machine's for
+/// [`fencing_tokens_count_wall_clock_microseconds`]: a server's clock on another machine, kept
+/// by NTP, is within it; a token on another scale (a counter, a revision, nanoseconds) is
+/// not, by years.
+pub const FENCING_CLOCK_SKEW: Duration = Duration::from_secs(600);
+
+/// The wall clock of the test machine in microseconds since the Unix epoch.
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Fencing tokens are on one scale on every backend: a fresh key's first token is the
+/// backend's wall clock in microseconds since the Unix epoch, within
+/// [`FENCING_CLOCK_SKEW`] of the test machine's. So a job that moves to another backend,
+/// later in time, keeps writing through the fences at its resources; a counter (etcd's
+/// revisions were one) would be refused by every fence an earlier backend wrote, and
+/// nanoseconds would fence every other backend out.
+pub async fn fencing_tokens_count_wall_clock_microseconds(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let a = Owner::new(&backend, "fencing-scale", "a");
+    let skew = u64::try_from(FENCING_CLOCK_SKEW.as_micros()).unwrap_or(u64::MAX);
+    let before = unix_micros();
+    let Fencing(first) = acquired(a.obtain(LONG).await?, "obtain a fresh key")?;
+    let after = unix_micros();
+    ensure!(
+        first >= before.saturating_sub(skew) && first <= after.saturating_add(skew),
+        "the first fencing token of a fresh key is {first}: not the wall clock in microseconds \
+         since the Unix epoch ({before}..={after} here, give or take {}s); tokens on another \
+         scale break every fence when a job moves between backends",
+        FENCING_CLOCK_SKEW.as_secs()
+    );
+    let _ = a.release(None).await?;
+    Ok(())
+}
+
 /// After an operator breaks a lock and another owner takes it, the old holder's prolong and
 /// release are Lost and the new holder stays.
 pub async fn force_release_then_retake_fences_the_old_holder(suite: &Suite) -> CaseResult {

@@ -64,7 +64,7 @@ mod tests;
 mod tests_boundaries;
 
 pub use answer::{Decision, Obtain, Obtained, Refusal, View, Wake};
-pub use phase::forgotten;
+pub use phase::{forgotten, wall_clock_floor};
 pub use record::{Clock, Hold, Record, State, Writer};
 pub use shared::{Share, Shared};
 pub use step::{step, Answer, Ask, Reply};

@@ -48,6 +48,30 @@ pub(super) fn last_fencing<T, H>(record: Option<&Record<T, H>>) -> u64 {
     record.map_or(0, |r| r.fencing)
 }
 
+/// The fencing floor of a backend whose decisions read no wall clock (the memory backend's
+/// clock is tokio's; etcd's decisions happen at a made-up instant): the local wall clock in
+/// microseconds since the Unix epoch, or `above` (one above a counter or a revision that
+/// outlives records), whichever is higher.
+///
+/// Every backend's tokens are on this one scale (the contract's "fencing token"): a job that
+/// moves from one backend to another later in time keeps writing through its fences, as long
+/// as the two clocks agree to within the time between the last write under the old backend
+/// and the first under the new one.
+///
+/// ```
+/// use lock_core::backend::rules::wall_clock_floor;
+///
+/// let floor = wall_clock_floor(7);
+/// assert!(floor > 1_700_000_000_000_000, "microseconds since 1970: {floor}");
+/// assert_eq!(wall_clock_floor(u64::MAX), u64::MAX);
+/// ```
+pub fn wall_clock_floor(above: u64) -> u64 {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    micros.max(above)
+}
+
 /// The fencing token of a fresh admission.
 pub(super) fn next_fencing<T, H>(record: Option<&Record<T, H>>, floor: u64) -> u64 {
     last_fencing(record).saturating_add(1).max(floor)
