@@ -13,7 +13,11 @@ use lock_core::{
 /// How the suite gets backends to test, and the faults it may inject.
 ///
 /// Only [`Harness::backend`] is required; each other method unlocks the cases that need it,
-/// and the cases that cannot run say so in their output.
+/// and the cases that cannot run say so in their output (a line on stderr) and pass. Where
+/// the backend's capabilities say a case applies, it fails instead until the harness offers
+/// what it needs: `cross_process` needs [`Harness::shared_config`] and [`Harness::connect`];
+/// `cross_host` needs [`Harness::lose_data`], [`Harness::drop_connections`] and
+/// [`Harness::behind_faults`].
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {
     /// A backend in a namespace (key prefix, directory, table) that no other call shares, so

@@ -25,7 +25,12 @@
 //!
 //! Implement [`Harness::lose_data`], [`Harness::drop_connections`] and
 //! [`Harness::shared_config`]/[`Harness::connect`] to unlock the fault and multi-process
-//! cases; a backend that declares `cross_process` fails those cases until its harness does.
+//! cases. Left out, each skips the cases that need it, with a line on stderr, so that a
+//! harness of one method is green on a backend that keeps the contract; except where the
+//! backend's capabilities say the case applies: a backend that declares `cross_process`
+//! fails the multi-process cases until its harness connects other processes, and one that
+//! declares `cross_host` fails the data-loss and network-fault cases until its harness
+//! offers them.
 //! Each case is also a plain `async fn` in [`cases`], callable by hand with a [`Suite`].
 //!
 //! # What each property means

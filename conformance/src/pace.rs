@@ -35,14 +35,14 @@ impl Pace {
     pub(crate) fn of(backend: &dyn LockBackend, case: &str) -> Self {
         let pace = Pace::for_expiry(backend.capabilities().expiry);
         if pace.scale > 1 {
-            eprintln!(
+            crate::cases::report(format_args!(
                 "{case}: the backend may keep holds up to {:?} longer than asked ({:?}): the \
                  case runs its timeline {} times slower, and checks remaining times against \
                  the longest a hold may last",
                 pace.expiry.longest(SHORTEST_TTL) - SHORTEST_TTL,
                 pace.expiry,
                 pace.scale()
-            );
+            ));
         }
         pace
     }

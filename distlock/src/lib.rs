@@ -43,6 +43,7 @@
 //! What each backend guarantees under faults is in the repository's `GUARANTEES.md`; the
 //! rules themselves are in [`contract`].
 
+#![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The user's items, by name. What only a backend author needs is under [`backend`].

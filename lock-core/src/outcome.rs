@@ -149,8 +149,12 @@ pub enum ProlongOutcome {
 }
 
 /// The answer to [`LockBackend::release`](crate::LockBackend::release).
+///
+/// Not `#[must_use]`: `guard.release().await?;` is the common call, and the client layer
+/// reports a late or lost release itself (a warning in the log, `Event::Lost` to the
+/// observer, the `end` label of the hold metrics), so a caller that has nothing to do about
+/// it may ignore the answer without a warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
 pub enum ReleaseOutcome {
     /// Held and not expired: now free, or cooling down for `delay_after`.
     Released,

@@ -42,7 +42,7 @@ pub(crate) async fn faulty(
         "a networked backend must let the harness put faults between it and its server \
          (Harness::behind_faults)"
     );
-    report(format_args!(
+    super::report(format_args!(
         "{}: {case}: skipped, the backend has no network to fault",
         suite.name
     ));
@@ -107,7 +107,7 @@ pub async fn partition_during_a_hold_fires_lost_in_time(suite: &Suite) -> CaseRe
         late <= LOST_MARGIN,
         "lost() fired {late:?} after the validity ended (margin {LOST_MARGIN:?})"
     );
-    report(format_args!(
+    super::report(format_args!(
         "{}: partition during a hold: lost() fired {late:?} after the validity end",
         suite.name
     ));
@@ -317,7 +317,7 @@ pub async fn cancelled_calls_leave_nothing_held(suite: &Suite) -> CaseResult {
             "a cancelled call left {key} held by nobody after every call had ended"
         );
     }
-    report(format_args!(
+    super::report(format_args!(
         "{}: {trials} trials, {cut_in_flight} calls cut in flight, nothing left held",
         suite.name
     ));
@@ -450,11 +450,4 @@ impl Layer for LoseFirstObtainReply {
         }
         Ok(outcome)
     }
-}
-
-/// Writes a line to the test process's real stderr, past libtest's capture: what a case
-/// skipped and what it measured belong in the CI log.
-fn report(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
 }

@@ -296,11 +296,11 @@ pub async fn namespaces_never_interfere(suite: &Suite) -> CaseResult {
             suite.harness.namespaced(ns_one).await,
             suite.harness.namespaced(ns_two).await,
         ) else {
-            eprintln!(
+            report(format_args!(
                 "{}: namespaces_never_interfere: prefix-completion pairs skipped, the harness \
                  has no named namespaces (Harness::namespaced)",
                 suite.name
-            );
+            ));
             return Ok(());
         };
         let a = Owner::new(&one, key_one, "a");

@@ -44,13 +44,13 @@ pub async fn leaders_never_overlap_under_network_faults(suite: &Suite) -> CaseRe
     let cut = one_leader(&f, "leader-cut", |faults| faults.cut()).await;
     f.faults.heal();
     let lost_when_cut = cut?;
-    eprintln!(
+    super::report(format_args!(
         "{}: leaders under faults: the partitioned leader lost, the slow server's {}, the \
          cut one's {}; never two at once",
         suite.name,
         if lost_when_slow { "lost" } else { "kept" },
         if lost_when_cut { "lost" } else { "kept" },
-    );
+    ));
     Ok(())
 }
 

@@ -259,10 +259,10 @@ pub async fn shared_model_sequences_with(
 ) -> CaseResult {
     let backend = suite.harness.backend().await;
     if !backend.capabilities().shared {
-        eprintln!(
+        super::report(format_args!(
             "{}: shared_model_sequences: skipped, the backend keeps exclusive locks only",
             suite.name
-        );
+        ));
         return Ok(());
     }
     let strategy = proptest::collection::vec(op_strategy(), 1..32);

@@ -304,11 +304,11 @@ pub async fn multiprocess_semaphore_stays_within_its_permits(suite: &Suite) -> C
     const PROCESSES: usize = 4;
     const ROUNDS: usize = 10;
     if !suite.harness.backend().await.capabilities().shared {
-        eprintln!(
+        super::report(format_args!(
             "{}: multiprocess_semaphore_stays_within_its_permits: skipped, the backend keeps \
              exclusive locks only",
             suite.name
-        );
+        ));
         return Ok(());
     }
     let Some(config) = shared_config(suite).await? else {
@@ -408,11 +408,11 @@ pub async fn killed_holder_frees_only_its_own_permits(suite: &Suite) -> CaseResu
     };
     let backend = suite.harness.connect(&config).await;
     if !backend.capabilities().shared {
-        eprintln!(
+        super::report(format_args!(
             "{}: killed_holder_frees_only_its_own_permits: skipped, the backend keeps \
              exclusive locks only",
             suite.name
-        );
+        ));
         return Ok(());
     }
     let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;

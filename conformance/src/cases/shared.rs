@@ -13,10 +13,10 @@ pub(super) async fn keeps_shared(suite: &Suite, case: &str) -> Option<Arc<dyn Lo
     if backend.capabilities().shared {
         return Some(backend);
     }
-    eprintln!(
+    report(format_args!(
         "{}: {case}: skipped, the backend keeps exclusive locks only",
         suite.name
-    );
+    ));
     None
 }
 

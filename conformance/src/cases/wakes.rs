@@ -49,10 +49,10 @@ impl Two {
                 "the backend declares release notifications but subscribe answered None".into(),
             )),
             None => {
-                eprintln!(
+                report(format_args!(
                     "{}: {case}: skipped, the backend has no release notifications (waiters poll)",
                     suite.name
-                );
+                ));
                 Ok(None)
             }
         }
