@@ -29,3 +29,31 @@ fn the_readme_harness_is_the_one_that_runs() {
         "the README's harness and examples/tests/conformance.rs differ: change both"
     );
 }
+
+/// crates.io shows the README of each crate without the repository around it: a relative
+/// link or image there leads nowhere. Links are absolute, or none.
+#[test]
+fn the_readmes_have_no_relative_links() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    let mut readmes = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root).expect("workspace").flatten() {
+        let readme = entry.path().join("README.md");
+        if readme.exists() {
+            readmes.push(readme);
+        }
+    }
+    for readme in readmes {
+        let text = std::fs::read_to_string(&readme).expect("readable");
+        for (i, _) in text.match_indices("](") {
+            let target = &text[i + 2..];
+            assert!(
+                target.starts_with("https://") || target.starts_with("http://"),
+                "{}: a relative link, which crates.io cannot follow: ...{}",
+                readme.display(),
+                &text[i.saturating_sub(40)..(i + 40).min(text.len())]
+            );
+        }
+    }
+}
