@@ -76,8 +76,10 @@ fi
 # protoc and the well-known types it imports (google/protobuf/descriptor.proto: Debian's
 # libprotobuf-dev, which apt installs with protobuf-compiler only as a recommendation):
 # etcd-client (lock-etcd) compiles etcd's API at build time, and the workspace's examples
-# build every backend.
-if ! command -v protoc >/dev/null 2>&1 || ! [ -f /usr/include/google/protobuf/descriptor.proto ]; then
+# build every backend. A script that builds no etcd (the main job: the file backend alone)
+# sets NEEDS_PROTOC=no before sourcing this.
+if [ "${NEEDS_PROTOC:-yes}" != no ] \
+  && { ! command -v protoc >/dev/null 2>&1 || ! [ -f /usr/include/google/protobuf/descriptor.proto ]; }; then
   echo "protoc or its well-known types are missing (lock-etcd's etcd client compiles etcd's API with them): installing Debian's protobuf-compiler and libprotobuf-dev" >&2
   if ! apt_install protobuf-compiler libprotobuf-dev; then
     echo "could not install protobuf-compiler and libprotobuf-dev: install protoc with its include files (https://protobuf.dev/installation/) and run this script again" >&2

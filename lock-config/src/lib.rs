@@ -59,7 +59,7 @@ use serde::Deserialize;
 pub use lock_core::parse_duration;
 use lock_core::redact_url;
 
-const NAME: &str = "lock-config";
+const NAME: &str = "LockConfig";
 
 fn config_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Config, NAME, Operation::Connect, message)
@@ -347,8 +347,9 @@ const BACKENDS: &[Backend] = &[
 )))]
 fn left_out(feature: &str) -> Error {
     config_error(format!(
-        "this build of lock-config left out the {feature} backend: enable its cargo feature \
-         `{feature}`"
+        "this program was built without the {feature} backend: enable the cargo feature \
+         `{feature}` of the crate it depends on (`distlock = {{ version = \"0.1\", features = \
+         [\"{feature}\"] }}`; lockrun: `cargo install lockrun --features {feature}`)"
     ))
 }
 

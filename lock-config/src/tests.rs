@@ -125,10 +125,17 @@ async fn a_backend_left_out_of_the_build_names_its_feature() {
             let url = format!("{scheme}:{rest}");
             let err = connect(&url).await.map(|_| ()).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Config);
+            let said = err.to_string();
             assert!(
-                err.to_string().contains(&format!("feature `{feature}`")),
+                said.contains(&format!("feature `{feature}`")),
                 "{url}: {err}"
             );
+            // Named for the crates a user adds, never for lock-config, which they did not.
+            assert!(
+                said.contains("distlock") && said.contains("lockrun"),
+                "{url}: {err}"
+            );
+            assert!(!said.contains("lock-config"), "{url}: {err}");
         }
     }
 }
