@@ -228,8 +228,24 @@ impl Error {
     }
 }
 
+/// `{:?}` is what a person reads: the message, then each cause the message does not already
+/// say. It is what a `main` that returns `distlock::Result` prints when it fails, so that
+/// reads `Error: redis: obtain failed: backend unavailable: ...`, not a dump of fields. `{:#?}` is
+/// the fields.
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            write!(f, "{self}")?;
+            let mut cause = std::error::Error::source(self);
+            while let Some(c) = cause {
+                let said = c.to_string();
+                if !self.message.contains(&said) {
+                    write!(f, "\n  caused by: {said}")?;
+                }
+                cause = c.source();
+            }
+            return Ok(());
+        }
         let mut d = f.debug_struct("Error");
         d.field("kind", &self.kind)
             .field("backend", &self.backend)
@@ -239,5 +255,37 @@ impl fmt::Debug for Error {
             d.field("source", &format_args!("{source}"));
         }
         d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `main` returning `distlock::Result` prints: the message and the causes it does
+    /// not say already, never a dump of fields (that is `{:#?}`).
+    #[test]
+    fn debug_reads_as_the_message_with_its_causes() {
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = Error::new(
+            ErrorKind::Unavailable,
+            "redis",
+            Operation::Obtain,
+            "no connection to 127.0.0.1:1",
+        )
+        .with_source(cause);
+        assert_eq!(
+            format!("{e:?}"),
+            "redis: obtain failed: backend unavailable: no connection to 127.0.0.1:1\n  caused by: refused"
+        );
+        let said_already = Error::new(
+            ErrorKind::Unavailable,
+            "redis",
+            Operation::Obtain,
+            "no connection: refused",
+        )
+        .with_source(std::io::Error::other("refused"));
+        assert!(!format!("{said_already:?}").contains("caused by"));
+        assert!(format!("{e:#?}").starts_with("Error {"));
     }
 }

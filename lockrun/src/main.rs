@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use lock_config::{parse_duration, LockConfig};
-use lock_core::{Error, ErrorKind, Key};
+use lock_core::{Error, ErrorKind, Key, Ttl};
 
 /// Exit status when the lock was not obtained in time.
 pub(crate) const EXIT_BUSY: u8 = 75;
@@ -112,14 +112,14 @@ struct Common {
 struct RunArgs {
     /// How long the lock stays valid without being prolonged; the watchdog prolongs it every
     /// third of that while COMMAND runs (e.g. 30s, 5m, 1h; at least 1s).
-    #[arg(long, default_value = "30s", value_parser = ttl, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = ttl, value_name = "DURATION", allow_hyphen_values = true)]
     ttl: Duration,
     /// How long to wait for a busy lock before giving up with status 75 (0s: do not wait).
-    #[arg(long, default_value = "0s", value_parser = duration, value_name = "DURATION")]
+    #[arg(long, default_value = "0s", value_parser = duration, value_name = "DURATION", allow_hyphen_values = true)]
     wait: Duration,
     /// Keep the lock cooling down for this long after COMMAND ends, so that nobody runs it
     /// again before then.
-    #[arg(long, default_value = "0s", value_parser = duration, value_name = "DURATION")]
+    #[arg(long, default_value = "0s", value_parser = cooldown, value_name = "DURATION", allow_hyphen_values = true)]
     delay_after: Duration,
     /// Free text stored with the lock, shown to anyone who finds it busy.
     #[arg(long, value_name = "TEXT")]
@@ -128,7 +128,7 @@ struct RunArgs {
     #[arg(long)]
     dont_queue: bool,
     /// After a lost lock, how long COMMAND has between SIGTERM and SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = duration, value_name = "DURATION", allow_hyphen_values = true)]
     kill_after: Duration,
     /// Take a permit of a semaphore of N permits instead of the lock alone: at most N
     /// commands run at once under KEY (every lockrun on KEY must give the same N).
@@ -181,6 +181,11 @@ enum Sub {
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
+    if text.starts_with('-') {
+        return Err(format!(
+            "{text:?} is negative: a duration is never below 0s; write e.g. 500ms, 30s, 5m, 1h"
+        ));
+    }
     parse_duration(text)
         .ok_or_else(|| format!("{text:?} is not a duration: write e.g. 500ms, 30s, 5m, 1h"))
 }
@@ -198,7 +203,23 @@ fn ttl(text: &str) -> Result<Duration, String> {
              time; give at least 1s"
         ));
     }
+    if ttl > Ttl::MAX.as_duration() {
+        return Err(format!(
+            "{text:?} is longer than a lock may be held without renewal: give at most 365d"
+        ));
+    }
     Ok(ttl)
+}
+
+/// A `--delay-after`: 0s (none) up to the longest a lock may be held.
+fn cooldown(text: &str) -> Result<Duration, String> {
+    let delay = duration(text)?;
+    if delay > Ttl::MAX.as_duration() {
+        return Err(format!(
+            "{text:?} is longer than a lock may cool down after its release: give at most 365d"
+        ));
+    }
+    Ok(delay)
 }
 
 /// Prints `e` the way an operator reads it, and picks the exit status. An error lockrun
@@ -221,9 +242,8 @@ pub(crate) fn fail(e: &Error) -> ExitCode {
 /// a /tmp of its own): /run/lock, the system's directory for lock files, where it is open
 /// to every user (sticky and world-writable, as on Debian and Ubuntu), else /tmp. One
 /// directory per user: the file backend keeps its directory private to its owner.
-fn default_backend() -> String {
+fn default_backend() -> Result<String, Error> {
     use std::os::unix::fs::PermissionsExt;
-    let uid = nix::unistd::getuid();
     let open_to_all = |dir: &str| {
         std::fs::metadata(dir)
             .is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o1777 == 0o1777)
@@ -232,7 +252,33 @@ fn default_backend() -> String {
         true => "/run/lock",
         false => "/tmp",
     };
-    format!("file://{base}/lockrun-{uid}")
+    default_backend_in(base, nix::unistd::getuid().as_raw())
+}
+
+/// The default lock directory of user `uid` under `base`, refused when another user made it
+/// first: anyone may create names in a directory open to all, so another local user can
+/// make `lockrun-UID` before its owner's first run. The file backend would refuse it too,
+/// but saying only that it is not this user's; this says how it came about and what to do.
+fn default_backend_in(base: &str, uid: u32) -> Result<String, Error> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = format!("{base}/lockrun-{uid}");
+    if let Ok(meta) = std::fs::symlink_metadata(&dir) {
+        if meta.uid() != uid {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "lockrun",
+                lock_core::Operation::Connect,
+                format!(
+                    "{dir}, the default lock directory of uid {uid}, belongs to uid {}: another \
+                     local user made it first (anyone may create names in {base}), and locks \
+                     there would not be yours alone. Ask root to remove it (`rm -r {dir}`), or \
+                     give every run of the job the same --backend file:///a/directory/of/yours",
+                    meta.uid()
+                ),
+            ));
+        }
+    }
+    Ok(format!("file://{dir}"))
 }
 
 struct Target {
@@ -250,7 +296,10 @@ fn target(common: &Common) -> Result<Target, Error> {
         )
     })?;
     Ok(Target {
-        config: LockConfig::from_url(common.backend.clone().unwrap_or_else(default_backend)),
+        config: LockConfig::from_url(match &common.backend {
+            Some(url) => url.clone(),
+            None => default_backend()?,
+        }),
         key: Key::new(key)?,
     })
 }
@@ -261,8 +310,11 @@ fn main() -> ExitCode {
         // No escape codes in a cron mail or a log file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LOCKRUN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            // lockrun says itself, once, when a hold is lost or released late (76, and
+            // its message): the library's warning about the same hold would say it twice.
+            tracing_subscriber::EnvFilter::try_from_env("LOCKRUN_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,lock_core::client::hold=error")
+            }),
         )
         .init();
     let cli = Cli::parse();
@@ -353,5 +405,34 @@ fn fence(file: &std::path::Path, token: u64) -> ExitCode {
             ExitCode::from(EXIT_STALE)
         }
         Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another user's `lockrun-UID` (made before this user's first run) is refused with what
+    /// happened and what to do; this user's own, or none yet, is the default.
+    #[test]
+    fn a_default_directory_another_user_made_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let base_str = base.path().to_str().unwrap();
+        let me = nix::unistd::getuid().as_raw();
+        let other = me.wrapping_add(1);
+        assert_eq!(
+            default_backend_in(base_str, other).unwrap(),
+            format!("file://{base_str}/lockrun-{other}")
+        );
+        // Made by this user, as it would be by another one for `other`.
+        std::fs::create_dir(base.path().join(format!("lockrun-{other}"))).unwrap();
+        let e = default_backend_in(base_str, other).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        let said = e.to_string();
+        assert!(said.contains(&format!("belongs to uid {me}")), "{said}");
+        assert!(said.contains("another local user made it first"), "{said}");
+        assert!(said.contains("--backend"), "{said}");
+        std::fs::create_dir(base.path().join(format!("lockrun-{me}"))).unwrap();
+        assert!(default_backend_in(base_str, me).is_ok());
     }
 }

@@ -387,6 +387,13 @@ fn a_lost_lock_kills_the_command_with_76(backend: &str) {
     );
     let status = wait_exit(&mut run, Duration::from_secs(30));
     assert_eq!(status.code(), Some(76));
+    // One message says the lock was lost: lockrun's own, not a log line of the library's
+    // before it.
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut stderr).unwrap();
+    let lost: Vec<&str> = stderr.lines().filter(|l| l.contains("lost")).collect();
+    assert_eq!(lost.len(), 1, "{stderr}");
+    assert!(lost[0].starts_with("lockrun: "), "{stderr}");
     let key = env.key.as_str();
     let taken = [("key", key), ("cause", "taken")];
     assert_eq!(metrics.value("distlock_locks_lost_total", &taken), 1.0);
@@ -553,6 +560,27 @@ fn usage_and_configuration_errors_say_what_to_do() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a duration"));
+    // Out of range either way is the same usage error (2), saying the bound it broke; a
+    // negative duration is refused as one, not taken for an option clap would suggest
+    // passing after `--`.
+    for (args, says) in [
+        (["--ttl", "400d"], "at most 365d"),
+        (["--ttl", "1ms"], "at least 1s"),
+        (["--ttl", "-5s"], "is negative"),
+        (["--wait", "-5s"], "is negative"),
+        (["--delay-after", "400d"], "at most 365d"),
+        (["--kill-after", "-1s"], "is negative"),
+    ] {
+        let out = Command::new(LOCKRUN)
+            .args(args)
+            .args(["--backend", "memory:", "--key", "k", "--", "true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("-- -"), "{args:?}: {stderr}");
+    }
     // Options work before and after a subcommand.
     for args in [
         ["inspect", "--backend", "memory:", "--key", "k"],

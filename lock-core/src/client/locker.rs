@@ -21,7 +21,8 @@ use crate::client::detached::detached;
 use crate::client::registry::Registry;
 use crate::observe::{LockerStats, Observer, Telemetry};
 use crate::{
-    Busy, Fencing, HolderInfo, Key, LockBackend, Mode, ReleaseOutcome, Result, Retry, Ttl,
+    Busy, Fencing, HolderInfo, Key, LockBackend, LockState, Mode, ReleaseOutcome, Result, Retry,
+    Ttl,
 };
 
 /// What an obtain came to: the lock, or who has it.
@@ -200,6 +201,37 @@ impl Locker {
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.backend
+    }
+
+    /// What the backend says of `key` (the locker's prefix is prepended) now: free, held
+    /// (holder, fencing token, remaining ttl, holds), shared (every hold, a waiting writer)
+    /// or cooling. Changes nothing: the same call as `backend().inspect(&locker.key(k)?)`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use lock_core::{LockState, Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
+    /// assert_eq!(locker.inspect("nightly-report").await?, LockState::Free);
+    /// let guard = locker.lock("nightly-report").try_obtain().await?.obtained().expect("free");
+    /// assert!(matches!(locker.inspect("nightly-report").await?, LockState::Held { .. }));
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a key the contract
+    /// refuses, or the backend's error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
+    pub async fn inspect(&self, key: impl AsRef<str>) -> Result<LockState> {
+        let key = self.key(key)?;
+        let span = tracing::debug_span!("lock.inspect", backend = self.backend.name(), key = %key);
+        tracing::Instrument::instrument(self.backend.inspect(&key), span).await
     }
 
     /// Starts an obtain of `key` (the locker's prefix is prepended): one holder alone.
