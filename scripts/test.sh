@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 step() { printf '\n== %s\n' "$*"; }
 
 step "servers"
-# The conformance suites use REDIS_URL / DATABASE_URL when set, else the servers on
-# 127.0.0.1:6379 / :5432 when they answer, else start private ones; the fault tests always
+# The conformance suites use REDIS_URL / DATABASE_URL / MYSQL_URL when set, else the servers
+# on 127.0.0.1:6379 / :5432 / :3306 when they answer, else start private ones; the fault tests always
 # start private servers (to restart, pause or kill them). So the binaries must be here:
 # redis-server, Postgres (initdb, postgres), pgbouncer, MariaDB (mariadbd,
 # mariadb-install-db, the mariadb client), etcd and etcdctl (private members for the etcd
@@ -75,7 +75,8 @@ if [ -z "${REDIS_URL:-}" ] && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; t
   for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.1; done
 fi
 if [ -z "${DATABASE_URL:-}" ] && ! psql -w -q -tA -c 'SELECT 1' postgres://postgres@127.0.0.1:5432/postgres >/dev/null 2>&1; then
-  # No Postgres that lets `postgres` in without a password: our own on port 55432.
+  # No Postgres that lets `postgres` in without a password: our own, on the first free port
+  # from 25432.
   pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
   pg_dir=/tmp/distlock-ci-postgres
   # As the postgres user when root (Postgres refuses to run as root), from / so that it
@@ -104,7 +105,8 @@ if [ -z "${DATABASE_URL:-}" ] && ! psql -w -q -tA -c 'SELECT 1' postgres://postg
   export DATABASE_URL=postgres://postgres@127.0.0.1:$pg_port/postgres
 fi
 if [ -z "${MYSQL_URL:-}" ] && ! mariadb -h127.0.0.1 -P3306 -uroot -e 'SELECT 1' test >/dev/null 2>&1; then
-  # No MariaDB that lets root in without a password to database `test`: our own on 53306.
+  # No MariaDB that lets root in without a password to database `test`: our own, on the
+  # first free port from 23306.
   my_dir=/tmp/distlock-ci-mariadb
   echo "no MariaDB to log in to on 127.0.0.1:3306: starting one (log: $my_dir/log)" >&2
   # A private MariaDB an interrupted run left behind.

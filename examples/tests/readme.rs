@@ -57,3 +57,33 @@ fn the_readmes_have_no_relative_links() {
         }
     }
 }
+
+/// Every file the README names by its path (`examples/examples/leader.rs`, `TESTING.md`,
+/// `docs/wait-times.png`, ...) is there.
+#[test]
+fn the_files_the_readme_names_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    let readme = include_str!("../../README.md");
+    let named = readme.split('`').skip(1).step_by(2).filter(|quoted| {
+        !quoted.contains(' ')
+            && [".rs", ".md", ".sh", ".py", ".png", ".sql"]
+                .iter()
+                .any(|ext| quoted.ends_with(ext))
+    });
+    let mut checked = 0;
+    for path in named {
+        // `lockrun/tests/lockrun.rs`'s `case`: the file part.
+        let path = path.split("::").next().unwrap_or(path);
+        assert!(
+            root.join(path).exists(),
+            "the README names {path}, which is not there"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} paths found: the pattern broke"
+    );
+}
