@@ -33,11 +33,65 @@ pub(crate) fn map(op: Operation, what: &str, error: EtcdError) -> Error {
         ErrorKind::Unavailable => "; nothing may have been written, or all of it: safe to retry",
         _ => "",
     };
-    let message = match &error {
-        EtcdError::GRpcStatus(status) => format!("{what}: {}{advice}", status.message()),
-        other => format!("{what}: {other}{advice}"),
+    let said = match &error {
+        // A status of the client's own (a failed connection) keeps the transport's error,
+        // and the operating system's reason, among its causes.
+        EtcdError::GRpcStatus(status) => causes(status.message().to_owned(), status),
+        other => causes(other.to_string(), other),
     };
+    // Only on the first call: later, a closed connection is a member that went away.
+    let hint = match op {
+        Operation::Connect => not_etcd(&error, &said),
+        _ => "",
+    };
+    let message = format!("{what}: {said}{hint}{advice}");
     Error::new(kind, NAME, op, message).with_source(error)
+}
+
+/// `text` and each cause of `error` it does not already say: a failed connection reads "tcp
+/// connect error" and keeps the operating system's reason ("Connection refused (os error
+/// 111)") among its causes, which is what an operator needs.
+fn causes(mut text: String, error: &dyn std::error::Error) -> String {
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// What to add when a connection was made but what answered did not speak etcd's gRPC
+/// (HTTP/2): the URL names another service's port (Redis, Postgres, a web server).
+fn not_etcd(error: &EtcdError, said: &str) -> &'static str {
+    let transport = match error {
+        EtcdError::GRpcStatus(status) => matches!(
+            status.code(),
+            Code::Unknown | Code::Unavailable | Code::Internal | Code::Cancelled
+        ),
+        EtcdError::TransportError(_) => true,
+        _ => false,
+    };
+    let spoke_otherwise = [
+        "h2 protocol error",
+        "http2 error",
+        "frame",
+        "broken pipe",
+        "connection closed",
+        "connection reset",
+    ]
+    .iter()
+    .any(|sign| said.contains(sign));
+    let never_connected = said.contains("tcp connect error") || said.contains("dns error");
+    if transport && spoke_otherwise && !never_connected {
+        "; the server there did not answer as etcd does (gRPC over HTTP/2): check that the \
+         URL names an etcd client endpoint (port 2379 by default), not another service"
+    } else {
+        ""
+    }
 }
 
 /// The end of one operation's time: every call it makes to etcd ends by then.

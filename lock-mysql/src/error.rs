@@ -165,6 +165,7 @@ const URL: lock_sql::errors::UrlShape = lock_sql::errors::UrlShape {
     database: "MySQL",
     form: "mysql://user[:password]@host[:port]/database",
     tls_option: "ssl-mode",
+    port: 3306,
 };
 
 /// A reply that does not have the shape the statements promise.

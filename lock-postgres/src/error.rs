@@ -110,6 +110,7 @@ const URL: lock_sql::errors::UrlShape = lock_sql::errors::UrlShape {
     database: "Postgres",
     form: "postgres://user[:password]@host[:port]/database",
     tls_option: "sslmode",
+    port: 5432,
 };
 
 /// A reply row that does not have the shape the function promises.

@@ -9,7 +9,12 @@ pub(crate) fn map_error(backend: &'static str, op: Operation, e: redis::RedisErr
         let errors = e.clone().into_server_errors()?;
         errors.first().map(|(_, s)| s.code().to_owned())
     });
-    let detail = e.detail().map_or_else(|| e.to_string(), str::to_owned);
+    // One line, for a log: a parse error lists what it did not expect a line each.
+    let detail = e
+        .detail()
+        .map_or_else(|| e.to_string(), str::to_owned)
+        .trim()
+        .replace('\n', " ");
     let (kind, hint) = if matches!(code.as_deref(), Some("CORRUPT" | "WRONGTYPE")) {
         (
             ErrorKind::Corrupt,
@@ -59,6 +64,20 @@ pub(crate) fn map_error(backend: &'static str, op: Operation, e: redis::RedisErr
         )
     } else {
         (ErrorKind::Protocol, "unexpected reply from Redis")
+    };
+    // On the first call, a reply Redis never sends (a MariaDB greeting, a Postgres or an
+    // HTTP answer), or a connection made and then dropped at once, is another service at
+    // that port more likely than a broken Redis.
+    let another_service = op == Operation::Connect
+        && !e.is_connection_refusal()
+        && (e.kind() == redis::ErrorKind::Parse || e.is_connection_dropped());
+    let hint = if another_service {
+        format!(
+            "{hint}; the server there did not answer as Redis does: check that the URL names a \
+             Redis server's port (6379 by default), not another service's"
+        )
+    } else {
+        hint.to_owned()
     };
     Error::new(kind, backend, op, format!("{detail}; {hint}")).with_source(e)
 }

@@ -13,6 +13,9 @@ pub struct UrlShape {
     pub form: &'static str,
     /// The TLS option, e.g. `sslmode`.
     pub tls_option: &'static str,
+    /// The server's usual port, e.g. 5432: what a reply in another protocol (a URL that
+    /// names another service's port) says to check.
+    pub port: u16,
 }
 
 /// The kind and message of a failure that did not come from the server's own error
@@ -20,11 +23,29 @@ pub struct UrlShape {
 /// `None` for a server error and anything else, which the backend judges.
 pub fn transport(e: &sqlx::Error, url: &UrlShape) -> Option<(ErrorKind, String)> {
     Some(match e {
+        // Something answered, in another protocol: the URL names another service's port.
+        sqlx::Error::Protocol(_) => (
+            ErrorKind::Unavailable,
+            format!(
+                "{e}; the server there did not answer as {0} does: check that the URL names a \
+                 {0} server's port ({1} by default), not another service's; the call is safe \
+                 to retry",
+                url.database, url.port
+            ),
+        ),
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => (
+            ErrorKind::Unavailable,
+            format!(
+                "{e}; the server there did not answer as {0} does: check that the URL names a \
+                 {0} server's port ({1} by default), not another service's; the call is safe \
+                 to retry",
+                url.database, url.port
+            ),
+        ),
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => (
+        | sqlx::Error::WorkerCrashed => (
             ErrorKind::Unavailable,
             format!("{e}; the server is unreachable, the call is safe to retry"),
         ),
@@ -71,6 +92,7 @@ mod tests {
         database: "Postgres",
         form: "postgres://user@host/db",
         tls_option: "sslmode",
+        port: 5432,
     };
 
     #[test]
@@ -83,5 +105,21 @@ mod tests {
         assert_eq!(kind, ErrorKind::Config);
         assert!(said.contains("postgres://user@host/db"), "{said}");
         assert!(transport(&sqlx::Error::RowNotFound, &URL).is_none());
+    }
+
+    /// A reply in another protocol (a URL with a Redis or MariaDB port) says to check the
+    /// port, and is retry-safe as any transport failure.
+    #[test]
+    fn another_protocol_says_to_check_the_port() {
+        let other = std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected response");
+        for e in [
+            sqlx::Error::Io(other),
+            sqlx::Error::Protocol("unknown message type".into()),
+        ] {
+            let (kind, said) = transport(&e, &URL).unwrap();
+            assert_eq!(kind, ErrorKind::Unavailable);
+            assert!(said.contains("did not answer as Postgres does"), "{said}");
+            assert!(said.contains("(5432 by default)"), "{said}");
+        }
     }
 }

@@ -1071,3 +1071,65 @@ fn the_longest_kill_after_does_not_panic() {
     );
     assert_eq!(env.state()["state"], "free");
 }
+
+/// `host:port` of a server URL.
+fn address(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    rest.split(['/', '?']).next().unwrap_or(rest).to_owned()
+}
+
+/// A URL whose port is another service's says so ("did not answer as Redis does: check the
+/// port"), instead of "broken pipe", "h2 protocol error" or a parse error of a greeting.
+#[test]
+fn a_url_at_another_services_port_says_so() {
+    let redis = address(&test_servers::redis::shared_url());
+    let postgres = address(&test_servers::postgres::shared_url());
+    let mysql = address(&test_servers::mysql::shared_url());
+    for (url, says) in [
+        (format!("redis://{mysql}/0"), "did not answer as Redis does"),
+        (
+            format!("redis://{postgres}/0"),
+            "did not answer as Redis does",
+        ),
+        (
+            format!("postgres://postgres@{mysql}/postgres"),
+            "did not answer as Postgres does",
+        ),
+        (format!("etcd://{redis}/p"), "did not answer as etcd does"),
+        (
+            format!("etcd://{postgres}/p"),
+            "did not answer as etcd does",
+        ),
+        (format!("etcd://{mysql}/p"), "did not answer as etcd does"),
+    ] {
+        let out = Command::new(LOCKRUN)
+            .args(["--backend", &url, "--key", "k", "inspect"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{url}: {stderr}");
+        assert!(stderr.contains(says), "{url}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{url}: one line: {stderr}"
+        );
+    }
+    // Nothing listening: the operating system's reason, on every scheme (etcd's said only
+    // "tcp connect error").
+    for url in [
+        "etcd://127.0.0.1:1/p",
+        "redis://127.0.0.1:1/0",
+        "postgres://postgres@127.0.0.1:1/postgres",
+    ] {
+        let out = Command::new(LOCKRUN)
+            .args(["--backend", url, "--key", "k", "inspect"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{url}: {stderr}");
+        assert!(stderr.contains("refused"), "{url}: {stderr}");
+        assert!(!stderr.contains("did not answer as"), "{url}: {stderr}");
+    }
+}
