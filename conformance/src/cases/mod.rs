@@ -23,6 +23,7 @@ use crate::{ensure, CaseResult, Failure, Suite};
 
 pub mod faults;
 mod leader_faults;
+mod lost_replies;
 pub(crate) mod model;
 pub(crate) mod model_shared;
 pub(crate) mod observed;
@@ -37,6 +38,10 @@ pub use faults::{
     subscribe_in_a_partition_ends_by_its_deadline,
 };
 pub use leader_faults::leaders_never_overlap_under_network_faults;
+pub use lost_replies::{
+    a_campaign_with_a_lost_reply_leads_once_or_leaves_nothing,
+    lock_all_with_a_lost_reply_leaves_none_of_the_keys_held,
+};
 pub use model::{model_sequences, model_sequences_with};
 pub use model_shared::{shared_model_sequences, shared_model_sequences_with};
 pub use observed::observer_sees_every_event;
