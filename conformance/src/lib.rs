@@ -48,6 +48,7 @@
 //! | `cooldown_blocks_everyone_then_frees`, `decrement_ignores_cooldown` | `delay_after` |
 //! | `fencing_grows_across_everything`, `force_release_then_retake_fences_the_old_holder`, `paused_holder_is_fenced_out` | fencing tokens only grow; a stale holder is fenced out |
 //! | `lock_all_with_a_lost_reply_leaves_none_of_the_keys_held`, `a_campaign_with_a_lost_reply_leads_once_or_leaves_nothing` | a reply lost after the backend applied the obtain (each key of a `lock_all` in turn, a campaign): a retry-safe error and nothing held under a token nobody has, or, within the wait, one hold |
+//! | `calls_under_contention_end_by_their_deadline` | eight tasks hammer one key through the harness's short-deadline backend ([`Harness::behind_faults`], replies slowed by a tenth of the deadline): every call answers within its deadline plus [`cases::DEADLINE_MARGIN`] (500 ms), its retries after conflicts included |
 //! | `fencing_tokens_count_wall_clock_microseconds` | a fresh key's first token is the wall clock in µs since the Unix epoch (within 10 minutes), the one scale of every backend, so a job moved to another backend keeps writing through its fences |
 //! | `holder_info_round_trips`, `odd_keys_are_independent_locks`, `namespaces_never_interfere`, `invalid_input_is_refused_before_io` | data and names |
 //! | `exclusion_under_contention`, `many_locks_held_at_once`, `lock_all_takes_every_key_or_none`, `leaders_never_overlap_and_terms_grow`, `waiting_obtain_honours_release_and_deadline`, `cancelled_wait_leaves_nothing_behind`, `lost_signal_fires_only_when_lost`, `dropped_guard_does_not_hold_forever` | the client layer over this backend |
@@ -216,6 +217,7 @@ macro_rules! for_each_case {
             many_locks_held_at_once,
             lock_all_takes_every_key_or_none,
             lock_all_with_a_lost_reply_leaves_none_of_the_keys_held,
+            calls_under_contention_end_by_their_deadline,
             a_campaign_with_a_lost_reply_leads_once_or_leaves_nothing,
             leaders_never_overlap_and_terms_grow,
             waiting_obtain_honours_release_and_deadline,

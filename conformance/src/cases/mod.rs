@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::harness::{ms, ttl_of, Owner};
 use crate::{ensure, CaseResult, Failure, Suite};
 
+mod deadlines;
 pub mod faults;
 mod leader_faults;
 mod lost_replies;
@@ -31,6 +32,7 @@ pub(crate) mod precise;
 pub mod process;
 mod process_all;
 
+pub use deadlines::{calls_under_contention_end_by_their_deadline, DEADLINE_MARGIN};
 pub use faults::{
     cancelled_calls_leave_nothing_held, obtain_retried_after_a_lost_reply_holds_once,
     partition_during_a_hold_fires_lost_in_time,
