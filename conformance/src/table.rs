@@ -27,7 +27,7 @@ mod stored;
 mod vocabulary;
 
 pub use check::Mismatch;
-pub use rows::CASES;
+pub use rows::{wakes, CASES, WAKES};
 pub use sql::{Digests, SqlRow};
 pub use stored::{Row, ShareAt, SharedAt, SharedRow};
 pub use vocabulary::*;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lock_conformance::table::{
-    Answer, Ask, Before, Seen, SeenShare, Who, CASES, DELAY_MS, FENCING, GRACE_MS, TTL_MS,
+    Answer, Ask, Before, Seen, SeenShare, Wakes, Who, CASES, DELAY_MS, FENCING, GRACE_MS, TTL_MS,
 };
 use lock_core::backend::rules::{
     self, step, Clock, Hold, Obtain, Obtained, Record, Reply, Share, Shared, State, Writer,
@@ -113,6 +113,12 @@ fn run_table(clock: Clock) {
         };
         // Every case through the one entry, `rules::step`.
         let d = step(before, clock, ask);
+        let wakes = match lock_conformance::table::wakes(case.name) {
+            None => rules::Wake::Nobody,
+            Some(Wakes::One) => rules::Wake::One,
+            Some(Wakes::All) => rules::Wake::All,
+        };
+        assert_eq!(d.wake, wakes, "{}: whom the write wakes", case.name);
         let write = d.write;
         let answer = match d.outcome {
             rules::Answer::Obtain(Obtained::Refused(_), _) => Answer::Refused,
@@ -232,4 +238,15 @@ fn the_coarse_check_still_refuses_a_wrong_record() {
         remaining: Duration::from_secs(20),
     });
     assert!(cooling.check_coarse(&answer, &forgotten, 2_000).is_err());
+}
+
+/// Every row [`WAKES`](lock_conformance::table::WAKES) names is a row of the table.
+#[test]
+fn every_row_the_wake_column_names_is_in_the_table() {
+    for (name, _) in lock_conformance::table::WAKES {
+        assert!(
+            CASES.iter().any(|case| case.name == *name),
+            "WAKES names {name:?}, which is no row"
+        );
+    }
 }

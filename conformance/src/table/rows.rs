@@ -307,3 +307,50 @@ pub const CASES: &[Case] = &[
     case("inspect, expired shares",         shares(&[B2_EXPIRED]),           Inspect,         Outcome::Free,                                         Unchanged),
     case("force, shares",                   marked(&[A1, B2], Who::B),       Force,           Outcome::Shared { holds: 2 },                          After::Free),
 ];
+
+/// Whom each row's write wakes among the key's waiters (lock-core's `rules::Wake`): the
+/// rows listed here wake one waiter or every waiter; every other row wakes nobody. The table
+/// runner checks lock-core's rules against it row by row (`tests/table.rs`); on real
+/// backends, waiters in other processes included, the suite's named cases check each rule:
+///
+/// | wake | rows | checked on every backend with notifications by |
+/// |---|---|---|
+/// | one waiter | a release that frees an exclusive hold; a shared admission (the next in line may be a reader too, and wakes the next in turn) | `a_release_wakes_a_waiter_at_once`, `a_resignation_wakes_the_candidate_not_the_observer` |
+/// | every waiter | a release of a share, or beside shares or a writer's marker; a writer giving up; a downgrade; a force-release | `the_last_share_beside_a_writer_wakes_every_waiter`, `a_downgrade_wakes_every_waiter` (a force-release: no case of its own) |
+/// | nobody | every other row: a busy obtain, a prolong, a decrement, an inspect, a call that finds nothing of its own | `what_frees_nothing_wakes_nobody` |
+pub const WAKES: &[(&str, Wakes)] = &[
+    ("release with a delay, expired", Wakes::One),
+    ("release with a delay, live", Wakes::One),
+    ("release, expired reentrant hold", Wakes::One),
+    ("release, live", Wakes::One),
+    ("shared obtain, beside a share", Wakes::One),
+    ("shared obtain, beside one forgetting", Wakes::One),
+    ("shared obtain, ending share fits", Wakes::One),
+    ("shared obtain, ending share no room", Wakes::One),
+    ("shared obtain, expired fits", Wakes::One),
+    ("shared obtain, expired no room", Wakes::One),
+    ("shared obtain, no record", Wakes::One),
+    ("shared obtain, oldest expired kept", Wakes::One),
+    ("shared obtain, own expired share", Wakes::One),
+    ("shared obtain, own marker goes", Wakes::One),
+    ("change down", Wakes::All),
+    ("downgrade", Wakes::All),
+    ("force, cooling", Wakes::All),
+    ("force, expired", Wakes::All),
+    ("force, live", Wakes::All),
+    ("force, shares", Wakes::All),
+    ("release with a delay, a share", Wakes::All),
+    ("release with a delay, beside one ending", Wakes::All),
+    ("release with a delay, last share", Wakes::All),
+    ("release, a writer gives up", Wakes::All),
+    ("release, beside a share forgetting", Wakes::All),
+    ("release, beside an expired share", Wakes::All),
+    ("release, own expired share", Wakes::All),
+    ("release, own share", Wakes::All),
+    ("release, own share ending", Wakes::All),
+];
+
+/// Whom the row named `name` wakes: `None` for nobody.
+pub fn wakes(name: &str) -> Option<Wakes> {
+    WAKES.iter().find(|(row, _)| *row == name).map(|(_, w)| *w)
+}

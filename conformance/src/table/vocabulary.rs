@@ -315,3 +315,12 @@ pub struct Case {
     /// What is stored afterwards.
     pub after: After,
 }
+
+/// Whom a row's write wakes: the wake column of the table (`table::WAKES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wakes {
+    /// One waiter.
+    One,
+    /// Every waiter.
+    All,
+}
