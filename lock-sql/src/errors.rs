@@ -24,24 +24,10 @@ pub struct UrlShape {
 pub fn transport(e: &sqlx::Error, url: &UrlShape) -> Option<(ErrorKind, String)> {
     Some(match e {
         // Something answered, in another protocol: the URL names another service's port.
-        sqlx::Error::Protocol(_) => (
-            ErrorKind::Unavailable,
-            format!(
-                "{e}; the server there did not answer as {0} does: check that the URL names a \
-                 {0} server's port ({1} by default), not another service's; the call is safe \
-                 to retry",
-                url.database, url.port
-            ),
-        ),
-        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => (
-            ErrorKind::Unavailable,
-            format!(
-                "{e}; the server there did not answer as {0} does: check that the URL names a \
-                 {0} server's port ({1} by default), not another service's; the call is safe \
-                 to retry",
-                url.database, url.port
-            ),
-        ),
+        sqlx::Error::Protocol(_) => another_service(e, url),
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            another_service(e, url)
+        }
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
@@ -62,6 +48,18 @@ pub fn transport(e: &sqlx::Error, url: &UrlShape) -> Option<(ErrorKind, String)>
         ),
         _ => return None,
     })
+}
+
+/// A connection that something answered in another protocol than the database's.
+fn another_service(e: &sqlx::Error, url: &UrlShape) -> (ErrorKind, String) {
+    (
+        ErrorKind::Unavailable,
+        format!(
+            "{e}; the server there did not answer as {0} does: check that the URL names a {0} \
+             server's port ({1} by default), not another service's; the call is safe to retry",
+            url.database, url.port
+        ),
+    )
 }
 
 /// A reply that does not have the shape the backend's statements promise.

@@ -1,23 +1,16 @@
 //! The contract on a bad day: a partition during a hold, during an obtain and during a
-//! release; a slow server; futures dropped mid-flight; a reply lost after the backend
-//! applied the call.
+//! release; a slow server; futures dropped mid-flight. Replies lost after the backend
+//! applied the call are `lost_replies.rs`'.
 //!
 //! The network cases need [`Harness::behind_faults`](crate::Harness::behind_faults) (a
 //! proxy between the backend and its server); a backend without a network skips them, a
-//! networked backend whose harness does not offer it fails them. The cancellation and
-//! lost-reply cases run on every backend.
+//! networked backend whose harness does not offer it fails them. The cancellation cases
+//! run on every backend.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use lock_core::backend::layer::{Layer, Layered};
-use lock_core::backend::ObtainRequest;
-use lock_core::{
-    Attempt, Error, ErrorKind, Key, LockBackend, LockState, Locker, ObtainOutcome, Operation,
-    ReleaseOutcome, Result, Retry,
-};
+use lock_core::{Attempt, ErrorKind, Key, LockState, Locker, ObtainOutcome, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::counts::{read, Counts};
@@ -381,73 +374,4 @@ async fn cut<F: std::future::Future>(fut: F) -> Option<F::Output> {
         tokio::task::yield_now().await;
     }
     None
-}
-
-/// The first obtain is applied by the backend, but its reply is lost (the caller sees a
-/// retry-safe error); the client's retry must end holding exactly one hold, with a fencing
-/// token it knows, and its release must free the key.
-pub async fn obtain_retried_after_a_lost_reply_holds_once(suite: &Suite) -> CaseResult {
-    let inner = suite.harness.backend().await;
-    let backend: Arc<dyn LockBackend> = Arc::new(Layered(LoseFirstObtainReply {
-        inner: Arc::clone(&inner),
-        lost: AtomicBool::new(false),
-    }));
-    let locker = Locker::new(backend);
-    let guard = match locker
-        .lock("lost-reply")
-        .wait(ms(5_000))
-        .retry(Retry::linear(ms(20)))
-        .obtain()
-        .await?
-    {
-        Attempt::Obtained(g) => g,
-        Attempt::Busy(b) => return Err(Failure(format!("busy with itself: {b}"))),
-    };
-    let key = Key::new("lost-reply")?;
-    match inner.inspect(&key).await? {
-        LockState::Held { holds, fencing, .. } => {
-            ensure!(holds == 1, "the retried obtain left {holds} holds");
-            ensure!(
-                fencing == guard.fencing(),
-                "the guard's fencing is not the lock's"
-            );
-        }
-        other => return Err(Failure(format!("not held after the retry: {other:?}"))),
-    }
-    ensure!(
-        guard.release().await? == ReleaseOutcome::Released,
-        "one release frees it"
-    );
-    ensure!(
-        inner.inspect(&key).await? == LockState::Free,
-        "free after the release"
-    );
-    Ok(())
-}
-
-/// Applies the first obtain, then reports it failed, as a timeout after the server applied
-/// the call would.
-#[derive(Debug)]
-struct LoseFirstObtainReply {
-    inner: Arc<dyn LockBackend>,
-    lost: AtomicBool,
-}
-
-#[async_trait]
-impl Layer for LoseFirstObtainReply {
-    fn inner(&self) -> &dyn LockBackend {
-        &*self.inner
-    }
-    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        let outcome = self.inner.obtain(req).await?;
-        if !self.lost.swap(true, Ordering::SeqCst) {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                self.inner.name(),
-                Operation::Obtain,
-                "the reply was lost after the backend applied the obtain (injected)",
-            ));
-        }
-        Ok(outcome)
-    }
 }

@@ -112,6 +112,45 @@ async fn all_free(inner: &Arc<dyn LockBackend>, keys: &[Key], after: &str) -> Ca
     Ok(())
 }
 
+/// The first obtain is applied by the backend, but its reply is lost (the caller sees a
+/// retry-safe error); the client's retry must end holding exactly one hold, with a fencing
+/// token it knows, and its release must free the key.
+pub async fn obtain_retried_after_a_lost_reply_holds_once(suite: &Suite) -> CaseResult {
+    let (losses, locker, inner) = over_lost_replies(suite).await;
+    let key = Key::new("lost-reply")?;
+    losses.lose(&key, 1);
+    let Some(guard) = locker
+        .lock("lost-reply")
+        .wait(ms(5_000))
+        .retry(Retry::linear(ms(20)))
+        .obtain()
+        .await?
+        .obtained()
+    else {
+        return Err(Failure("busy with itself".into()));
+    };
+    ensure!(losses.left() == 0, "the obtain never asked");
+    match inner.inspect(&key).await? {
+        LockState::Held { holds, fencing, .. } => {
+            ensure!(holds == 1, "the retried obtain left {holds} holds");
+            ensure!(
+                fencing == guard.fencing(),
+                "the guard's fencing is not the lock's"
+            );
+        }
+        other => return Err(Failure(format!("not held after the retry: {other:?}"))),
+    }
+    ensure!(
+        guard.release().await? == ReleaseOutcome::Released,
+        "one release frees it"
+    );
+    ensure!(
+        inner.inspect(&key).await? == LockState::Free,
+        "free after the release"
+    );
+    Ok(())
+}
+
 /// `lock_all` whose obtain of one key (each in turn) is applied but its reply lost: the
 /// error comes back with none of the keys held, that one included, and the caller's retry
 /// takes them all.

@@ -34,8 +34,7 @@ mod process_all;
 
 pub use deadlines::{calls_under_contention_end_by_their_deadline, DEADLINE_MARGIN};
 pub use faults::{
-    cancelled_calls_leave_nothing_held, obtain_retried_after_a_lost_reply_holds_once,
-    partition_during_a_hold_fires_lost_in_time,
+    cancelled_calls_leave_nothing_held, partition_during_a_hold_fires_lost_in_time,
     partition_during_obtain_or_release_leaves_no_orphan, slow_server_never_overstates_validity,
     subscribe_in_a_partition_ends_by_its_deadline,
 };
@@ -43,6 +42,7 @@ pub use leader_faults::leaders_never_overlap_under_network_faults;
 pub use lost_replies::{
     a_campaign_with_a_lost_reply_leads_once_or_leaves_nothing,
     lock_all_with_a_lost_reply_leaves_none_of_the_keys_held,
+    obtain_retried_after_a_lost_reply_holds_once,
 };
 pub use model::{model_sequences, model_sequences_with};
 pub use model_shared::{shared_model_sequences, shared_model_sequences_with};

@@ -1,28 +1,26 @@
-//! The client API over any backend: the locker with its defaults, `with_lock`,
-//! release-all; the obtain builder and its plan are in `obtain`.
+//! The client API over any backend: the locker with its defaults, inspect and release-all;
+//! the obtain builder and its plan are in `obtain`, `with_lock` in `with_lock`.
 
 mod all;
 mod elect;
 mod marker;
 mod obtain;
+mod with_lock;
 
 pub use all::{LockAllBuilder, MultiGuard};
 pub use elect::{Campaign, Leader, Leadership, Observation};
 pub use obtain::LockBuilder;
+pub use with_lock::HeldLock;
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
 
 use crate::client::detached::detached;
 use crate::client::registry::Registry;
 use crate::observe::{LockerStats, Observer, Telemetry};
 use crate::{
-    Busy, Fencing, HolderInfo, Key, LockBackend, LockState, Mode, ReleaseOutcome, Result, Retry,
-    Ttl,
+    Busy, HolderInfo, Key, LockBackend, LockState, Mode, ReleaseOutcome, Result, Retry, Ttl,
 };
 
 /// What an obtain came to: the lock, or who has it.
@@ -382,53 +380,6 @@ impl Locker {
         full
     }
 
-    /// Obtains `key` (waiting per the defaults), runs `f` while a watchdog keeps the lock,
-    /// then releases it.
-    ///
-    /// `f` gets a [`HeldLock`] to read the fencing token and select on the lost signal. If
-    /// the lock is lost meanwhile, `f` still runs to its end unless it watches
-    /// [`HeldLock::lost`]; the loss is logged.
-    ///
-    /// ```
-    /// # use std::sync::Arc;
-    /// # use lock_core::{Locker, MemoryBackend};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
-    /// let locker = Locker::new(Arc::new(MemoryBackend::new()));
-    /// let total = locker
-    ///     .with_lock("counter", |held| async move { held.fencing().0 + 1 })
-    ///     .await?
-    ///     .obtained()
-    ///     .expect("nobody else holds it");
-    /// assert!(total > 1);
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// As for [`LockBuilder::obtain`], or the release's error.
-    ///
-    /// # Cancel safety
-    /// Dropping the future drops `f`'s future and the guard: the lock is released in the
-    /// background (see [`LockGuard`](crate::LockGuard)), and an obtain still in flight gives back its grant.
-    pub async fn with_lock<F, Fut, T>(&self, key: impl AsRef<str>, f: F) -> Result<Attempt<T>>
-    where
-        F: FnOnce(HeldLock) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = match self.lock(key).watchdog().obtain().await? {
-            Attempt::Obtained(guard) => guard,
-            Attempt::Busy(busy) => return Ok(Attempt::Busy(busy)),
-        };
-        let held = HeldLock {
-            key: guard.key().clone(),
-            fencing: guard.fencing(),
-            lost: guard.lost_token(),
-        };
-        let value = f(held).await;
-        // A `Lost` release is already logged and has fired the lost signal.
-        let _outcome = guard.release().await?;
-        Ok(Attempt::Obtained(value))
-    }
-
     /// Gives back every lock still held through this locker (and its clones), for example at
     /// shutdown. Returns each key with its release's result; their guards then do nothing
     /// more on release or drop.
@@ -467,38 +418,5 @@ impl fmt::Debug for Locker {
             .field("wait", &self.wait)
             .field("retry", &self.retry)
             .finish_non_exhaustive()
-    }
-}
-
-/// What [`Locker::with_lock`] hands its closure.
-#[derive(Debug, Clone)]
-pub struct HeldLock {
-    key: Key,
-    fencing: Fencing,
-    lost: CancellationToken,
-}
-
-impl HeldLock {
-    /// The locked key.
-    pub fn key(&self) -> &Key {
-        &self.key
-    }
-
-    /// The fencing token of this acquisition.
-    pub fn fencing(&self) -> Fencing {
-        self.fencing
-    }
-
-    /// Resolves when the lock is known to be lost, under the rules of [`LockGuard::lost`](crate::LockGuard::lost).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits; dropping it changes nothing.
-    pub async fn lost(&self) {
-        self.lost.cancelled().await
-    }
-
-    /// Whether the lock is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
     }
 }
