@@ -30,7 +30,7 @@ impl Locker {
     /// ```
     ///
     /// # Errors
-    /// As for [`LockBuilder::obtain`], or the release's error.
+    /// As for [`LockBuilder::obtain`](super::LockBuilder::obtain), or the release's error.
     ///
     /// # Cancel safety
     /// Dropping the future drops `f`'s future and the guard: the lock is released in the
