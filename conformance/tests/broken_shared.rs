@@ -439,3 +439,10 @@ catches!(
 catches!(shared_model refusing_the_last_permit_is_caught_by_the_shared_model, RefusesTheLastPermit);
 catches!(shared_model admitting_one_past_the_capacity_is_caught_by_the_shared_model, AdmitsOnePastTheCapacity);
 catches!(shared_model a_cooldown_beside_live_shares_is_caught_by_the_shared_model, CooldownBesideLiveShares);
+// The model lets shares and markers expire within a sequence: the rules of expired holds
+// are its too.
+catches!(shared_model a_late_release_freeing_every_share_is_caught_by_the_shared_model, LateReleaseFreesEveryShare);
+catches!(shared_model an_expired_share_reacquired_is_caught_by_the_shared_model, ExpiredShareReacquired);
+catches!(shared_model a_capacity_forgotten_when_shares_expire_is_caught_by_the_shared_model, CapacityForgottenWhenSharesExpire);
+catches!(shared_model a_marker_that_never_lapses_is_caught_by_the_shared_model, MarkerNeverLapses);
+catches!(shared_model a_prolong_renewing_every_share_is_caught_by_the_shared_model, ProlongRenewsEveryShare);

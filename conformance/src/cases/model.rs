@@ -39,7 +39,7 @@ pub(crate) enum Span {
 }
 
 impl Span {
-    fn duration(self) -> Duration {
+    pub(crate) fn duration(self) -> Duration {
         match self {
             Span::Short => ms(150),
             Span::Long => Duration::from_secs(30),

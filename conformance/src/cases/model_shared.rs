@@ -1,15 +1,18 @@
 //! The reference model of shared holds, and the property that runs random sequences of
 //! exclusive obtains, semaphore obtains (capacities, weights) and read obtains mixed, a
-//! waiting writer's marker, prolongs, releases (some with a cooldown) and inspects against
-//! it.
+//! waiting writer's marker, prolongs, releases (some with a cooldown), inspects and pauses
+//! against it.
 //!
 //! Written from the contract's "Shared holds" section alone, not from
 //! `lock_core::backend::rules`: a backend that decides with those rules is checked against
-//! a second reading of the contract. Every ttl and cooldown is long (nothing ends within a
-//! sequence), so each step has exactly one right answer; expiry, late and lost per hold are
-//! the named cases' (`expired_shares_are_kept_oldest_first` and the rest). A `Busy` is
-//! compared field by field: its reason, how many live holds it counts, the hold whose end
-//! opens room (by its holder) and the time until then (within a second).
+//! a second reading of the contract. A hold or a marker is taken for a short ttl now and
+//! then, and a pause waits until those have surely ended (or also past the grace the
+//! contract promises), so shares expire, are kept while their room is untaken (oldest
+//! admission first), come back late or are lost within a sequence; where timing leaves
+//! more than one answer right, the model keeps every state the key can be in and the
+//! answer decides (`reference`). A `Busy` is compared field by field: its reason, how many
+//! live holds it counts, the hold whose end opens room (by its holder) and the time until
+//! then (within a second).
 //!
 //! The invariant, checked through `inspect` after every step: the live shared weights never
 //! exceed the key's capacity, and an exclusive hold is alone.
@@ -23,22 +26,24 @@ use tokio::time::Instant;
 use lock_core::{ErrorKind, LockBackend, Mode, ObtainOutcome};
 use proptest::prelude::*;
 
+use crate::cases::model::Span;
 use crate::harness::Owner;
 
 mod reference;
 use crate::{CaseResult, Failure, Suite};
-use reference::{Expect, Model};
+use reference::{Expect, Model, Window, World};
 
 /// Owners in every sequence (one key).
 const OWNERS: usize = 4;
-/// Every ttl and cooldown: nothing ends within a sequence.
-const TTL: Duration = Duration::from_secs(60);
 /// How far a `Busy`'s remaining time may be from the model's: the call's own time, and a
 /// server's clock read in whole milliseconds.
 const SLACK: Duration = Duration::from_secs(1);
-/// Two ends this close are the same end to the model (a server's clock in milliseconds
-/// cannot order holds made within one).
+/// Two ends this close (beside the windows of the calls that set them) are the same end to
+/// the model: a server's clock in milliseconds cannot order holds made within one.
 const TIE: Duration = Duration::from_millis(5);
+/// How close to a hold's end the model forgives the backend's clock (milliseconds stored,
+/// timer slack).
+const EDGE: Duration = Duration::from_millis(15);
 
 /// How an obtain asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,34 +69,49 @@ enum Op {
     Obtain {
         owner: usize,
         ask: Ask,
+        ttl: Span,
     },
     Prolong {
         owner: usize,
+        ttl: Span,
     },
-    /// With `delay`, a cooldown of [`TTL`] when the release leaves no live hold.
+    /// With `delay`, a long cooldown when the release leaves no live hold.
     Release {
         owner: usize,
         delay: bool,
+    },
+    /// Waits until every short hold and marker has surely ended; with `past_grace`, a
+    /// short ttl more, so that they may also be forgotten.
+    Pause {
+        past_grace: bool,
     },
 }
 
 impl fmt::Debug for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ttl = |t: &Span| match t {
+            Span::Short => ", short",
+            Span::Long => "",
+        };
         match self {
             Op::Obtain {
                 owner,
                 ask: Ask::Exclusive { queue },
-            } => write!(f, "obtain(o{owner}, exclusive, queue={queue})"),
+                ttl: t,
+            } => write!(f, "obtain(o{owner}, exclusive, queue={queue}{})", ttl(t)),
             Op::Obtain {
                 owner,
                 ask: Ask::Shared { capacity, weight },
-            } => write!(f, "obtain(o{owner}, {weight} of {capacity})"),
-            Op::Prolong { owner } => write!(f, "prolong(o{owner})"),
+                ttl: t,
+            } => write!(f, "obtain(o{owner}, {weight} of {capacity}{})", ttl(t)),
+            Op::Prolong { owner, ttl: t } => write!(f, "prolong(o{owner}{})", ttl(t)),
             Op::Release {
                 owner,
                 delay: false,
             } => write!(f, "release(o{owner})"),
             Op::Release { owner, delay: true } => write!(f, "release(o{owner}, delay)"),
+            Op::Pause { past_grace: false } => write!(f, "pause"),
+            Op::Pause { past_grace: true } => write!(f, "pause(past grace)"),
         }
     }
 }
@@ -111,25 +131,66 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => read,
         2 => any::<bool>().prop_map(|queue| Ask::Exclusive { queue }),
     ];
+    let ttl = prop_oneof![3 => Just(Span::Long), 1 => Just(Span::Short)];
     prop_oneof![
-        5 => (owner.clone(), ask).prop_map(|(owner, ask)| Op::Obtain { owner, ask }),
-        1 => owner.clone().prop_map(|owner| Op::Prolong { owner }),
+        5 => (owner.clone(), ask, ttl.clone()).prop_map(|(owner, ask, ttl)| Op::Obtain { owner, ask, ttl }),
+        1 => (owner.clone(), ttl).prop_map(|(owner, ttl)| Op::Prolong { owner, ttl }),
         3 => owner.clone().prop_map(|owner| Op::Release { owner, delay: false }),
         1 => owner.prop_map(|owner| Op::Release { owner, delay: true }),
+        1 => any::<bool>().prop_map(|past_grace| Op::Pause { past_grace }),
     ]
 }
 
-/// How far apart two instants are.
-fn apart(a: Instant, b: Instant) -> Duration {
-    a.max(b) - a.min(b)
-}
-
-/// Whether a backend's answer is the model's.
-fn agree<T: PartialEq + fmt::Debug>(got: lock_core::Result<T>, want: T) -> Result<(), String> {
-    match got {
-        Ok(got) if got == want => Ok(()),
-        Ok(got) => Err(format!("expected {want:?}, got {got:?}")),
-        Err(e) => Err(e.to_string()),
+/// Whether a backend's `Busy` is the one a world expects.
+fn judge_busy(
+    want: &Expect,
+    b: &lock_core::Busy,
+    world: &World,
+    owners: &[Owner],
+    at: Window,
+    expiry: lock_core::backend::Expiry,
+) -> Result<(), String> {
+    let Expect::Busy {
+        reason,
+        holders,
+        openers,
+        until,
+        ttl,
+    } = want
+    else {
+        return Err(format!("expected {want:?}, got {b:?}"));
+    };
+    if b.reason != *reason || b.holders != *holders {
+        return Err(format!("expected {want:?}, got {b:?}"));
+    }
+    let remaining = until.saturating_duration_since(at.sent);
+    // A server that cannot tell how long ago a hold was set (leases) answers at most the
+    // longest the hold may last, never less than what is left.
+    let fits = if expiry.is_exact() {
+        b.remaining.abs_diff(remaining) <= SLACK
+    } else {
+        b.remaining + SLACK >= remaining && b.remaining <= expiry.longest(*ttl) + SLACK
+    };
+    if !fits {
+        return Err(format!(
+            "Busy says room opens in {:?}, the model in {remaining:?}: {b:?}",
+            b.remaining
+        ));
+    }
+    let named = b
+        .holder
+        .as_ref()
+        .and_then(|h| owners.iter().position(|o| o.holder == *h));
+    let same = match named {
+        None => openers.is_empty(),
+        Some(n) => openers.contains(&n),
+    };
+    match same {
+        true => Ok(()),
+        false => Err(format!(
+            "Busy names {named:?} as the hold that opens room, the model one of {openers:?} \
+             ({world:?}): {b:?}"
+        )),
     }
 }
 
@@ -144,94 +205,100 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
     let owners: Vec<Owner> = (0..OWNERS)
         .map(|o| Owner::new(&backend, &key, &format!("owner {o}")))
         .collect();
-    let mut model = Model::default();
     let expiry = backend.capabilities().expiry;
+    let mut model = Model::new(expiry);
+    let short = Span::Short.duration();
     for (step, &op) in ops.iter().enumerate() {
         let fail = |why: String| format!("step {step} {op:?}: {why}");
-        let now = Instant::now();
+        let sent = Instant::now();
         match op {
-            Op::Obtain { owner, ask } => {
+            Op::Obtain { owner, ask, ttl } => {
                 let queue = matches!(ask, Ask::Exclusive { queue: true });
-                let got = owners[owner].obtain_as(TTL, ask.mode(), queue).await;
-                let want = model.obtain(owner, ask, now);
-                match (&want, &got) {
-                    (Expect::Refused, Err(e)) if e.kind() == ErrorKind::InvalidInput => {}
-                    (Expect::Acquired, Ok(ObtainOutcome::Acquired { fencing, .. })) => {
-                        if model.last_fencing.is_some_and(|last| *fencing <= last) {
-                            return Err(fail(format!(
-                                "fencing {fencing:?} after {:?}",
-                                model.last_fencing
-                            )));
-                        }
-                        model.last_fencing = Some(*fencing);
-                    }
-                    (Expect::Downgraded, Ok(ObtainOutcome::Acquired { fencing, .. }))
-                        if Some(*fencing) == model.last_fencing => {}
-                    (Expect::Reacquired(n), Ok(ObtainOutcome::Reacquired { holds }))
-                        if n == holds => {}
-                    (
-                        Expect::Busy {
-                            reason,
-                            holders,
-                            opener,
-                            until,
-                        },
-                        Ok(ObtainOutcome::Busy(b)),
-                    ) if b.reason == *reason && b.holders == *holders => {
-                        let remaining = until.saturating_duration_since(now);
-                        // A server that cannot tell how long ago a hold was set (leases)
-                        // answers at most the longest the hold may last, never less than
-                        // what is left.
-                        let fits = if expiry.is_exact() {
-                            b.remaining.abs_diff(remaining) <= SLACK
-                        } else {
-                            b.remaining + SLACK >= remaining
-                                && b.remaining <= expiry.longest(TTL) + SLACK
-                        };
-                        if !fits {
-                            return Err(fail(format!(
-                                "Busy says room opens in {:?}, the model in {remaining:?}: {b:?}",
-                                b.remaining
-                            )));
-                        }
-                        let named = b
-                            .holder
-                            .as_ref()
-                            .and_then(|h| owners.iter().position(|o| o.holder == *h));
-                        let same = match (named, opener) {
-                            (None, None) => true,
-                            (Some(n), Some(o)) => {
-                                n == *o
-                                    || model
-                                        .holds
-                                        .get(&n)
-                                        .is_some_and(|h| apart(h.ends, model.holds[o].ends) <= TIE)
+                let got = owners[owner]
+                    .obtain_as(ttl.duration(), ask.mode(), queue)
+                    .await;
+                let at = Window {
+                    sent,
+                    answered: Instant::now(),
+                };
+                let last = model.last_fencing;
+                model
+                    .step(at, |world| {
+                        let want = world.obtain(owner, ask, ttl.duration(), at);
+                        match (&want, &got) {
+                            (Expect::Refused, Err(e)) if e.kind() == ErrorKind::InvalidInput => {
+                                Ok(())
                             }
-                            _ => false,
-                        };
-                        if !same {
-                            return Err(fail(format!(
-                                "Busy names {named:?} as the hold that opens room, the model \
-                                 o{opener:?}: {b:?}"
-                            )));
+                            // A fresh hold's token exceeds every token before it.
+                            (Expect::Acquired, Ok(ObtainOutcome::Acquired { fencing, .. })) => {
+                                if last.is_some_and(|last| *fencing <= last) {
+                                    return Err(format!("fencing {fencing:?} after {last:?}"));
+                                }
+                                world.granted(owner, *fencing);
+                                Ok(())
+                            }
+                            (
+                                Expect::Downgraded(held),
+                                Ok(ObtainOutcome::Acquired { fencing, .. }),
+                            ) if held.is_none_or(|f| f == *fencing) => {
+                                world.granted(owner, *fencing);
+                                Ok(())
+                            }
+                            (Expect::Reacquired(n), Ok(ObtainOutcome::Reacquired { holds }))
+                                if n == holds =>
+                            {
+                                Ok(())
+                            }
+                            (Expect::Busy { .. }, Ok(ObtainOutcome::Busy(b))) => {
+                                judge_busy(&want, b, world, &owners, at, expiry)
+                            }
+                            _ => Err(format!("expected {want:?}, got {got:?}")),
                         }
-                    }
-                    _ => return Err(fail(format!("expected {want:?}, got {got:?}"))),
+                    })
+                    .map_err(fail)?;
+                if let Ok(ObtainOutcome::Acquired { fencing, .. }) = &got {
+                    model.last_fencing = model.last_fencing.max(Some(*fencing));
                 }
             }
-            Op::Prolong { owner } => {
-                let got = owners[owner].prolong(TTL).await;
-                agree(got, model.prolong(owner, now)).map_err(fail)?;
+            Op::Prolong { owner, ttl } => {
+                let got = owners[owner].prolong(ttl.duration()).await;
+                let at = Window {
+                    sent,
+                    answered: Instant::now(),
+                };
+                model
+                    .step(at, |world| {
+                        agree(&got, world.prolong(owner, ttl.duration(), at))
+                    })
+                    .map_err(fail)?;
             }
             Op::Release { owner, delay } => {
-                let got = owners[owner].release(delay.then_some(TTL)).await;
-                agree(got, model.release(owner, delay, now)).map_err(fail)?;
+                let delay = delay.then(|| Span::Long.duration());
+                let got = owners[owner].release(delay).await;
+                let at = Window {
+                    sent,
+                    answered: Instant::now(),
+                };
+                model
+                    .step(at, |world| agree(&got, world.release(owner, delay, at)))
+                    .map_err(fail)?;
+            }
+            Op::Pause { past_grace } => {
+                if let Some(ended) = model.short_ends(short) {
+                    let extra = if past_grace { short } else { Duration::ZERO };
+                    tokio::time::sleep_until(ended + extra).await;
+                }
             }
         }
         // Every step ends with an inspect: the model's state, and the invariant.
+        let sent = Instant::now();
         let state = owners[0].inspect().await.map_err(|e| fail(e.to_string()))?;
+        let at = Window {
+            sent,
+            answered: Instant::now(),
+        };
         model
-            .check_state(&state)
+            .step(at, |world| world.check_state(&state))
             .map_err(|why| fail(format!("inspect answered {state:?}: {why}")))?;
     }
     for owner in &owners {
@@ -240,10 +307,21 @@ async fn run_sequence(backend: Arc<dyn LockBackend>, ops: &[Op]) -> Result<(), S
     Ok(())
 }
 
+/// Whether a backend's answer is the model's.
+fn agree<T: PartialEq + fmt::Debug>(got: &lock_core::Result<T>, want: T) -> Result<(), String> {
+    match got {
+        Ok(got) if *got == want => Ok(()),
+        Ok(got) => Err(format!("expected {want:?}, got {got:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Random sequences of exclusive, semaphore (capacities 2 and 3, weights within them) and
-/// read obtains mixed, waiting writers, prolongs, releases (some with a cooldown) and
-/// inspects, by 4 owners on one key, each step checked against a reference model of the
-/// contract's shared holds (a `Busy` field by field); after every step
+/// read obtains mixed, waiting writers, prolongs, releases (some with a cooldown),
+/// inspects and pauses, by 4 owners on one key, holds and markers short-lived now and then
+/// (so shares expire, are kept within their grace, come back late or are lost), each step
+/// checked against a reference model of the contract's shared holds (a `Busy` field by
+/// field); after every step
 /// `inspect` shows the live weights within the capacity and an exclusive hold alone. A
 /// failure is shrunk to a minimal sequence. Skipped, with a line on stderr, on a backend
 /// without `Capabilities::shared`. `LOCK_CONFORMANCE_CASES` sets the number of sequences.

@@ -1,34 +1,73 @@
 //! The reference model of shared holds: the key as the contract's "Shared holds" section
 //! says it stands, and the answer it expects to each request.
+//!
+//! Time is real (a server backend cannot fake it), and a hold taken for a short ttl may end
+//! while a sequence runs. Every hold and marker carries the window in which the backend
+//! applied the call that set it (from just before the request was sent to just after the
+//! answer came), so the model knows, for a call applied within another window, whether
+//! the hold surely lives, surely ended, may be forgotten (past the grace the contract
+//! promises, at least its ttl) or any of those. Where more than one is possible, the model
+//! keeps every state the key can be in (a *world*) and each answer keeps the worlds that
+//! expect it; no world left is a failure.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use lock_core::backend::Expiry;
 use lock_core::{BusyReason, Fencing, LockState, ProlongOutcome, ReleaseOutcome};
 use tokio::time::Instant;
 
-use super::{Ask, TTL};
+use super::{Ask, EDGE, TIE};
+
+/// When the backend applied a call: somewhere between sending and answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Window {
+    pub(super) sent: Instant,
+    pub(super) answered: Instant,
+}
 
 /// One owner's hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Held {
-    /// `None`: exclusive; else the weight of a shared hold.
-    pub(super) weight: Option<u32>,
-    pub(super) holds: u32,
-    /// When its ttl ends: [`TTL`] after the call that granted or last renewed it was sent.
-    pub(super) ends: Instant,
+    /// `None`: exclusive; else the share's capacity and weight.
+    share: Option<(u32, u32)>,
+    holds: u32,
+    /// Its fencing token, as the answer that granted it said.
+    fencing: Option<Fencing>,
+    ttl: Duration,
+    /// The call that granted or last renewed it.
+    set: Window,
+    /// Its ttl has ended (in this world): it stays, within its grace, until its room is
+    /// taken.
+    expired: bool,
+    /// The order of admissions: expired shares are kept oldest admission first.
+    admitted: u64,
 }
 
-/// The key as the contract says it stands.
-#[derive(Debug, Default)]
-pub(super) struct Model {
-    pub(super) holds: BTreeMap<usize, Held>,
-    /// The capacity the first shared hold fixed, while shared holds exist.
-    pub(super) capacity: Option<u32>,
-    /// The owner whose writer's marker keeps new shared holds out, and when it ends.
-    pub(super) marker: Option<(usize, Instant)>,
-    /// A release with a delay left no live hold: every obtain is busy till the end.
-    pub(super) cooling: Option<Instant>,
-    pub(super) last_fencing: Option<Fencing>,
+impl Held {
+    /// When its ttl ends, as the client can tell (the call that set it was sent then).
+    fn ends(&self) -> Instant {
+        self.set.sent + self.ttl
+    }
+}
+
+/// A waiting writer's marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Marker {
+    owner: usize,
+    ttl: Duration,
+    set: Window,
+}
+
+/// One state the key can be in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct World {
+    holds: BTreeMap<usize, Held>,
+    marker: Option<Marker>,
+    /// A release with a delay left no live hold: every obtain is busy till then (and the
+    /// delay).
+    cooling: Option<(Instant, Duration)>,
+    admissions: u64,
 }
 
 /// What the model expects of an obtain.
@@ -36,93 +75,189 @@ pub(super) struct Model {
 pub(super) enum Expect {
     Acquired,
     /// A downgrade: acquired with the exclusive hold's fencing token.
-    Downgraded,
+    Downgraded(Option<Fencing>),
     Reacquired(u32),
     Busy {
         reason: BusyReason,
         /// The live holds it counts.
         holders: u32,
-        /// The hold whose end opens room, and that end; or, with no holder, the end of
-        /// what keeps the request out (the marker, the cooldown).
-        opener: Option<usize>,
+        /// The hold whose end opens room (and those ending within [`TIE`] of it); none
+        /// when what keeps the request out is a marker or a cooldown.
+        openers: Vec<usize>,
+        /// When room opens, and what it was set for.
         until: Instant,
+        ttl: Duration,
     },
     Refused,
 }
 
-impl Model {
-    fn exclusive_holder(&self) -> Option<usize> {
+/// What the states of a hold can be for a call applied within `at`: (it may still live, its
+/// ttl may have ended, it may be forgotten).
+fn phases(expiry: Expiry, ttl: Duration, set: Window, at: Window) -> (bool, bool, bool) {
+    let earliest = set.sent + ttl;
+    let latest = set.answered + expiry.longest(ttl);
+    (
+        at.sent < latest + EDGE,
+        at.answered + EDGE > earliest,
+        // The grace lasts at least the ttl; past it the hold may or may not remain.
+        at.answered + EDGE > earliest + ttl,
+    )
+}
+
+impl World {
+    fn live(&self) -> impl Iterator<Item = (usize, &Held)> + '_ {
         self.holds
             .iter()
-            .find(|(_, h)| h.weight.is_none())
-            .map(|(o, _)| *o)
+            .filter(|(_, h)| !h.expired)
+            .map(|(o, h)| (*o, h))
     }
 
-    fn used(&self) -> u32 {
-        self.holds.values().filter_map(|h| h.weight).sum()
+    fn exclusive_holder(&self) -> Option<usize> {
+        self.live().find(|(_, h)| h.share.is_none()).map(|(o, _)| o)
     }
 
-    fn marker_of(&self) -> Option<usize> {
-        self.marker.map(|(o, _)| o)
+    /// The capacity the shares remembered (live, or expired and kept) fix.
+    fn capacity(&self) -> Option<u32> {
+        self.holds.values().find_map(|h| h.share.map(|(c, _)| c))
     }
 
-    /// `owner` holds `weight` of `capacity` permits once, until `ends`.
-    fn share(&mut self, owner: usize, capacity: u32, weight: u32, ends: Instant) {
-        self.capacity = Some(capacity);
+    fn used(&self) -> u64 {
+        self.live()
+            .filter_map(|(_, h)| h.share.map(|(_, w)| u64::from(w)))
+            .sum()
+    }
+
+    /// Every state this one can be in for a call applied within `at`.
+    fn futures(&self, expiry: Expiry, at: Window) -> Vec<World> {
+        let mut worlds = vec![self.clone()];
+        for (&owner, h) in &self.holds {
+            let (live, ended, forgotten) = phases(expiry, h.ttl, h.set, at);
+            let mut next = Vec::new();
+            for w in worlds {
+                if ended {
+                    if forgotten {
+                        let mut gone = w.clone();
+                        gone.holds.remove(&owner);
+                        next.push(gone);
+                    }
+                    let mut kept = w.clone();
+                    if let Some(k) = kept.holds.get_mut(&owner) {
+                        k.expired = true;
+                    }
+                    next.push(kept);
+                }
+                if (live && !h.expired) || !ended {
+                    next.push(w);
+                }
+            }
+            worlds = next;
+        }
+        if let Some(m) = self.marker {
+            let (live, ended, _) = phases(expiry, m.ttl, m.set, at);
+            if ended {
+                let mut next = Vec::new();
+                for w in worlds {
+                    let mut gone = w.clone();
+                    gone.marker = None;
+                    next.push(gone);
+                    if live {
+                        next.push(w);
+                    }
+                }
+                worlds = next;
+            }
+        }
+        worlds
+    }
+
+    /// The longest any short hold or marker of this world may still live.
+    pub(super) fn last_end(&self, expiry: Expiry, short: Duration) -> Option<Instant> {
+        let holds = self
+            .live()
+            .filter(|(_, h)| h.ttl <= short)
+            .map(|(_, h)| (h.ttl, h.set));
+        let marker = self
+            .marker
+            .filter(|m| m.ttl <= short)
+            .map(|m| (m.ttl, m.set));
+        holds
+            .chain(marker)
+            .map(|(ttl, set)| set.answered + expiry.longest(ttl) + EDGE)
+            .max()
+    }
+
+    /// Busy behind `holder`'s live hold (and the live holds ending with it).
+    fn busy_behind(&self, reason: BusyReason, holders: usize, holder: usize) -> Expect {
+        let opener = self.holds[&holder];
+        let openers = self
+            .live()
+            .filter(|(o, h)| {
+                *o == holder || {
+                    let apart = h.ends().max(opener.ends()) - h.ends().min(opener.ends());
+                    apart
+                        <= TIE
+                            + (h.set.answered - h.set.sent)
+                            + (opener.set.answered - opener.set.sent)
+                }
+            })
+            .map(|(o, _)| o)
+            .collect();
+        Expect::Busy {
+            reason,
+            holders: holders as u32,
+            openers,
+            until: opener.ends(),
+            ttl: opener.ttl,
+        }
+    }
+
+    fn admit(&mut self, owner: usize, share: Option<(u32, u32)>, ttl: Duration, at: Window) {
+        self.admissions += 1;
         self.holds.insert(
             owner,
             Held {
-                weight: Some(weight),
+                share,
                 holds: 1,
-                ends,
+                fencing: None,
+                ttl,
+                set: at,
+                expired: false,
+                admitted: self.admissions,
             },
         );
     }
 
-    /// Busy behind `holder`'s hold.
-    fn busy_behind(&self, reason: BusyReason, holders: usize, holder: usize) -> Expect {
-        Expect::Busy {
-            reason,
-            holders: holders as u32,
-            opener: Some(holder),
-            until: self.holds[&holder].ends,
-        }
-    }
-
-    /// The expected answer to `owner`'s obtain sent at `now`, and the model moved on as if
-    /// it came.
-    pub(super) fn obtain(&mut self, owner: usize, ask: Ask, now: Instant) -> Expect {
-        if let Some(until) = self.cooling {
+    /// The answer to `owner`'s obtain applied within `at`, and this world moved on as if it
+    /// came.
+    pub(super) fn obtain(&mut self, owner: usize, ask: Ask, ttl: Duration, at: Window) -> Expect {
+        if let Some((until, delay)) = self.cooling {
             return Expect::Busy {
                 reason: BusyReason::Cooling,
                 holders: 0,
-                opener: None,
+                openers: Vec::new(),
                 until,
+                ttl: delay,
             };
         }
-        let ends = now + TTL;
-        let own = self.holds.get(&owner).copied();
-        let others: Vec<usize> = self.holds.keys().copied().filter(|o| *o != owner).collect();
+        // An expired hold asked again is a fresh request (the contract's corner cases).
+        let own = self.holds.get(&owner).copied().filter(|h| !h.expired);
+        let others: Vec<usize> = self
+            .live()
+            .map(|(o, _)| o)
+            .filter(|o| *o != owner)
+            .collect();
         match ask {
             Ask::Exclusive { queue } => match own {
-                Some(Held {
-                    weight: None,
-                    holds,
-                    ..
-                }) => {
-                    self.holds.insert(
-                        owner,
-                        Held {
-                            weight: None,
-                            holds: holds + 1,
-                            ends,
-                        },
-                    );
-                    Expect::Reacquired(holds + 1)
+                Some(mut h) if h.share.is_none() => {
+                    h.holds += 1;
+                    h.ttl = ttl;
+                    h.set = at;
+                    self.holds.insert(owner, h);
+                    Expect::Reacquired(h.holds)
                 }
                 // An upgrade of a share taken more than once.
-                Some(Held { holds, .. }) if holds > 1 => Expect::Refused,
-                None if self.exclusive_holder().is_some() => {
+                Some(h) if h.holds > 1 => Expect::Refused,
+                _ if self.exclusive_holder().is_some() => {
                     let holder = self.exclusive_holder().unwrap_or(owner);
                     self.busy_behind(BusyReason::Held, 1, holder)
                 }
@@ -132,143 +267,177 @@ impl Model {
                     let last = others
                         .iter()
                         .copied()
-                        .max_by_key(|o| self.holds[o].ends)
+                        .max_by_key(|o| self.holds[o].ends())
                         .unwrap_or(owner);
                     let busy = self.busy_behind(BusyReason::Shared, others.len(), last);
-                    if queue && self.marker_of().is_none_or(|m| m == owner) {
-                        self.marker = Some((owner, ends));
+                    if queue && self.marker.is_none_or(|m| m.owner == owner) {
+                        self.marker = Some(Marker {
+                            owner,
+                            ttl,
+                            set: at,
+                        });
                     }
                     busy
                 }
-                // Free, or an upgrade of the only share.
+                // Free of other live holds, or an upgrade of the only share: an exclusive
+                // admission drops every expired hold.
                 _ => {
-                    if self.marker_of() == Some(owner) {
+                    if self.marker.is_some_and(|m| m.owner == owner) {
                         self.marker = None;
                     }
-                    self.capacity = None;
-                    self.holds.insert(
-                        owner,
-                        Held {
-                            weight: None,
-                            holds: 1,
-                            ends,
-                        },
-                    );
+                    self.holds.clear();
+                    self.admit(owner, None, ttl, at);
                     Expect::Acquired
                 }
             },
             Ask::Shared { capacity, weight } => {
-                if let Some(Held {
-                    weight: None,
-                    holds,
-                    ..
-                }) = own
-                {
-                    if holds > 1 {
+                if let Some(h) = own.filter(|h| h.share.is_none()) {
+                    if h.holds > 1 {
                         return Expect::Refused;
                     }
                     // A downgrade: alone, so it fixes the capacity; a marker stays.
-                    self.share(owner, capacity, weight, ends);
-                    return Expect::Downgraded;
+                    self.holds.insert(
+                        owner,
+                        Held {
+                            share: Some((capacity, weight)),
+                            ttl,
+                            set: at,
+                            ..h
+                        },
+                    );
+                    return Expect::Downgraded(h.fencing);
                 }
                 if let Some(holder) = self.exclusive_holder() {
                     return self.busy_behind(BusyReason::Held, 1, holder);
                 }
-                if self.capacity.is_some_and(|c| c != capacity) {
+                if self.capacity().is_some_and(|c| c != capacity) {
                     return Expect::Refused;
                 }
-                if let Some(held) = own {
-                    if held.weight != Some(weight) {
+                if let Some(mut h) = own {
+                    if h.share != Some((capacity, weight)) {
                         return Expect::Refused;
                     }
-                    let holds = held.holds + 1;
-                    self.holds.insert(
-                        owner,
-                        Held {
-                            holds,
-                            ends,
-                            ..held
-                        },
-                    );
-                    return Expect::Reacquired(holds);
+                    h.holds += 1;
+                    h.ttl = ttl;
+                    h.set = at;
+                    self.holds.insert(owner, h);
+                    return Expect::Reacquired(h.holds);
                 }
-                if let Some((_, until)) = self.marker.filter(|(m, _)| *m != owner) {
+                if let Some(m) = self.marker.filter(|m| m.owner != owner) {
                     return Expect::Busy {
                         reason: BusyReason::WriterWaiting,
-                        holders: self.holds.len() as u32,
-                        opener: None,
-                        until,
+                        holders: others.len() as u32,
+                        openers: Vec::new(),
+                        until: m.set.sent + m.ttl,
+                        ttl: m.ttl,
                     };
                 }
-                if u64::from(self.used()) + u64::from(weight) > u64::from(capacity) {
+                if self.used() + u64::from(weight) > u64::from(capacity) {
                     // The hold whose end, with those ending before it, makes room.
-                    let mut ending: Vec<(usize, Held)> =
-                        self.holds.iter().map(|(o, h)| (*o, *h)).collect();
-                    ending.sort_by_key(|(_, h)| h.ends);
+                    let mut ending: Vec<(usize, &Held)> = self.live().collect();
+                    ending.sort_by_key(|(_, h)| h.ends());
                     let mut left = self.used();
                     let opener = ending.iter().find(|(_, h)| {
-                        left -= h.weight.unwrap_or(0);
-                        left + weight <= capacity
+                        left -= h.share.map_or(0, |(_, w)| u64::from(w));
+                        left + u64::from(weight) <= u64::from(capacity)
                     });
                     return match opener {
-                        Some((o, _)) => self.busy_behind(BusyReason::Full, self.holds.len(), *o),
-                        None => Expect::Busy {
-                            reason: BusyReason::Full,
-                            holders: self.holds.len() as u32,
-                            opener: None,
-                            until: now,
-                        },
+                        Some((o, _)) => self.busy_behind(BusyReason::Full, others.len(), *o),
+                        None => Expect::Refused,
                     };
                 }
-                if self.marker_of() == Some(owner) {
+                if self.marker.is_some_and(|m| m.owner == owner) {
                     self.marker = None;
                 }
-                self.share(owner, capacity, weight, ends);
+                // The live shares stay; the expired ones (the asker's own and an expired
+                // exclusive hold aside) stay, oldest admission first, while they fit beside
+                // the live ones and the new one.
+                let mut used = self.used() + u64::from(weight);
+                let mut expired: Vec<(usize, Held)> = self
+                    .holds
+                    .iter()
+                    .filter(|(o, h)| h.expired && **o != owner)
+                    .map(|(o, h)| (*o, *h))
+                    .collect();
+                expired.sort_by_key(|(_, h)| h.admitted);
+                for (o, h) in expired {
+                    let fits = h.share.is_some_and(|(_, w)| {
+                        let fits = used + u64::from(w) <= u64::from(capacity);
+                        if fits {
+                            used += u64::from(w);
+                        }
+                        fits
+                    });
+                    if !fits {
+                        self.holds.remove(&o);
+                    }
+                }
+                self.admit(owner, Some((capacity, weight)), ttl, at);
                 Expect::Acquired
             }
         }
     }
 
-    pub(super) fn prolong(&mut self, owner: usize, now: Instant) -> ProlongOutcome {
+    /// Notes the fencing token the answer to `owner`'s admission carried.
+    pub(super) fn granted(&mut self, owner: usize, fencing: Fencing) {
+        if let Some(h) = self.holds.get_mut(&owner) {
+            h.fencing = Some(fencing);
+        }
+    }
+
+    pub(super) fn prolong(&mut self, owner: usize, ttl: Duration, at: Window) -> ProlongOutcome {
         match self.holds.get_mut(&owner) {
-            Some(held) => {
-                held.ends = now + TTL;
-                ProlongOutcome::Prolonged
+            Some(h) => {
+                let late = h.expired;
+                h.expired = false;
+                h.ttl = ttl;
+                h.set = at;
+                match late {
+                    false => ProlongOutcome::Prolonged,
+                    true => ProlongOutcome::ProlongedLate,
+                }
             }
             None => ProlongOutcome::Lost,
         }
     }
 
-    pub(super) fn release(&mut self, owner: usize, delay: bool, now: Instant) -> ReleaseOutcome {
+    pub(super) fn release(
+        &mut self,
+        owner: usize,
+        delay: Option<Duration>,
+        at: Window,
+    ) -> ReleaseOutcome {
         let Some(held) = self.holds.get(&owner).copied() else {
             // A writer that gives up takes its marker away (not while cooling: nothing
             // changes then).
-            if self.marker_of() == Some(owner) && self.cooling.is_none() {
+            if self.marker.is_some_and(|m| m.owner == owner) && self.cooling.is_none() {
                 self.marker = None;
             }
             return ReleaseOutcome::Lost;
         };
-        if held.holds > 1 {
+        if held.holds > 1 && !held.expired {
             let holds = held.holds - 1;
             self.holds.insert(owner, Held { holds, ..held });
             return ReleaseOutcome::Decremented { holds };
         }
         self.holds.remove(&owner);
         // A holder that queued for an upgrade gives it up with its hold.
-        if self.marker_of() == Some(owner) {
+        if self.marker.is_some_and(|m| m.owner == owner) {
             self.marker = None;
         }
-        if self.holds.is_empty() {
-            self.capacity = None;
-            // Only the release that leaves no live hold starts the cooldown.
-            if delay {
-                self.cooling = Some(now + TTL);
-            }
+        // Only the release that leaves no live hold starts the cooldown; it keeps no hold.
+        let none_live = self.live().next().is_none();
+        if let (Some(delay), true) = (delay, none_live) {
+            self.holds.clear();
+            self.cooling = Some((at.sent + delay, delay));
         }
-        ReleaseOutcome::Released
+        match held.expired {
+            false => ReleaseOutcome::Released,
+            true => ReleaseOutcome::ReleasedLate,
+        }
     }
 
-    /// Checks an inspect against the model, and the invariant.
+    /// Checks an inspect against this world, and the invariant.
     pub(super) fn check_state(&self, state: &LockState) -> Result<(), String> {
         if self.cooling.is_some() {
             return match state {
@@ -276,9 +445,11 @@ impl Model {
                 _ => Err(format!("the model is cooling down: {self:?}")),
             };
         }
+        let live: Vec<&Held> = self.live().map(|(_, h)| h).collect();
         match (state, self.exclusive_holder()) {
-            (LockState::Free, None) if self.holds.is_empty() => Ok(()),
-            (LockState::Held { holds, .. }, Some(o)) if self.holds.len() == 1 => {
+            // Expired holds kept within their grace read as free.
+            (LockState::Free, None) if live.is_empty() => Ok(()),
+            (LockState::Held { holds, .. }, Some(o)) if live.len() == 1 => {
                 let want = self.holds[&o].holds;
                 match *holds == want {
                     true => Ok(()),
@@ -292,24 +463,23 @@ impl Model {
                     writer_waiting,
                 },
                 None,
-            ) if !self.holds.is_empty() => {
+            ) if !live.is_empty() => {
                 let used: u64 = holds.iter().map(|h| u64::from(h.weight)).sum();
                 if used > u64::from(*capacity) {
                     return Err(format!("{used} permits held of {capacity}"));
                 }
                 let mut seen: Vec<(u32, u32)> = holds.iter().map(|h| (h.weight, h.holds)).collect();
-                let mut want: Vec<(u32, u32)> = self
-                    .holds
-                    .values()
-                    .map(|h| (h.weight.unwrap_or(0), h.holds))
+                let mut want: Vec<(u32, u32)> = live
+                    .iter()
+                    .map(|h| (h.share.map_or(0, |(_, w)| w), h.holds))
                     .collect();
                 seen.sort_unstable();
                 want.sort_unstable();
-                if Some(*capacity) != self.capacity || seen != want {
+                if Some(*capacity) != self.capacity() || seen != want {
                     return Err(format!(
                         "capacity {capacity} with (weight, holds) {seen:?}; the model has \
                          {:?} with {want:?}",
-                        self.capacity
+                        self.capacity()
                     ));
                 }
                 match writer_waiting.is_some() == self.marker.is_some() {
@@ -322,5 +492,75 @@ impl Model {
             }
             _ => Err(format!("the model has {self:?}")),
         }
+    }
+}
+
+/// Every state the key can be in, and what the answers so far showed.
+pub(super) struct Model {
+    worlds: Vec<World>,
+    /// How the backend's server ends holds (its capabilities): never before the ttl asked,
+    /// at the latest [`Expiry::longest`] after it was set.
+    expiry: Expiry,
+    /// The last fencing token an admission carried.
+    pub(super) last_fencing: Option<Fencing>,
+}
+
+/// More states than this at once is a model gone wrong, not a backend.
+const MOST_WORLDS: usize = 4096;
+
+impl Model {
+    pub(super) fn new(expiry: Expiry) -> Self {
+        Model {
+            worlds: vec![World::default()],
+            expiry,
+            last_fencing: None,
+        }
+    }
+
+    /// Moves every world on to a call applied within `at`, keeps those where `judge` (which
+    /// moves the world as the call did) accepts the answer, and fails with the first
+    /// world's objection when none does.
+    pub(super) fn step(
+        &mut self,
+        at: Window,
+        mut judge: impl FnMut(&mut World) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut kept: Vec<World> = Vec::new();
+        let mut objection = None;
+        let futures: Vec<World> = self
+            .worlds
+            .iter()
+            .flat_map(|w| w.futures(self.expiry, at))
+            .collect();
+        let considered = futures.len();
+        for mut w in futures {
+            match judge(&mut w) {
+                Ok(()) if !kept.contains(&w) => kept.push(w),
+                Ok(()) => {}
+                Err(why) => {
+                    objection.get_or_insert(why);
+                }
+            }
+        }
+        if kept.is_empty() {
+            let why = objection.unwrap_or_else(|| "no state to judge".into());
+            return Err(match considered {
+                1 => why,
+                n => format!("{why} (and in every other of the {n} states the key could be in)"),
+            });
+        }
+        if kept.len() > MOST_WORLDS {
+            return Err(format!("the model keeps {} states at once", kept.len()));
+        }
+        self.worlds = kept;
+        Ok(())
+    }
+
+    /// The instant by which every short hold and marker of every world has surely ended.
+    pub(super) fn short_ends(&self, short: Duration) -> Option<Instant> {
+        self.worlds
+            .iter()
+            .filter_map(|w| w.last_end(self.expiry, short))
+            .max()
     }
 }
