@@ -145,6 +145,10 @@ impl<H: Harness> Harness for AsSemaphore<H> {
         self.0.shared_config().await
     }
 
+    async fn lasting_records(&self) -> Option<u64> {
+        self.0.lasting_records().await
+    }
+
     async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {
         wrap(self.0.connect(config).await)
     }

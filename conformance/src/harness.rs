@@ -62,6 +62,17 @@ pub trait Harness: Send + Sync + 'static {
         None
     }
 
+    /// How many records the backends this harness made keep that nothing will remove on
+    /// its own: neither an expiry on the server nor a sweep of the backend's ends them (a
+    /// backend that sweeps now and then: run its sweep first, and count the records it left
+    /// past their end). Every namespace of the harness together; a harness is made for each
+    /// case, so only that case's records count. Unlocks
+    /// `keys_taken_and_released_leave_nothing_behind`; `None` (the default) skips that case
+    /// with a line on stderr.
+    async fn lasting_records(&self) -> Option<u64> {
+        None
+    }
+
     /// Builds the backend a [`Harness::shared_config`] string describes (in a child process).
     async fn connect(&self, config: &str) -> Arc<dyn LockBackend> {
         let _ = config;

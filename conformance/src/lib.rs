@@ -257,6 +257,7 @@ macro_rules! for_each_case {
             inspect_shows_a_marker_only_beside_shares,
             semaphore_capacity_holds_under_contention,
             a_key_takes_a_thousand_readers,
+            keys_taken_and_released_leave_nothing_behind,
             multiprocess_semaphore_stays_within_its_permits,
             killed_holder_frees_only_its_own_permits,
             shared_model_sequences,

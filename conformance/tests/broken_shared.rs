@@ -54,6 +54,8 @@ enum Bug {
     BusyNamesTheOldestHold,
     /// `inspect` shows a writer's marker left alone on a key with no holds.
     InspectShowsALoneMarker,
+    /// A released key keeps its free record for ever (to remember its fencing token).
+    KeepsFreeRecords,
 }
 
 type Rec = Record<Token, HolderInfo>;
@@ -82,7 +84,14 @@ impl Bent {
         if let Some(record) = d.write {
             let mut fencing = self.fencing.lock().unwrap();
             *fencing = (*fencing).max(record.fencing);
-            records.insert(key.clone(), record);
+            // A free record is dropped, as the memory backend does (the counter keeps
+            // fencing growing).
+            let free = record.state == State::Free && record.writer.is_none();
+            if free && self.bug != Bug::KeepsFreeRecords {
+                records.remove(key);
+            } else {
+                records.insert(key.clone(), record);
+            }
         }
         self.waiters.wake(key.as_str(), d.wake);
         d.outcome
@@ -318,28 +327,45 @@ impl Bent {
     }
 }
 
-struct BentHarness(Bug);
+/// Bent backends with `bug`, and those it made (whose records it counts).
+struct BentHarness(Bug, Mutex<Vec<Arc<Bent>>>);
+
+fn bent(bug: Bug) -> BentHarness {
+    BentHarness(bug, Mutex::default())
+}
 
 #[async_trait]
 impl Harness for BentHarness {
     async fn backend(&self) -> Arc<dyn LockBackend> {
-        Arc::new(Bent {
+        let backend = Arc::new(Bent {
             bug: self.0,
             records: Mutex::default(),
             fencing: Mutex::new(0),
             epoch: Instant::now(),
             waiters: Waiters::default(),
-        })
+        });
+        self.1.lock().unwrap().push(Arc::clone(&backend));
+        backend
+    }
+
+    /// Bent has no sweep: every record it keeps lasts.
+    async fn lasting_records(&self) -> Option<u64> {
+        let made = self.1.lock().unwrap();
+        Some(
+            made.iter()
+                .map(|b| b.records.lock().unwrap().len() as u64)
+                .sum(),
+        )
     }
 }
 
 /// `case` passes on the rules as they are, and fails on `bug`.
 fn caught(bug: Bug, named: &str, case: Case) {
-    let straight = Suite::new("bent", BentHarness(Bug::None));
+    let straight = Suite::new("bent", bent(Bug::None));
     if let Err(e) = run(case(&straight)) {
         panic!("{named} fails on the unbent rules: {e}");
     }
-    let suite = Suite::new("bent", BentHarness(bug));
+    let suite = Suite::new("bent", bent(bug));
     let result = run(case(&suite));
     assert!(result.is_err(), "{named} did not catch {bug:?}");
     println!("{named} caught {bug:?}: {}", result.unwrap_err());
@@ -439,6 +465,11 @@ catches!(
 catches!(shared_model refusing_the_last_permit_is_caught_by_the_shared_model, RefusesTheLastPermit);
 catches!(shared_model admitting_one_past_the_capacity_is_caught_by_the_shared_model, AdmitsOnePastTheCapacity);
 catches!(shared_model a_cooldown_beside_live_shares_is_caught_by_the_shared_model, CooldownBesideLiveShares);
+catches!(
+    keeping_free_records_is_caught,
+    KeepsFreeRecords,
+    keys_taken_and_released_leave_nothing_behind
+);
 // The model lets shares and markers expire within a sequence: the rules of expired holds
 // are its too.
 catches!(shared_model a_late_release_freeing_every_share_is_caught_by_the_shared_model, LateReleaseFreesEveryShare);

@@ -24,6 +24,10 @@ impl Harness for Memory {
         self.0.simulate_data_loss();
         true
     }
+
+    async fn lasting_records(&self) -> Option<u64> {
+        Some(self.0.records() as u64)
+    }
 }
 
 fn fastrand_u64() -> u64 {

@@ -133,6 +133,17 @@ impl MemoryBackend {
         Ok(self)
     }
 
+    /// How many records the store keeps (every namespace of it), once it dropped those past
+    /// their grace period or cooldown, as its sweep does. A released key keeps none.
+    pub fn records(&self) -> usize {
+        let mut store = self.lock_store();
+        let clock = store.clock();
+        store
+            .records
+            .retain(|_, record| !rules::forgotten(record, clock));
+        store.records.len()
+    }
+
     /// Forgets every record of every namespace (fencing continues upwards): what a server
     /// restart without persistence does to a real backend.
     pub fn simulate_data_loss(&self) {

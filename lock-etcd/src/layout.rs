@@ -20,7 +20,8 @@
 //! decisions read at the same revision can never both admit, even when the first hold was
 //! taken and released (its keys deleted) before the second's transaction arrives, which a
 //! range compare alone cannot see. It is the one key a lock leaves behind (about 60 bytes
-//! per lock name ever taken; `etcdctl del --prefix '<prefix>/'` clears a retired prefix).
+//! per lock name ever taken; `etcdctl del --prefix '<prefix>/'` clears a retired prefix),
+//! declared as `Capabilities::fence_per_key`.
 //!
 //! The lock key is hex-encoded, so it never holds a `/`, and the suffixes are upper case
 //! where hex is lower case: no lock's keys ever fall under another lock's base, whatever

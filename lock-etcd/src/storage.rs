@@ -31,6 +31,8 @@ impl Storage for EtcdBackend {
             .shared(true)
             .release_notification(true)
             .expiry(self.expiry)
+            // The `F` key of every lock name ever taken (see `layout`).
+            .fence_per_key(true)
     }
 
     fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {

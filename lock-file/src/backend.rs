@@ -219,6 +219,65 @@ async fn file_lock(file: &File, mode: Mode, path: &Path, op: Operation) -> Resul
     }
 }
 
+/// Opens the record file at `path` (creating it when `writes`) and takes its file lock
+/// (exclusive when `writes`, else shared), checking once it is taken that the file is still
+/// the one at `path`: a release removes a record it leaves free while it holds the lock
+/// (see [`forgettable`]), so a call that opened the file before waits for a file nobody
+/// will look at again, and opens the path anew. `None`: there is no record (only when not
+/// `writes`).
+async fn locked(path: &Path, writes: bool, op: Operation) -> Result<Option<File>> {
+    let mode = if writes {
+        Mode::Exclusive
+    } else {
+        Mode::Shared
+    };
+    // Each turn means a whole release of the key came between an open and its lock; a
+    // bound all the same, so that no call can loop for ever.
+    for _ in 0..MOST_REOPENS {
+        let file = match open(path, writes) {
+            Ok(f) => f,
+            Err(e) if !writes && e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(op, path, e)),
+        };
+        file_lock(&file, mode, path, op).await?;
+        if still_linked(&file, path).map_err(|e| io_error(op, path, e))? {
+            return Ok(Some(file));
+        }
+    }
+    Err(Error::new(
+        ErrorKind::Unavailable,
+        FileBackend::NAME,
+        op,
+        format!(
+            "{}: the record was removed {MOST_REOPENS} times between opening it and locking \
+             it; the call is safe to retry",
+            path.display()
+        ),
+    ))
+}
+
+/// How often [`locked`] opens a record again that was removed while it waited for it.
+const MOST_REOPENS: usize = 64;
+
+/// Whether `file` is still the file at `path` (not unlinked, not replaced).
+fn still_linked(file: &File, path: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let open = file.metadata()?;
+    match std::fs::symlink_metadata(path) {
+        Ok(now) => Ok(open.nlink() > 0 && now.dev() == open.dev() && now.ino() == open.ino()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a record about to be written keeps nothing that the key's next obtain needs: it
+/// is free (no hold, no cooldown, no writer's marker) and its fencing token is below the
+/// wall clock's microseconds, which every later token is at least (the fencing floor), so
+/// tokens keep growing without it (as long as the wall clock does not go backwards).
+fn forgettable(record: &rules::Record<String, HolderInfo>, micros: u64) -> bool {
+    matches!(record.state, rules::State::Free) && record.writer.is_none() && record.fencing < micros
+}
+
 /// The current record of `key`'s file, checked to be `key`'s.
 fn current(slots: &Slots, path: &Path, key: &Key, op: Operation) -> Result<Option<Record>> {
     match slots.current().map_err(|why| corrupt(op, path, &why))? {
@@ -322,24 +381,14 @@ impl Storage for FileBackend {
     ) -> Result<Commit> {
         let path = self.record_path(key);
         let writes = op != Operation::Inspect;
-        let file = match open(&path, writes) {
-            Ok(f) => f,
-            Err(e) if !writes && e.kind() == io::ErrorKind::NotFound => {
-                decide(Snapshot {
-                    record: None,
-                    clock: Clock::read(None).rules(),
-                    fencing_floor: 0,
-                })?;
-                return Ok(Commit::Done);
-            }
-            Err(e) => return Err(io_error(op, &path, e)),
+        let Some(file) = locked(&path, writes, op).await? else {
+            decide(Snapshot {
+                record: None,
+                clock: Clock::read(None).rules(),
+                fencing_floor: 0,
+            })?;
+            return Ok(Commit::Done);
         };
-        let mode = if writes {
-            Mode::Exclusive
-        } else {
-            Mode::Shared
-        };
-        file_lock(&file, mode, &path, op).await?;
         let slots = Slots::read(&file).map_err(|e| io_error(op, &path, e))?;
         let before = match op {
             // A corrupt record is exactly what an operator breaks: replaced, not refused.
@@ -365,6 +414,17 @@ impl Storage for FileBackend {
             (None, Operation::ForceRelease) => rules::Record::new(clock.micros, rules::State::Free),
             (None, _) => return Ok(Commit::Done),
         };
+        if forgettable(&write, clock.micros) {
+            // Nothing in it that the key's next obtain needs: the file goes, so that keys
+            // taken and released leave nothing behind. Removed under its file lock: a call
+            // that opened it before and waits for that lock finds it unlinked, and opens
+            // the path anew (`locked`).
+            return match std::fs::remove_file(&path) {
+                Ok(()) => Ok(Commit::Done),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Commit::Done),
+                Err(e) => Err(io_error(op, &path, e)),
+            };
+        }
         slots
             .write_next(
                 &file,

@@ -27,7 +27,10 @@
 //! upgrade on one host is safe while nobody uses shared holds. A waiting writer's marker is
 //! `"writer":{"token","until_ms"}` beside any state (version 3 too).
 //!
-//! A released lock keeps its file (`"state":"free"`) so that the fencing sequence survives.
+//! A release that leaves a key free removes its file (the backend's `forgettable`): fencing
+//! keeps growing through the wall-clock floor. A free record (`"state":"free"`) is still
+//! written where its token is not yet below the wall clock, and read as written by earlier
+//! versions.
 //! Version 1 records (one padded line at offset 0, no checksum) are still read, as `seq` 0.
 
 use lock_core::backend::rules;

@@ -47,6 +47,16 @@ impl Harness for Files {
         true
     }
 
+    /// No record file goes on its own: every file in the backends' directories lasts.
+    async fn lasting_records(&self) -> Option<u64> {
+        let made = self.made.lock().expect("not poisoned");
+        let files = made
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .count();
+        Some(files as u64)
+    }
+
     async fn shared_config(&self) -> Option<String> {
         Some(self.fresh_dir().to_string_lossy().into_owned())
     }

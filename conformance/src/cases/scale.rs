@@ -98,3 +98,78 @@ pub async fn a_key_takes_a_thousand_readers(suite: &Suite) -> CaseResult {
     );
     Ok(())
 }
+
+/// How many keys [`keys_taken_and_released_leave_nothing_behind`] takes: 2,000 unless
+/// `LOCK_CONFORMANCE_KEYS` says otherwise (a record kept per key shows as thousands at
+/// any count; more, to load a backend's sweep).
+fn keys() -> usize {
+    std::env::var("LOCK_CONFORMANCE_KEYS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2_000)
+}
+
+/// How many tasks take the keys at once.
+const TAKERS: usize = 16;
+
+/// A backend's storage is bounded by the keys in use: 2,000 keys each taken (exclusively,
+/// or every other one by a reader where the backend has shared holds) and released leave no
+/// record that nothing removes on its own (`Harness::lasting_records`): no counter, no
+/// free row, no file per key kept for ever. A backend that declares
+/// `Capabilities::fence_per_key` keeps at most one record per key, its last fencing token.
+/// (The file backend kept a file per key ever locked, so a directory of per-job locks
+/// grew without bound.) Skipped, with a line on stderr, when the harness cannot count.
+pub async fn keys_taken_and_released_leave_nothing_behind(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let Some(before) = suite.harness.lasting_records().await else {
+        super::report(format_args!(
+            "{}: keys_taken_and_released_leave_nothing_behind: skipped, the harness cannot \
+             count the backend's records (Harness::lasting_records)",
+            suite.name
+        ));
+        return Ok(());
+    };
+    let n = keys();
+    let shared = backend.capabilities().shared;
+    let takers: Vec<_> = (0..TAKERS)
+        .map(|t| {
+            let backend = Arc::clone(&backend);
+            tokio::spawn(async move {
+                for i in (t..n).step_by(TAKERS) {
+                    let owner = Owner::new(&backend, &format!("many/{i}"), "taker");
+                    let mode = match shared && i % 2 == 1 {
+                        true => Mode::READ,
+                        false => Mode::Exclusive,
+                    };
+                    let got = owner.obtain_as(LONG, mode, false).await?;
+                    acquired(got, &format!("key {i} of {n}"))?;
+                    let released = owner.release(None).await?;
+                    ensure!(
+                        released == ReleaseOutcome::Released,
+                        "key {i}'s release: {released:?}"
+                    );
+                }
+                Ok::<(), Failure>(())
+            })
+        })
+        .collect();
+    for taker in takers {
+        taker
+            .await
+            .map_err(|e| Failure(format!("a taker panicked: {e}")))??;
+    }
+    let after = suite.harness.lasting_records().await.unwrap_or(before);
+    let left = after.saturating_sub(before);
+    let fence_per_key = backend.capabilities().fence_per_key;
+    let allowed = if fence_per_key { n as u64 } else { 0 };
+    ensure!(
+        left <= allowed,
+        "{n} keys taken and released left {left} records that nothing removes on its own \
+         ({}): a backend's storage must be bounded by the keys in use",
+        match fence_per_key {
+            true => "at most one per key, its fencing token, was declared",
+            false => "none was expected: Capabilities::fence_per_key is not declared",
+        }
+    );
+    Ok(())
+}

@@ -43,6 +43,14 @@ pub struct Capabilities {
     /// `InvalidInput`, saying so, and changes nothing. The conformance suite admits
     /// 1,000 readers of one key, or this many when it is fewer.
     pub holds_per_key: Option<usize>,
+    /// The backend keeps one small record per key name it ever locked (the key's last
+    /// fencing token) until an operator removes it, because its server has no clock that
+    /// a client can read to keep tokens growing without it (etcd: the `F` key, about 60
+    /// bytes). `false` (the default): once a key's holds, cooldown and grace are over, the
+    /// backend keeps nothing of it that does not end by itself, so its storage is bounded by
+    /// the keys in use. The conformance suite's `keys_taken_and_released_leave_nothing_behind`
+    /// holds a backend to it.
+    pub fence_per_key: bool,
 }
 
 /// How a backend's server ends holds and cooldowns: never before the time asked, and at
@@ -115,6 +123,7 @@ impl Capabilities {
             shared: false,
             expiry: Expiry::EXACT,
             holds_per_key: None,
+            fence_per_key: false,
         }
     }
 
@@ -151,6 +160,12 @@ impl Capabilities {
     /// Sets [`Capabilities::holds_per_key`].
     pub const fn holds_per_key(mut self, most: usize) -> Self {
         self.holds_per_key = Some(most);
+        self
+    }
+
+    /// Sets [`Capabilities::fence_per_key`].
+    pub const fn fence_per_key(mut self, yes: bool) -> Self {
+        self.fence_per_key = yes;
         self
     }
 

@@ -67,6 +67,8 @@ fn proxied(cluster: &EtcdCluster) -> (ProxySet, Vec<String>) {
 pub(crate) struct Etcd {
     cluster: fn() -> &'static EtcdCluster,
     proxies: Mutex<Vec<ProxySet>>,
+    /// The prefix of every backend [`Harness::backend`] made.
+    prefixes: Mutex<Vec<String>>,
 }
 
 impl Etcd {
@@ -80,6 +82,7 @@ impl Etcd {
         Etcd {
             cluster,
             proxies: Mutex::default(),
+            prefixes: Mutex::default(),
         }
     }
 }
@@ -89,7 +92,29 @@ impl Harness for Etcd {
     async fn backend(&self) -> Arc<dyn LockBackend> {
         let (set, endpoints) = proxied((self.cluster)());
         self.proxies.lock().unwrap().push(set);
-        Arc::new(backend_at(&endpoints, &fresh_prefix()).await)
+        let prefix = fresh_prefix();
+        self.prefixes.lock().unwrap().push(prefix.clone());
+        Arc::new(backend_at(&endpoints, &prefix).await)
+    }
+
+    /// The keys under the backends' prefixes on no lease: etcd removes every other key
+    /// when its lease ends.
+    async fn lasting_records(&self) -> Option<u64> {
+        let endpoints = (self.cluster)().endpoints();
+        let mut client = lock_etcd::etcd_client::Client::connect(endpoints, None)
+            .await
+            .expect("connect to the test etcd");
+        let prefixes = self.prefixes.lock().unwrap().clone();
+        let mut lasting = 0;
+        for prefix in prefixes {
+            let options = lock_etcd::etcd_client::GetOptions::new().with_prefix();
+            let got = client
+                .get(format!("{prefix}/"), Some(options))
+                .await
+                .expect("a range read");
+            lasting += got.kvs().iter().filter(|kv| kv.lease() == 0).count() as u64;
+        }
+        Some(lasting)
     }
 
     async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {

@@ -157,6 +157,31 @@ impl Harness for Redis {
         true
     }
 
+    /// The keys of this test's namespaces that have no expiry (`PTTL` -1): Redis removes
+    /// every other key on its own.
+    async fn lasting_records(&self) -> Option<u64> {
+        let mut admin = admin_for(self.url()).await;
+        let mut lasting = 0;
+        for (prefix, _) in self.made() {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{prefix}*"))
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            for key in keys {
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                if pttl == -1 {
+                    lasting += 1;
+                }
+            }
+        }
+        Some(lasting)
+    }
+
     async fn drop_connections(&self, _: &Arc<dyn LockBackend>) -> bool {
         for (_, b) in self.made() {
             kill_clients(self.url(), &b).await;
