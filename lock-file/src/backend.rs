@@ -16,7 +16,8 @@ use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 use crate::clock::Clock;
 use crate::names::file_name;
 use crate::record::Record;
-use crate::slots::{open, Slots};
+use crate::slots::{open, still_linked, Slots};
+use crate::sweep::Sweeps;
 
 /// Locks as files in one directory, for one machine.
 ///
@@ -35,6 +36,8 @@ use crate::slots::{open, Slots};
 pub struct FileBackend {
     dir: PathBuf,
     grace: Option<Grace>,
+    /// When this backend (and its clones) next sweeps the directory.
+    sweeps: std::sync::Arc<Sweeps>,
 }
 
 impl FileBackend {
@@ -75,7 +78,11 @@ impl FileBackend {
             ));
         }
         check_owner(&dir)?;
-        Ok(FileBackend { dir, grace: None })
+        Ok(FileBackend {
+            dir,
+            grace: None,
+            sweeps: std::sync::Arc::default(),
+        })
     }
 
     /// The backend a `file:` URL names: `file:///var/lock/myapp` (absolute),
@@ -132,6 +139,38 @@ impl FileBackend {
     /// The lock directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Removes the record files nothing needs any more: a key released (or its hold past
+    /// its grace, or its cooldown over) with no waiting writer, whose fencing token is below
+    /// the wall clock's microseconds (which every later token is at least), and files that
+    /// hold no record; a record another call holds is left for the next sweep, and a
+    /// corrupt one for an operator. Returns how many it removed. The backend sweeps by
+    /// itself, in the background, after a number of calls that grows with the directory
+    /// (twice its files, at least 1,024), so that the directory holds about the keys in
+    /// use however many different keys were ever taken; call this to tidy a directory
+    /// nobody locks in.
+    ///
+    /// # Errors
+    /// As [`FileBackend::new`] for a directory that cannot be read.
+    ///
+    /// # Cancel safety
+    /// The sweep runs on tokio's blocking pool and finishes even if this call is
+    /// dropped; each file it removes, it removes whole.
+    pub async fn sweep(&self) -> Result<u64> {
+        let dir = self.dir.clone();
+        let swept = tokio::task::spawn_blocking(move || crate::sweep::sweep(&dir))
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    Self::NAME,
+                    Operation::ForceRelease,
+                    format!("the sweep of {} stopped: {e}", self.dir.display()),
+                )
+            })?;
+        let swept = swept.map_err(|e| io_error(Operation::ForceRelease, &self.dir, e))?;
+        Ok(swept.removed)
     }
 
     /// The record file of `key`, for operators.
@@ -221,9 +260,9 @@ async fn file_lock(file: &File, mode: Mode, path: &Path, op: Operation) -> Resul
 
 /// Opens the record file at `path` (creating it when `writes`) and takes its file lock
 /// (exclusive when `writes`, else shared), checking once it is taken that the file is still
-/// the one at `path`: a release removes a record it leaves free while it holds the lock
-/// (see [`forgettable`]), so a call that opened the file before waits for a file nobody
-/// will look at again, and opens the path anew. `None`: there is no record (only when not
+/// the one at `path`: a sweep removes a record nothing needs any more while it holds the
+/// lock (the `sweep` module), so a call that opened the file before waits for a file
+/// nobody will look at again, and opens the path anew. `None`: there is no record (only when not
 /// `writes`).
 async fn locked(path: &Path, writes: bool, op: Operation) -> Result<Option<File>> {
     let mode = if writes {
@@ -258,25 +297,6 @@ async fn locked(path: &Path, writes: bool, op: Operation) -> Result<Option<File>
 
 /// How often [`locked`] opens a record again that was removed while it waited for it.
 const MOST_REOPENS: usize = 64;
-
-/// Whether `file` is still the file at `path` (not unlinked, not replaced).
-fn still_linked(file: &File, path: &Path) -> io::Result<bool> {
-    use std::os::unix::fs::MetadataExt;
-    let open = file.metadata()?;
-    match std::fs::symlink_metadata(path) {
-        Ok(now) => Ok(open.nlink() > 0 && now.dev() == open.dev() && now.ino() == open.ino()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether a record about to be written keeps nothing that the key's next obtain needs: it
-/// is free (no hold, no cooldown, no writer's marker) and its fencing token is below the
-/// wall clock's microseconds, which every later token is at least (the fencing floor), so
-/// tokens keep growing without it (as long as the wall clock does not go backwards).
-fn forgettable(record: &rules::Record<String, HolderInfo>, micros: u64) -> bool {
-    matches!(record.state, rules::State::Free) && record.writer.is_none() && record.fencing < micros
-}
 
 /// The current record of `key`'s file, checked to be `key`'s.
 fn current(slots: &Slots, path: &Path, key: &Key, op: Operation) -> Result<Option<Record>> {
@@ -414,23 +434,13 @@ impl Storage for FileBackend {
             (None, Operation::ForceRelease) => rules::Record::new(clock.micros, rules::State::Free),
             (None, _) => return Ok(Commit::Done),
         };
-        if forgettable(&write, clock.micros) {
-            // Nothing in it that the key's next obtain needs: the file goes, so that keys
-            // taken and released leave nothing behind. Removed under its file lock: a call
-            // that opened it before and waits for that lock finds it unlinked, and opens
-            // the path anew (`locked`).
-            return match std::fs::remove_file(&path) {
-                Ok(()) => Ok(Commit::Done),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Commit::Done),
-                Err(e) => Err(io_error(op, &path, e)),
-            };
-        }
         slots
             .write_next(
                 &file,
                 Record::from_stored(key.as_str(), write, clock.anchor()),
             )
             .map_err(|e| io_error(op, &path, e))?;
+        self.sweeps.tick(&self.dir);
         if op == Operation::ForceRelease {
             tracing::info!(path = %path.display(), "lock broken by force_release");
         }

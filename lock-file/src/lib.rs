@@ -6,6 +6,7 @@ pub mod fence;
 mod names;
 mod record;
 mod slots;
+mod sweep;
 
 pub use backend::FileBackend;
 pub use lock_core;

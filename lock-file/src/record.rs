@@ -27,10 +27,8 @@
 //! upgrade on one host is safe while nobody uses shared holds. A waiting writer's marker is
 //! `"writer":{"token","until_ms"}` beside any state (version 3 too).
 //!
-//! A release that leaves a key free removes its file (the backend's `forgettable`): fencing
-//! keeps growing through the wall-clock floor. A free record (`"state":"free"`) is still
-//! written where its token is not yet below the wall clock, and read as written by earlier
-//! versions.
+//! A released lock's record is `"state":"free"` until a sweep removes its file (the `sweep`
+//! module): fencing keeps growing through the wall-clock floor.
 //! Version 1 records (one padded line at offset 0, no checksum) are still read, as `seq` 0.
 
 use lock_core::backend::rules;

@@ -22,6 +22,18 @@ pub(crate) fn open(path: &Path, create: bool) -> io::Result<File> {
         .open(path)
 }
 
+/// Whether `file` is still the file at `path` (not unlinked, not replaced): a file that a
+/// sweep removed while a call waited for its lock is no record of the key any more.
+pub(crate) fn still_linked(file: &File, path: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let open = file.metadata()?;
+    match std::fs::symlink_metadata(path) {
+        Ok(now) => Ok(open.nlink() > 0 && now.dev() == open.dev() && now.ino() == open.ino()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The two slots of a record file, decoded (see the `record` module).
 pub(crate) struct Slots([std::result::Result<Option<Record>, String>; 2]);
 
