@@ -247,6 +247,7 @@ macro_rules! for_each_case {
             the_last_share_beside_a_writer_wakes_every_waiter,
             a_resignation_wakes_the_candidate_not_the_observer,
             what_frees_nothing_wakes_nobody,
+            a_forced_release_wakes_every_waiter,
             a_late_release_of_one_share_leaves_the_others_alone,
             a_shares_prolong_renews_that_share_only,
             a_release_leaving_live_shares_starts_no_cooldown,

@@ -32,6 +32,8 @@ enum Bug {
     OwnLine,
     /// Every call on a key wakes its subscribers, a prolong and a busy obtain included.
     WakesOnEveryCall,
+    /// A release wakes the key's subscribers; a forced release wakes nobody.
+    ForceWakesNobody,
 }
 
 #[derive(Debug)]
@@ -56,6 +58,10 @@ impl Broken {
     }
 
     fn touched(&self, key: &Key) {
+        if let Bug::ForceWakesNobody = self.bug {
+            // Only a release that frees the key wakes (below).
+            return;
+        }
         if let Bug::WakesOnEveryCall = self.bug {
             self.everyone.wake_key(key.as_str());
         }
@@ -116,6 +122,9 @@ impl Layer for Broken {
         self.touched(&key);
         if let Ok(ReleaseOutcome::Released | ReleaseOutcome::ReleasedLate) = outcome {
             self.released(&key);
+            if let Bug::ForceWakesNobody = self.bug {
+                self.everyone.wake_key(key.as_str());
+            }
         }
         outcome
     }
@@ -147,7 +156,7 @@ impl Layer for Broken {
                     .push_back(tx);
                 ReleaseSubscription::new(rx, None)
             }
-            Bug::WakesOnEveryCall => self.everyone.subscribe(key.as_str()),
+            Bug::WakesOnEveryCall | Bug::ForceWakesNobody => self.everyone.subscribe(key.as_str()),
             _ => match self.inner.subscribe(key).await? {
                 Some(sub) => sub,
                 None => return Ok(None),
@@ -236,4 +245,9 @@ catches!(
     wake_ups_that_free_nothing_are_caught,
     WakesOnEveryCall,
     what_frees_nothing_wakes_nobody
+);
+catches!(
+    a_forced_release_that_wakes_nobody_is_caught,
+    ForceWakesNobody,
+    a_forced_release_wakes_every_waiter
 );

@@ -32,7 +32,7 @@ const SCHEMA: &str = include_str!("sql/schema.sql");
 // The functions' names after the table's, with the version each last changed in (see the
 // top of schema.sql): a backend never runs another version's body.
 /// Every operation.
-const OP_FN: &str = "op_v6";
+const OP_FN: &str = "op_v7";
 /// Deletes rows nobody needs any more.
 const SWEEP_FN: &str = "sweep_v3";
 /// Raises when a write touched no row.
@@ -108,6 +108,7 @@ impl Names {
             .replace("{sweep}", &format!("\"{}_{SWEEP_FN}\"", self.table))
             .replace("{check}", &format!("\"{}_{CHECK_FN}\"", self.table))
             .replace("{waits}", &format!("\"{}_{WAITS_FN}\"", self.table))
+            .replace("{channel_all}", &format!("'{}'", self.channel_all))
             .replace("{channel}", &format!("'{}'", self.channel))
             .replace("{lock_prefix}", &format!("'{}'", self.lock_prefix));
         format!(
@@ -455,7 +456,7 @@ mod tests {
                 "{placeholder} left in the migration"
             );
         }
-        assert!(m.contains("\"s\".\"t_op_v6\""));
+        assert!(m.contains("\"s\".\"t_op_v7\""));
         assert!(
             m.contains("'s.t '"),
             "the sweep hashes the ids the client does"

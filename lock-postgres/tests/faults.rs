@@ -217,7 +217,7 @@ async fn keys_with_colliding_advisory_ids_are_independent_locks() {
     let pool = sqlx::PgPool::connect(&server.url).await.unwrap();
     let call = |key: &str, token: &str| {
         format!(
-            "SELECT o_outcome FROM public.distlock_op_v6('obtain', '{key}', 42, '{token}', 30000, \
+            "SELECT o_outcome FROM public.distlock_op_v7('obtain', '{key}', 42, '{token}', 30000, \
              30000, '{{\"host\":\"h\",\"pid\":1}}', 0, 5000, true)"
         )
     };

@@ -357,7 +357,7 @@ async fn a_durable_call_flushes_its_commit_whatever_synchronous_commit_the_role_
     for durable in [true, false] {
         let mut tx = pool.begin().await.unwrap();
         sqlx::query(&format!(
-            "SELECT o_outcome FROM {}.locks_op_v6('inspect', 'k', 1, NULL, 0, 0, NULL, 0, 5000, $1)",
+            "SELECT o_outcome FROM {}.locks_op_v7('inspect', 'k', 1, NULL, 0, 0, NULL, 0, 5000, $1)",
             f.schema
         ))
         .bind(durable)
@@ -693,7 +693,7 @@ fn owner_tokens_never_reach_a_log() {
         assert_eq!(b.release(r).await.unwrap(), ReleaseOutcome::Released);
         f.drop_schema().await;
     });
-    assert!(log.contains("locks_op_v6"), "statements were logged: {log}");
+    assert!(log.contains("locks_op_v7"), "statements were logged: {log}");
     assert!(
         log.contains("slow statement"),
         "the slow statement was logged: {log}"

@@ -155,6 +155,32 @@ pub async fn the_last_share_beside_a_writer_wakes_every_waiter(suite: &Suite) ->
     Ok(())
 }
 
+/// A forced release wakes every waiter (the rules' `Wake::All`): an operator who breaks a
+/// stuck lock lets its waiters in at once, in every process, not at their poll.
+pub async fn a_forced_release_wakes_every_waiter(suite: &Suite) -> CaseResult {
+    let case = "a_forced_release_wakes_every_waiter";
+    let Some(two) = Two::of(suite, case, "wake-forced").await? else {
+        return Ok(());
+    };
+    let holder = Owner::new(&two.deciding, "wake-forced", "holder");
+    acquired(holder.obtain(LONG).await?, "the holder")?;
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let sub = two.waiting.subscribe(&holder.key).await?;
+        waiting.push(sub.ok_or_else(|| Failure("subscribe answered None".into()))?);
+    }
+    tokio::time::sleep(SETTLE).await;
+    two.deciding.force_release(&holder.key).await?;
+    for (i, sub) in waiting.iter_mut().enumerate() {
+        ensure!(
+            sub.released_within(WOKEN).await,
+            "waiter {} of 2 was not woken by a forced release",
+            i + 1
+        );
+    }
+    Ok(())
+}
+
 /// A resignation wakes the candidate that waits, not an observer of the same process that
 /// subscribed before it (the docs' own shape: one locker observes and campaigns); the
 /// candidate leads at once, and the observer sees it.

@@ -316,7 +316,7 @@ pub const CASES: &[Case] = &[
 /// | wake | rows | checked on every backend with notifications by |
 /// |---|---|---|
 /// | one waiter | a release that frees an exclusive hold; a shared admission (the next in line may be a reader too, and wakes the next in turn) | `a_release_wakes_a_waiter_at_once`, `a_resignation_wakes_the_candidate_not_the_observer` |
-/// | every waiter | a release of a share, or beside shares or a writer's marker; a writer giving up; a downgrade; a force-release | `the_last_share_beside_a_writer_wakes_every_waiter`, `a_downgrade_wakes_every_waiter` (a force-release: no case of its own) |
+/// | every waiter | a release of a share, or beside shares or a writer's marker; a writer giving up; a downgrade; a force-release | `the_last_share_beside_a_writer_wakes_every_waiter`, `a_downgrade_wakes_every_waiter`, `a_forced_release_wakes_every_waiter` |
 /// | nobody | every other row: a busy obtain, a prolong, a decrement, an inspect, a call that finds nothing of its own | `what_frees_nothing_wakes_nobody` |
 pub const WAKES: &[(&str, Wakes)] = &[
     ("release with a delay, expired", Wakes::One),

@@ -2,10 +2,11 @@
 --
 -- Placeholders, filled in by sql.rs with quoted identifiers: {schema}, {table}, {fn},
 -- {sweep}, {check}, {waits}; and string literals: {channel}, the LISTEN/NOTIFY channel of release
--- notifications, and {lock_prefix}, what a key's advisory lock id is the hash of (with the
+-- notifications that wake one waiter, {channel_all}, the one whose notifications wake every
+-- waiter of the key, and {lock_prefix}, what a key's advisory lock id is the hash of (with the
 -- key appended).
 --
--- The functions' names carry a version (`_op_v6`, `_sweep_v3`, `_check_v2`, `_waits_v1`: the
+-- The functions' names carry a version (`_op_v7`, `_sweep_v3`, `_check_v2`, `_waits_v1`: the
 -- version a function last changed in; sql.rs names them): a backend never runs the body of another version, and
 -- backends of two versions on one table still exclude each other (same rows, same advisory
 -- lock ids). A migration leaves the functions of older versions in place for the backends
@@ -271,9 +272,10 @@ BEGIN
                SET state = 'free', token = NULL, holder = NULL, holds = NULL,
                    expires_at = now_ts, forget_at = now_ts + keep
              WHERE t.key = p_key;
+            -- A forced release wakes every waiter (rules::force; since op_v7: it woke one).
             IF r.waiters > 0 OR (r.waiting <> '{}'::jsonb
                                 AND {schema}.{waits}(r.waiting, now_ts) <> '{}'::jsonb) THEN
-                PERFORM pg_notify({channel}, p_key);
+                PERFORM pg_notify({channel_all}, p_key);
             END IF;
         END IF;
         RETURN NEXT;

@@ -88,15 +88,16 @@ local function state()
   return { 'free' }
 end
 
--- Frees the lock, or starts its cooldown, keeping the fencing token; wakes waiters.
-local function free(delay)
+-- Frees the lock, or starts its cooldown, keeping the fencing token; wakes one waiter
+-- ('released': a release) or all of them ('all': a forced release, rules::force).
+local function free(delay, wake)
   if delay > 0 then
     redis.call('SET', rec, string.format('v1|cooling||%d|0|%d|%d|', fen, now + delay, now + delay),
       'PX', delay)
   else
     redis.call('SET', rec, string.format('v1|free||%d|0|%d|%d|', fen, now, now), 'PX', FREE_KEEP)
   end
-  redis.call('PUBLISH', channel, 'released')
+  redis.call('PUBLISH', channel, wake)
 end
 
 if op == 'obtain' then
@@ -129,14 +130,14 @@ elseif op == 'release' then
       'KEEPTTL')
     return { 'decremented', fmt(holds - 1) }
   end
-  free(tonumber(ARGV[3]))
+  free(tonumber(ARGV[3]), 'released')
   if phase == 'live' then return { 'released' } end
   return { 'released_late' }
 elseif op == 'inspect' then
   return state()
 elseif op == 'force' then
   local before = state()
-  if raw then free(0) end
+  if raw then free(0, 'all') end
   return before
 end
 return redis.error_reply('PROTOCOL unknown operation ' .. tostring(op))
