@@ -146,8 +146,8 @@ impl FileBackend {
     /// the wall clock's microseconds (which every later token is at least), and files that
     /// hold no record; a record another call holds is left for the next sweep, and a
     /// corrupt one for an operator. Returns how many it removed. The backend sweeps by
-    /// itself, in the background, after a number of calls that grows with the directory
-    /// (twice its files, at least 1,024), so that the directory holds about the keys in
+    /// itself, in the background, after a number of writes that grows with the directory
+    /// (twice its files, at least 1,024) and at most every ten seconds, so that the directory holds about the keys in
     /// use however many different keys were ever taken; call this to tidy a directory
     /// nobody locks in.
     ///

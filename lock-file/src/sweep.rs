@@ -16,12 +16,14 @@
 //! Removal happens in sweeps, not at each release: creating and unlinking a file on every
 //! obtain and release made a lock cycle about seven times slower. A backend sweeps in the
 //! background (tokio's blocking pool), one sweep at a time, after a number of its writes
-//! that grows with the directory, so that a sweep's cost per call stays small.
+//! that grows with the directory and at most every ten seconds, so that a sweep's cost per
+//! call stays small.
 
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use lock_core::backend::rules;
 use lock_core::HolderInfo;
@@ -33,6 +35,11 @@ use crate::slots::{open, still_linked, Slots};
 /// The fewest writes between two background sweeps.
 const SWEEP_EVERY: u64 = 1024;
 
+/// The shortest time between two background sweeps: a busy backend sweeps no more often,
+/// however many writes it makes (a sweep that removes the files of hot keys only makes the
+/// next obtains create them again).
+const SWEEP_PERIOD: Duration = Duration::from_secs(10);
+
 /// When a backend (and its clones) next sweeps its directory.
 #[derive(Debug)]
 pub(crate) struct Sweeps {
@@ -43,6 +50,8 @@ pub(crate) struct Sweeps {
     next: AtomicU64,
     /// A sweep is under way.
     running: AtomicBool,
+    /// When the last sweep began.
+    last: Mutex<Option<Instant>>,
 }
 
 impl Default for Sweeps {
@@ -51,17 +60,28 @@ impl Default for Sweeps {
             writes: AtomicU64::new(0),
             next: AtomicU64::new(SWEEP_EVERY),
             running: AtomicBool::new(false),
+            last: Mutex::new(None),
         }
     }
 }
 
 impl Sweeps {
-    /// Counts a write; every so often starts a sweep of `dir` in the background (when a
-    /// tokio runtime runs this call, and no sweep is under way).
+    /// Counts a write; every so often (enough writes since the last sweep, and
+    /// [`SWEEP_PERIOD`]) starts a sweep of `dir` in the background, when a tokio runtime
+    /// runs this call and no sweep is under way.
     pub(crate) fn tick(self: &Arc<Self>, dir: &Path) {
         let writes = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
-        if writes < self.next.load(Ordering::Relaxed) || self.running.swap(true, Ordering::AcqRel) {
+        if writes < self.next.load(Ordering::Relaxed) {
             return;
+        }
+        {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| at.elapsed() < SWEEP_PERIOD)
+                || self.running.swap(true, Ordering::AcqRel)
+            {
+                return;
+            }
+            *last = Some(Instant::now());
         }
         self.writes.store(0, Ordering::Relaxed);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
