@@ -279,7 +279,7 @@ async fn locked(path: &Path, writes: bool, op: Operation) -> Result<Option<File>
             Err(e) => return Err(io_error(op, path, e)),
         };
         file_lock(&file, mode, path, op).await?;
-        if still_linked(&file, path).map_err(|e| io_error(op, path, e))? {
+        if still_linked(&file).map_err(|e| io_error(op, path, e))? {
             return Ok(Some(file));
         }
     }

@@ -22,16 +22,13 @@ pub(crate) fn open(path: &Path, create: bool) -> io::Result<File> {
         .open(path)
 }
 
-/// Whether `file` is still the file at `path` (not unlinked, not replaced): a file that a
-/// sweep removed while a call waited for its lock is no record of the key any more.
-pub(crate) fn still_linked(file: &File, path: &Path) -> io::Result<bool> {
+/// Whether `file` is still linked in the directory: a file that a sweep removed while a
+/// call waited for its lock is no record of the key any more. Lock-file only ever removes
+/// record files, never renames one onto another's path, so a file with a link is the one
+/// at its path; one `fstat`, no path lookup, on every call.
+pub(crate) fn still_linked(file: &File) -> io::Result<bool> {
     use std::os::unix::fs::MetadataExt;
-    let open = file.metadata()?;
-    match std::fs::symlink_metadata(path) {
-        Ok(now) => Ok(open.nlink() > 0 && now.dev() == open.dev() && now.ino() == open.ino()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
+    Ok(file.metadata()?.nlink() > 0)
 }
 
 /// The two slots of a record file, decoded (see the `record` module).

@@ -151,7 +151,7 @@ fn remove_if_forgotten(path: &Path, name: &str) -> bool {
         return false;
     };
     // Held by a call at work (for microseconds): the next sweep sees it.
-    if file.try_lock().is_err() || !still_linked(&file, path).unwrap_or(false) {
+    if file.try_lock().is_err() || !still_linked(&file).unwrap_or(false) {
         return false;
     }
     let Ok(slots) = Slots::read(&file) else {
