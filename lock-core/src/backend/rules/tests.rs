@@ -73,6 +73,13 @@ fn a_mode_change_changes_its_own_live_hold_or_nothing() {
     // Its own live share: upgraded.
     let (up, _) = change(&mut r, 10, 1, Mode::Exclusive, 1);
     assert_eq!(up, "Acquired { fencing: Fencing(2) }");
+    // Its own live exclusive hold, downgraded by name; naming another fencing token, or by
+    // another token: Lost.
+    let mut down = r.clone();
+    assert_eq!(change(&mut down, 20, 1, read, 7), lost);
+    assert_eq!(change(&mut down, 20, 2, read, 2), lost);
+    let (d, _) = change(&mut down, 20, 1, read, 2);
+    assert_eq!(d, "Acquired { fencing: Fencing(2) }");
     // A downgrade of the exclusive hold once it expired (nobody took it): Lost, where an
     // obtain without `change` grants a fresh share.
     let expired = r.clone();
@@ -318,6 +325,25 @@ fn a_waiting_writer_keeps_new_readers_out() {
     assert!(obtain_into(&mut r, 70, 9, Mode::Exclusive, true).contains("Shared"));
     assert!(obtain_into(&mut r, 1_069, 5, Mode::READ, false).contains("WriterWaiting"));
     assert!(obtain_into(&mut r, 1_070, 5, Mode::READ, false).starts_with("Acquired"));
+}
+
+/// A writer's marker outlives an exclusive hold that another token took in between (a
+/// marker keeps only shared requests out): that hold's release keeps it, so a reader still
+/// waits behind the writer. (A mutant that dropped it passed every test before this one.)
+#[test]
+fn a_marker_outlives_another_tokens_exclusive_hold() {
+    let mut r = None;
+    assert!(obtain_into(&mut r, 0, 1, Mode::READ, false).starts_with("Acquired"));
+    assert!(obtain_into(&mut r, 0, 9, Mode::Exclusive, true).contains("Shared"));
+    assert_eq!(release_into(&mut r, 10, 1).0, ReleaseOutcome::Released);
+    // Another writer takes the key before the marked one.
+    assert!(obtain_into(&mut r, 10, 2, Mode::Exclusive, false).starts_with("Acquired"));
+    assert_eq!(
+        release_into(&mut r, 20, 2),
+        (ReleaseOutcome::Released, Wake::All)
+    );
+    assert!(obtain_into(&mut r, 20, 3, Mode::READ, false).contains("WriterWaiting"));
+    assert!(obtain_into(&mut r, 20, 9, Mode::Exclusive, true).starts_with("Acquired"));
 }
 
 #[test]
