@@ -147,9 +147,9 @@ impl FileBackend {
     /// hold no record; a record another call holds is left for the next sweep, and a
     /// corrupt one for an operator. Returns how many it removed. The backend sweeps by
     /// itself, in the background, after a number of writes that grows with the directory
-    /// (twice its files, at least 1,024) and at most every ten seconds, so that the directory holds about the keys in
-    /// use however many different keys were ever taken; call this to tidy a directory
-    /// nobody locks in.
+    /// (twice its files, at least 1,024) and at most every ten seconds, so that the
+    /// directory holds about the keys in use however many different keys were ever taken;
+    /// call this to tidy a directory nobody locks in.
     ///
     /// # Errors
     /// As [`FileBackend::new`] for a directory that cannot be read.
@@ -262,15 +262,15 @@ async fn file_lock(file: &File, mode: Mode, path: &Path, op: Operation) -> Resul
 /// (exclusive when `writes`, else shared), checking once it is taken that the file is still
 /// the one at `path`: a sweep removes a record nothing needs any more while it holds the
 /// lock (the `sweep` module), so a call that opened the file before waits for a file
-/// nobody will look at again, and opens the path anew. `None`: there is no record (only when not
-/// `writes`).
+/// nobody will look at again, and opens the path anew. `None`: there is no record (only
+/// when not `writes`).
 async fn locked(path: &Path, writes: bool, op: Operation) -> Result<Option<File>> {
     let mode = if writes {
         Mode::Exclusive
     } else {
         Mode::Shared
     };
-    // Each turn means a whole release of the key came between an open and its lock; a
+    // Each turn means a sweep removed the file between this call's open and its lock; a
     // bound all the same, so that no call can loop for ever.
     for _ in 0..MOST_REOPENS {
         let file = match open(path, writes) {
