@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::harness::{ms, Owner};
 use crate::{CaseResult, Failure, Suite};
 
-mod reference;
+pub(crate) mod reference;
 use reference::{KeyModel, Model, Observed, Window};
 
 /// Owners and keys in every sequence.
@@ -29,7 +29,7 @@ const OWNERS: usize = 3;
 /// Keys chosen to be awkward for key mappings.
 const KEYS: [&str; 2] = ["model/../a:{1}*", "modèle b"];
 /// Clock granularity the model forgives (millisecond storage, timer slack).
-const SLACK: Duration = Duration::from_millis(15);
+pub(crate) const SLACK: Duration = Duration::from_millis(15);
 
 /// A ttl or cooldown class: short ones expire within a sequence, long ones never do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,8 +30,11 @@ use crate::cases::model::Span;
 use crate::harness::Owner;
 
 mod reference;
+mod worlds;
+use crate::cases::model::reference::Window;
 use crate::{CaseResult, Failure, Suite};
-use reference::{Expect, Model, Window, World};
+use reference::{Expect, World};
+use worlds::Model;
 
 /// Owners in every sequence (one key).
 const OWNERS: usize = 4;
@@ -41,9 +44,6 @@ const SLACK: Duration = Duration::from_secs(1);
 /// Two ends this close (beside the windows of the calls that set them) are the same end to
 /// the model: a server's clock in milliseconds cannot order holds made within one.
 const TIE: Duration = Duration::from_millis(5);
-/// How close to a hold's end the model forgives the backend's clock (milliseconds stored,
-/// timer slack).
-const EDGE: Duration = Duration::from_millis(15);
 
 /// How an obtain asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,10 +12,10 @@ use tokio::time::Instant;
 use super::{Op, SLACK};
 
 /// When the backend applied an operation: somewhere between sending and answering.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Window {
-    pub(super) sent: Instant,
-    pub(super) answered: Instant,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub(crate) sent: Instant,
+    pub(crate) answered: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -36,10 +36,10 @@ pub(super) enum KeyModel {
 
 /// What a held record can be, as seen by an operation applied within `at`.
 #[derive(Debug, Clone, Copy, Default)]
-struct Phases {
-    live: bool,
-    late: bool,
-    gone: bool,
+pub(crate) struct Phases {
+    pub(crate) live: bool,
+    pub(crate) late: bool,
+    pub(crate) gone: bool,
 }
 
 pub(super) struct Model {
@@ -52,7 +52,7 @@ pub(super) struct Model {
 }
 
 /// What a held record can be, as seen by an operation applied within `at`.
-fn held_phases(expiry: Expiry, ttl: Duration, set: Window, at: Window) -> Phases {
+pub(crate) fn held_phases(expiry: Expiry, ttl: Duration, set: Window, at: Window) -> Phases {
     let earliest_expiry = set.sent + ttl;
     let latest_expiry = set.answered + expiry.longest(ttl);
     // The grace period is at least the ttl; past it the record may or may not remain.

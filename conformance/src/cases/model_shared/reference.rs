@@ -1,14 +1,8 @@
 //! The reference model of shared holds: the key as the contract's "Shared holds" section
-//! says it stands, and the answer it expects to each request.
-//!
-//! Time is real (a server backend cannot fake it), and a hold taken for a short ttl may end
-//! while a sequence runs. Every hold and marker carries the window in which the backend
-//! applied the call that set it (from just before the request was sent to just after the
-//! answer came), so the model knows, for a call applied within another window, whether
-//! the hold surely lives, surely ended, may be forgotten (past the grace the contract
-//! promises, at least its ttl) or any of those. Where more than one is possible, the model
-//! keeps every state the key can be in (a *world*) and each answer keeps the worlds that
-//! expect it; no world left is a failure.
+//! says it stands (one state, a [`World`]), the answer it expects to each request, and the
+//! states time can move it to before the next call (a hold that may have ended, or been
+//! forgotten past the grace the contract promises, at least its ttl). `worlds` keeps every
+//! state the key can be in and lets the answers choose.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,14 +11,9 @@ use lock_core::backend::Expiry;
 use lock_core::{BusyReason, Fencing, LockState, ProlongOutcome, ReleaseOutcome};
 use tokio::time::Instant;
 
-use super::{Ask, EDGE, TIE};
-
-/// When the backend applied a call: somewhere between sending and answering.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Window {
-    pub(super) sent: Instant,
-    pub(super) answered: Instant,
-}
+use super::{Ask, TIE};
+use crate::cases::model::reference::{held_phases, Window};
+use crate::cases::model::SLACK;
 
 /// One owner's hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,19 +80,6 @@ pub(super) enum Expect {
     Refused,
 }
 
-/// What the states of a hold can be for a call applied within `at`: (it may still live, its
-/// ttl may have ended, it may be forgotten).
-fn phases(expiry: Expiry, ttl: Duration, set: Window, at: Window) -> (bool, bool, bool) {
-    let earliest = set.sent + ttl;
-    let latest = set.answered + expiry.longest(ttl);
-    (
-        at.sent < latest + EDGE,
-        at.answered + EDGE > earliest,
-        // The grace lasts at least the ttl; past it the hold may or may not remain.
-        at.answered + EDGE > earliest + ttl,
-    )
-}
-
 impl World {
     fn live(&self) -> impl Iterator<Item = (usize, &Held)> + '_ {
         self.holds
@@ -128,10 +104,11 @@ impl World {
     }
 
     /// Every state this one can be in for a call applied within `at`.
-    fn futures(&self, expiry: Expiry, at: Window) -> Vec<World> {
+    pub(super) fn futures(&self, expiry: Expiry, at: Window) -> Vec<World> {
         let mut worlds = vec![self.clone()];
         for (&owner, h) in &self.holds {
-            let (live, ended, forgotten) = phases(expiry, h.ttl, h.set, at);
+            let p = held_phases(expiry, h.ttl, h.set, at);
+            let (live, ended, forgotten) = (p.live, p.late, p.gone);
             let mut next = Vec::new();
             for w in worlds {
                 if ended {
@@ -153,7 +130,8 @@ impl World {
             worlds = next;
         }
         if let Some(m) = self.marker {
-            let (live, ended, _) = phases(expiry, m.ttl, m.set, at);
+            let p = held_phases(expiry, m.ttl, m.set, at);
+            let (live, ended) = (p.live, p.late);
             if ended {
                 let mut next = Vec::new();
                 for w in worlds {
@@ -182,7 +160,7 @@ impl World {
             .map(|m| (m.ttl, m.set));
         holds
             .chain(marker)
-            .map(|(ttl, set)| set.answered + expiry.longest(ttl) + EDGE)
+            .map(|(ttl, set)| set.answered + expiry.longest(ttl) + SLACK)
             .max()
     }
 
@@ -492,75 +470,5 @@ impl World {
             }
             _ => Err(format!("the model has {self:?}")),
         }
-    }
-}
-
-/// Every state the key can be in, and what the answers so far showed.
-pub(super) struct Model {
-    worlds: Vec<World>,
-    /// How the backend's server ends holds (its capabilities): never before the ttl asked,
-    /// at the latest [`Expiry::longest`] after it was set.
-    expiry: Expiry,
-    /// The last fencing token an admission carried.
-    pub(super) last_fencing: Option<Fencing>,
-}
-
-/// More states than this at once is a model gone wrong, not a backend.
-const MOST_WORLDS: usize = 4096;
-
-impl Model {
-    pub(super) fn new(expiry: Expiry) -> Self {
-        Model {
-            worlds: vec![World::default()],
-            expiry,
-            last_fencing: None,
-        }
-    }
-
-    /// Moves every world on to a call applied within `at`, keeps those where `judge` (which
-    /// moves the world as the call did) accepts the answer, and fails with the first
-    /// world's objection when none does.
-    pub(super) fn step(
-        &mut self,
-        at: Window,
-        mut judge: impl FnMut(&mut World) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let mut kept: Vec<World> = Vec::new();
-        let mut objection = None;
-        let futures: Vec<World> = self
-            .worlds
-            .iter()
-            .flat_map(|w| w.futures(self.expiry, at))
-            .collect();
-        let considered = futures.len();
-        for mut w in futures {
-            match judge(&mut w) {
-                Ok(()) if !kept.contains(&w) => kept.push(w),
-                Ok(()) => {}
-                Err(why) => {
-                    objection.get_or_insert(why);
-                }
-            }
-        }
-        if kept.is_empty() {
-            let why = objection.unwrap_or_else(|| "no state to judge".into());
-            return Err(match considered {
-                1 => why,
-                n => format!("{why} (and in every other of the {n} states the key could be in)"),
-            });
-        }
-        if kept.len() > MOST_WORLDS {
-            return Err(format!("the model keeps {} states at once", kept.len()));
-        }
-        self.worlds = kept;
-        Ok(())
-    }
-
-    /// The instant by which every short hold and marker of every world has surely ended.
-    pub(super) fn short_ends(&self, short: Duration) -> Option<Instant> {
-        self.worlds
-            .iter()
-            .filter_map(|w| w.last_end(self.expiry, short))
-            .max()
     }
 }
