@@ -73,6 +73,20 @@ impl Redis {
     fn made(&self) -> Vec<(String, RedisBackend)> {
         self.made.lock().unwrap().clone()
     }
+
+    /// Every key of this test's namespaces (on a cluster `KEYS` goes to every primary).
+    async fn keys<C: redis::aio::ConnectionLike>(&self, admin: &mut C) -> Vec<String> {
+        let mut all = Vec::new();
+        for (prefix, _) in self.made() {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{prefix}*"))
+                .query_async(admin)
+                .await
+                .unwrap();
+            all.extend(keys);
+        }
+        all
+    }
 }
 
 #[async_trait]
@@ -139,20 +153,13 @@ impl Harness for Redis {
         // Every key of this test's namespaces, fencing counters included, as a restart
         // without persistence would (the restart itself is in tests/faults.rs).
         let mut admin = admin_for(self.url()).await;
-        for (prefix, _) in self.made() {
-            // On a cluster KEYS goes to every primary; each DEL to its key's own.
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{prefix}*"))
+        for key in self.keys(&mut admin).await {
+            // Each DEL goes to its key's own primary.
+            let _: i64 = redis::cmd("DEL")
+                .arg(key)
                 .query_async(&mut admin)
                 .await
                 .unwrap();
-            for key in keys {
-                let _: i64 = redis::cmd("DEL")
-                    .arg(key)
-                    .query_async(&mut admin)
-                    .await
-                    .unwrap();
-            }
         }
         true
     }
@@ -162,21 +169,14 @@ impl Harness for Redis {
     async fn lasting_records(&self) -> Option<u64> {
         let mut admin = admin_for(self.url()).await;
         let mut lasting = 0;
-        for (prefix, _) in self.made() {
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{prefix}*"))
+        for key in self.keys(&mut admin).await {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
                 .query_async(&mut admin)
                 .await
                 .unwrap();
-            for key in keys {
-                let pttl: i64 = redis::cmd("PTTL")
-                    .arg(&key)
-                    .query_async(&mut admin)
-                    .await
-                    .unwrap();
-                if pttl == -1 {
-                    lasting += 1;
-                }
+            if pttl == -1 {
+                lasting += 1;
             }
         }
         Some(lasting)
