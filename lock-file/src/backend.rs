@@ -225,9 +225,14 @@ enum Mode {
 
 /// Takes `file`'s lock without ever blocking the thread: another process holds it for
 /// microseconds, so it is tried again on the timer (from 100 µs, doubling up to 10 ms),
-/// for at most [`FileBackend::FILE_LOCK_WAIT`].
-async fn file_lock(file: &File, mode: Mode, path: &Path, op: Operation) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + FileBackend::FILE_LOCK_WAIT;
+/// until `deadline` (the call's [`FileBackend::FILE_LOCK_WAIT`]).
+async fn file_lock(
+    file: &File,
+    mode: Mode,
+    path: &Path,
+    op: Operation,
+    deadline: tokio::time::Instant,
+) -> Result<()> {
     let mut pause = Duration::from_micros(100);
     loop {
         let tried = match mode {
@@ -270,6 +275,9 @@ async fn locked(path: &Path, writes: bool, op: Operation) -> Result<Option<File>
     } else {
         Mode::Shared
     };
+    // One wait for the file lock, however many times the file is opened anew: a call
+    // never waits longer than FILE_LOCK_WAIT in all.
+    let deadline = tokio::time::Instant::now() + FileBackend::FILE_LOCK_WAIT;
     // Each turn means a sweep removed the file between this call's open and its lock; a
     // bound all the same, so that no call can loop for ever.
     for _ in 0..MOST_REOPENS {
@@ -278,7 +286,7 @@ async fn locked(path: &Path, writes: bool, op: Operation) -> Result<Option<File>
             Err(e) if !writes && e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_error(op, path, e)),
         };
-        file_lock(&file, mode, path, op).await?;
+        file_lock(&file, mode, path, op, deadline).await?;
         if still_linked(&file).map_err(|e| io_error(op, path, e))? {
             return Ok(Some(file));
         }
