@@ -115,6 +115,10 @@ pub struct Suite {
     pub harness: Box<dyn Harness>,
     /// The libtest name of the worker entry point, for the multi-process cases.
     pub worker_test: String,
+    /// The seed of the model cases' random sequences: `None` takes `LOCK_CONFORMANCE_SEED`
+    /// when it is set, else draws one per run (a failure names the seed it ran with, so
+    /// that the same sequences can be run again).
+    pub seed: Option<u64>,
 }
 
 impl Suite {
@@ -125,7 +129,15 @@ impl Suite {
             name,
             harness: Box::new(harness),
             worker_test: String::new(),
+            seed: None,
         }
+    }
+
+    /// The suite with the model cases' sequences drawn from `seed`: the same sequences on
+    /// every run (what a test that must catch a given bug every time needs).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
     }
 }
 

@@ -361,19 +361,24 @@ impl Harness for BentHarness {
 
 /// `case` passes on the rules as they are, and fails on `bug`.
 fn caught(bug: Bug, named: &str, case: Case) {
-    let straight = Suite::new("bent", bent(Bug::None));
+    let straight = Suite::new("bent", bent(Bug::None)).with_seed(MODEL_SEED);
     if let Err(e) = run(case(&straight)) {
         panic!("{named} fails on the unbent rules: {e}");
     }
-    let suite = Suite::new("bent", bent(bug));
+    let suite = Suite::new("bent", bent(bug)).with_seed(MODEL_SEED);
     let result = run(case(&suite));
     assert!(result.is_err(), "{named} did not catch {bug:?}");
     println!("{named} caught {bug:?}: {}", result.unwrap_err());
 }
 
 /// The shared model's sequences are random: enough of them that each bug below is met
-/// every run (24, the suite's default, missed one now and then).
+/// (24, the suite's default, missed one now and then).
 const MODEL_CASES: u32 = 400;
+/// And drawn from one seed, so that each run meets the same ones: with a fresh seed each
+/// run, 400 sequences still missed `ExpiredShareReacquired` once in CI. Seeds 1 to 4 each
+/// catch every bug below; a change to the model's generator that makes this one miss
+/// fails here every time, never now and then.
+const MODEL_SEED: u64 = 1;
 
 macro_rules! catches {
     (shared_model $test:ident, $bug:ident) => {

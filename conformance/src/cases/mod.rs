@@ -32,6 +32,7 @@ pub(crate) mod precise;
 pub mod process;
 mod process_all;
 
+pub use crate::history::histories_check_out;
 pub use deadlines::{calls_under_contention_end_by_their_deadline, DEADLINE_MARGIN};
 pub use faults::{
     cancelled_calls_leave_nothing_held, partition_during_a_hold_fires_lost_in_time,

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use lock_core::LockBackend;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use tokio::time::Instant;
 
 use crate::harness::{ms, Owner};
@@ -178,6 +178,24 @@ pub fn case_count() -> u32 {
         .unwrap_or(24)
 }
 
+/// The seed a model case runs with: the suite's, else `LOCK_CONFORMANCE_SEED`, else a
+/// fresh one.
+pub(crate) fn seed(suite: &Suite) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    suite
+        .seed
+        .or_else(|| {
+            std::env::var("LOCK_CONFORMANCE_SEED")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or_else(|| {
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        })
+}
+
 /// Random sequences of obtain, re-obtain, prolong, release (with and without cooldown),
 /// inspect, force release and sleeps, over 3 owners and 2 keys, each step checked against the
 /// reference model; a failure is shrunk to a minimal sequence.
@@ -189,9 +207,11 @@ pub async fn model_sequences(suite: &Suite) -> CaseResult {
 pub async fn model_sequences_with(suite: &Suite, cases: u32, shrink_iters: u32) -> CaseResult {
     let backend = suite.harness.backend().await;
     let strategy = proptest::collection::vec(op_strategy(), 1..24);
+    let seed = seed(suite);
     run_sequences(
         cases,
         shrink_iters,
+        seed,
         strategy,
         backend,
         |backend, ops| async move { run_sequence(backend, &ops).await },
@@ -202,14 +222,16 @@ pub async fn model_sequences_with(suite: &Suite, cases: u32, shrink_iters: u32) 
 /// Runs `cases` random sequences from `strategy` through `run`, all on one backend (each
 /// sequence on keys of its own: a backend per sequence would exhaust a server's
 /// connections at high case counts), shrinking a failure in up to `shrink_iters` steps.
-/// Called from a multi-threaded runtime.
+/// The sequences are drawn from `seed`; a failure names it, with the environment variable
+/// that runs the same sequences again. Called from a multi-threaded runtime.
 pub(crate) fn run_sequences<O, F, Fut>(
     cases: u32,
     shrink_iters: u32,
+    seed: u64,
     strategy: impl Strategy<Value = Vec<O>>,
     backend: Arc<dyn LockBackend>,
     run: F,
-) -> Result<(), TestError<Vec<O>>>
+) -> Result<(), String>
 where
     O: fmt::Debug,
     F: Fn(Arc<dyn LockBackend>, Vec<O>) -> Fut,
@@ -220,6 +242,7 @@ where
         failure_persistence: None,
         max_shrink_iters: shrink_iters,
         max_shrink_time: 120_000,
+        rng_seed: RngSeed::Fixed(seed),
         ..Config::default()
     };
     let mut runner = TestRunner::new(config);
@@ -229,5 +252,8 @@ where
             let sequence = run(Arc::clone(&backend), ops);
             handle.block_on(async { sequence.await.map_err(TestCaseError::fail) })
         })
+    })
+    .map_err(|e: TestError<Vec<O>>| {
+        format!("{e} (seed {seed}: LOCK_CONFORMANCE_SEED={seed} runs the same sequences)")
     })
 }

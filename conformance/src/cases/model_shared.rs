@@ -344,9 +344,11 @@ pub async fn shared_model_sequences_with(
         return Ok(());
     }
     let strategy = proptest::collection::vec(op_strategy(), 1..32);
+    let seed = crate::cases::model::seed(suite);
     crate::cases::model::run_sequences(
         cases,
         shrink_iters,
+        seed,
         strategy,
         backend,
         |backend, ops| async move { run_sequence(backend, &ops).await },
