@@ -1,0 +1,510 @@
+//! The checker: a history split by key, and the rules every key's part must keep.
+//!
+//! A hold is *relied on* from the return of the obtain that made it to the last instant
+//! its holder claimed it (the clock read before the holder checked that its guard was
+//! neither lost nor out of time). Those intervals are what the checker holds the backend
+//! to: the client layer promises that a guard is never valid after the backend could
+//! have granted its key to anyone else, so no two of them may overlap where the contract
+//! forbids it. A backend that ends a hold early, frees it on a stale release, admits one
+//! share too many or answers late leaves two such intervals overlapping.
+//!
+//! The rules, each a [`Rule`]:
+//! - [`Rule::Exclusion`]: an exclusive hold (a leadership too) is relied on alone;
+//! - [`Rule::Capacity`]: the shares relied on at any instant fit the key's capacity;
+//! - [`Rule::FencingOrder`]: a hold obtained after another's obtain returned has a higher
+//!   fencing token (a leadership a higher term), across lost data too;
+//! - [`Rule::FenceOrder`]: the tokens the resource's fence accepted never go down;
+//! - [`Rule::BusyNamesAHolder`]: a `Busy` names a client that may have held the key
+//!   while the call was in flight.
+//!
+//! Data loss (a server restart without persistence) is a declared fault: holds made before
+//! it may overlap holds made after it (the fencing tokens are what still protects the
+//! resource), so exclusion and capacity are checked within each span between losses, and
+//! a hold whose obtain straddles a loss is left out of them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use super::record::{line, Ask, At, Call, Event, Fault, History, OpId, Return};
+
+/// A rule of the history checker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// Two holds relied on at once, one of them exclusive.
+    Exclusion,
+    /// Shares relied on at once beyond the key's capacity.
+    Capacity,
+    /// A later hold with a fencing token no higher than an earlier one's.
+    FencingOrder,
+    /// The resource's fence accepted a token lower than one it had accepted before.
+    FenceOrder,
+    /// A `Busy` named a client that cannot have held the key then.
+    BusyNamesAHolder,
+}
+
+/// A rule a history broke: which, on which key, the calls involved, and in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The rule.
+    pub rule: Rule,
+    /// The key.
+    pub key: String,
+    /// The calls involved (holds by the obtain that made them).
+    pub ops: Vec<OpId>,
+    /// What happened, in words.
+    pub message: String,
+    /// The part of the history that shows it: the events of the calls involved and the
+    /// faults between them, in time order.
+    pub excerpt: History,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{:?} on key {:?}: {}", self.rule, self.key, self.message)?;
+        write!(f, "the events that show it:")?;
+        for e in &self.excerpt.events {
+            write!(f, "\n  {}", line(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a clean history held, for the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Calls invoked.
+    pub calls: usize,
+    /// Holds obtained.
+    pub holds: usize,
+    /// Claims checked.
+    pub claims: usize,
+    /// Writes through the fence.
+    pub writes: usize,
+    /// Keys.
+    pub keys: usize,
+    /// Faults injected.
+    pub faults: usize,
+}
+
+/// One call, as the history shows it.
+#[derive(Debug, Clone)]
+struct Op {
+    client: usize,
+    key: String,
+    call: Call,
+    invoked: At,
+    returned: Option<(At, Return)>,
+}
+
+/// One hold: an obtain that returned `Obtained`.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    op: OpId,
+    client: usize,
+    ask: Ask,
+    fencing: u64,
+    invoked: At,
+    obtained: At,
+    /// The last claim, if any came after the obtain returned.
+    relied_until: Option<At>,
+    /// The span between data losses its obtain fell in; `None` when one straddled it.
+    epoch: Option<usize>,
+}
+
+impl Hold {
+    fn exclusive(&self) -> bool {
+        !matches!(self.ask, Ask::Shared { .. })
+    }
+
+    /// The interval it was relied on, if it was.
+    fn relied(&self) -> Option<(At, At)> {
+        self.relied_until.map(|end| (self.obtained, end))
+    }
+}
+
+/// Checks `history` against every [`Rule`], key by key.
+///
+/// # Errors
+/// The first violation found (by rule, in the order above, then by key).
+pub fn check(history: &History) -> Result<Verdict, Violation> {
+    let mut ops: BTreeMap<OpId, Op> = BTreeMap::new();
+    let mut claims: HashMap<OpId, At> = HashMap::new();
+    let mut writes: Vec<(OpId, At, bool)> = Vec::new();
+    let mut losses: Vec<(At, At)> = Vec::new();
+    let mut verdict = Verdict::default();
+    for e in &history.events {
+        match e {
+            Event::Invoke {
+                op,
+                client,
+                key,
+                call,
+                at,
+            } => {
+                verdict.calls += 1;
+                ops.insert(
+                    *op,
+                    Op {
+                        client: *client,
+                        key: key.clone(),
+                        call: call.clone(),
+                        invoked: *at,
+                        returned: None,
+                    },
+                );
+            }
+            Event::Return { op, result, at } => {
+                if let Some(o) = ops.get_mut(op) {
+                    o.returned = Some((*at, result.clone()));
+                }
+            }
+            Event::Claim { hold, at } => {
+                verdict.claims += 1;
+                let last = claims.entry(*hold).or_insert(*at);
+                *last = (*last).max(*at);
+            }
+            Event::Write { hold, accepted, at } => {
+                verdict.writes += 1;
+                writes.push((*hold, *at, *accepted));
+            }
+            Event::Fault { fault, at } => {
+                verdict.faults += 1;
+                if let Fault::DataLoss { done } = fault {
+                    losses.push((*at, *done));
+                }
+            }
+            Event::Cancel { .. } | Event::Lost { .. } => {}
+        }
+    }
+    // The span between losses a hold's obtain fell in, if no loss overlapped the obtain.
+    let epoch = |invoked: At, obtained: At| {
+        let straddled = losses.iter().any(|(s, d)| *s <= obtained && *d >= invoked);
+        (!straddled).then(|| losses.iter().filter(|(_, d)| *d < invoked).count())
+    };
+
+    let mut by_key: BTreeMap<&str, Vec<Hold>> = BTreeMap::new();
+    for (id, op) in &ops {
+        let (Call::Obtain { ask, .. }, Some((obtained, Return::Obtained { fencing }))) =
+            (&op.call, &op.returned)
+        else {
+            continue;
+        };
+        let epoch = epoch(op.invoked, *obtained);
+        let relied_until = claims.get(id).copied().filter(|c| c >= obtained);
+        by_key.entry(&op.key).or_default().push(Hold {
+            op: *id,
+            client: op.client,
+            ask: *ask,
+            fencing: *fencing,
+            invoked: op.invoked,
+            obtained: *obtained,
+            relied_until,
+            epoch,
+        });
+    }
+    verdict.keys = ops
+        .values()
+        .map(|o| o.key.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    verdict.holds = by_key.values().map(Vec::len).sum();
+
+    let excerpt = |involved: &[OpId]| excerpt(history, &ops, involved);
+    for (key, holds) in &by_key {
+        if let Some((rule, involved, message)) = overlaps(holds) {
+            return Err(violation(rule, key, &involved, message, &excerpt));
+        }
+    }
+    for (key, holds) in &by_key {
+        if let Some((involved, message)) = fencing_order(holds) {
+            return Err(violation(
+                Rule::FencingOrder,
+                key,
+                &involved,
+                message,
+                &excerpt,
+            ));
+        }
+    }
+    let holds: HashMap<OpId, &Hold> = by_key.values().flatten().map(|h| (h.op, h)).collect();
+    if let Some((key, involved, message)) = fence_order(&holds, &ops, &mut writes) {
+        return Err(violation(
+            Rule::FenceOrder,
+            &key,
+            &involved,
+            message,
+            &excerpt,
+        ));
+    }
+    if let Some((key, involved, message)) = busy_names(&ops) {
+        return Err(violation(
+            Rule::BusyNamesAHolder,
+            &key,
+            &involved,
+            message,
+            &excerpt,
+        ));
+    }
+    Ok(verdict)
+}
+
+fn violation(
+    rule: Rule,
+    key: &str,
+    involved: &[OpId],
+    message: String,
+    excerpt: &dyn Fn(&[OpId]) -> History,
+) -> Violation {
+    Violation {
+        rule,
+        key: key.to_owned(),
+        ops: involved.to_vec(),
+        message,
+        excerpt: excerpt(involved),
+    }
+}
+
+fn ms(at: At) -> String {
+    format!("{:.3} ms", at.as_secs_f64() * 1000.0)
+}
+
+/// Two holds relied on at once where one is exclusive, or shares beyond the capacity:
+/// within each span between data losses.
+fn overlaps(holds: &[Hold]) -> Option<(Rule, Vec<OpId>, String)> {
+    let mut relied: Vec<(&Hold, At, At)> = holds
+        .iter()
+        .filter(|h| h.epoch.is_some())
+        .filter_map(|h| h.relied().map(|(s, e)| (h, s, e)))
+        .collect();
+    relied.sort_by_key(|(h, s, _)| (*s, h.op));
+    for (i, (b, b_start, b_end)) in relied.iter().enumerate() {
+        // Every earlier-started hold still relied on after `b` was obtained.
+        let live: Vec<&(&Hold, At, At)> = relied[..i]
+            .iter()
+            .filter(|(a, _, a_end)| a.epoch == b.epoch && *a_end > *b_start)
+            .collect();
+        if let Some((a, a_start, a_end)) = live
+            .iter()
+            .find(|(a, ..)| a.exclusive() || b.exclusive())
+            .copied()
+        {
+            return Some((
+                Rule::Exclusion,
+                vec![a.op, b.op],
+                format!(
+                    "c{} relied on hold #{} ({:?}, fencing {}) from {} to {}, while c{} relied on \
+                     hold #{} ({:?}, fencing {}) from {} to {}",
+                    a.client,
+                    a.op,
+                    a.ask,
+                    a.fencing,
+                    ms(*a_start),
+                    ms(*a_end),
+                    b.client,
+                    b.op,
+                    b.ask,
+                    b.fencing,
+                    ms(*b_start),
+                    ms(*b_end),
+                ),
+            ));
+        }
+        if let Ask::Shared { capacity, weight } = b.ask {
+            let taken: u64 = live
+                .iter()
+                .map(|(a, ..)| match a.ask {
+                    Ask::Shared { weight, .. } => u64::from(weight),
+                    _ => 0,
+                })
+                .sum::<u64>()
+                + u64::from(weight);
+            if taken > u64::from(capacity) {
+                let mut involved: Vec<OpId> = live.iter().map(|(a, ..)| a.op).collect();
+                involved.push(b.op);
+                return Some((
+                    Rule::Capacity,
+                    involved,
+                    format!(
+                        "at {} (when hold #{} of c{} was obtained) the shares relied on took {taken} \
+                         of {capacity} permits",
+                        ms(*b_start),
+                        b.op,
+                        b.client
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// A hold obtained after another's obtain returned, with a fencing token no higher.
+fn fencing_order(holds: &[Hold]) -> Option<(Vec<OpId>, String)> {
+    let mut by_return: Vec<&Hold> = holds.iter().collect();
+    by_return.sort_by_key(|h| (h.obtained, h.op));
+    let mut by_invoke: Vec<&Hold> = holds.iter().collect();
+    by_invoke.sort_by_key(|h| (h.invoked, h.op));
+    let mut highest: Option<&Hold> = None;
+    let mut next = 0;
+    for b in by_invoke {
+        while next < by_return.len() && by_return[next].obtained < b.invoked {
+            let a = by_return[next];
+            if highest.is_none_or(|h| a.fencing > h.fencing) {
+                highest = Some(a);
+            }
+            next += 1;
+        }
+        if let Some(a) = highest {
+            if b.fencing <= a.fencing {
+                return Some((
+                    vec![a.op, b.op],
+                    format!(
+                        "hold #{} of c{} was obtained at {} with fencing {}; hold #{} of c{}, \
+                         asked for at {}, after that, got fencing {}, not higher",
+                        a.op,
+                        a.client,
+                        ms(a.obtained),
+                        a.fencing,
+                        b.op,
+                        b.client,
+                        ms(b.invoked),
+                        b.fencing
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// An accepted write with a token below one the fence had accepted on the same key.
+fn fence_order(
+    holds: &HashMap<OpId, &Hold>,
+    ops: &BTreeMap<OpId, Op>,
+    writes: &mut [(OpId, At, bool)],
+) -> Option<(String, Vec<OpId>, String)> {
+    writes.sort_by_key(|(hold, at, _)| (*at, *hold));
+    let mut highest: HashMap<&str, &Hold> = HashMap::new();
+    for (hold, at, accepted) in writes.iter() {
+        let (Some(h), Some(op)) = (holds.get(hold), ops.get(hold)) else {
+            continue;
+        };
+        if !*accepted {
+            continue;
+        }
+        if let Some(top) = highest.get(op.key.as_str()) {
+            if h.fencing < top.fencing {
+                return Some((
+                    op.key.clone(),
+                    vec![top.op, h.op],
+                    format!(
+                        "the fence accepted fencing {} of hold #{} at {}, after it had accepted \
+                         fencing {} of hold #{}",
+                        h.fencing,
+                        h.op,
+                        ms(*at),
+                        top.fencing,
+                        top.op
+                    ),
+                ));
+            }
+        }
+        let top = highest.entry(op.key.as_str()).or_insert(h);
+        if h.fencing > top.fencing {
+            *top = h;
+        }
+    }
+    None
+}
+
+/// A `Busy` that names a client none of whose calls on the key may have held it while the
+/// `Busy`'s call was in flight.
+fn busy_names(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<OpId>, String)> {
+    // When each hold was surely given back: its release returned.
+    let mut given_back: HashMap<OpId, At> = HashMap::new();
+    for op in ops.values() {
+        if let (Call::Release { hold }, Some((at, Return::Released(_)))) = (&op.call, &op.returned)
+        {
+            given_back.insert(*hold, *at);
+        }
+    }
+    for (id, op) in ops {
+        let Some((
+            returned,
+            Return::Busy {
+                holder: Some(named),
+            },
+        )) = &op.returned
+        else {
+            continue;
+        };
+        let may_have_held = ops.iter().any(|(other, o)| {
+            o.client == *named
+                && o.key == op.key
+                && matches!(o.call, Call::Obtain { .. })
+                && !matches!(o.returned, Some((_, Return::Busy { .. })))
+                && o.invoked <= *returned
+                && given_back.get(other).is_none_or(|end| *end >= op.invoked)
+        });
+        if !may_have_held {
+            return Some((
+                op.key.clone(),
+                vec![*id],
+                format!(
+                    "call #{id} of c{} was answered Busy naming c{named} as the holder, but no \
+                     obtain of c{named} may have held the key between {} and {}",
+                    op.client,
+                    ms(op.invoked),
+                    ms(*returned)
+                ),
+            ));
+        }
+    }
+    None
+}
+
+/// The events of `involved` (and of the releases of those holds), and the faults, from
+/// the first of their invokes to the last of their events, in time order.
+fn excerpt(history: &History, ops: &BTreeMap<OpId, Op>, involved: &[OpId]) -> History {
+    let mut wanted: Vec<OpId> = involved.to_vec();
+    for (id, op) in ops {
+        if let Call::Release { hold } = op.call {
+            if involved.contains(&hold) {
+                wanted.push(*id);
+            }
+        }
+    }
+    // Of a hold's claims, its first and its last say how long it was relied on.
+    let mut claimed: HashMap<OpId, (At, At)> = HashMap::new();
+    for e in &history.events {
+        if let Event::Claim { hold, at } = e {
+            let span = claimed.entry(*hold).or_insert((*at, *at));
+            *span = (span.0.min(*at), span.1.max(*at));
+        }
+    }
+    let mine = |e: &Event| match e {
+        Event::Invoke { op, .. } | Event::Return { op, .. } | Event::Cancel { op, .. } => {
+            wanted.contains(op)
+        }
+        Event::Claim { hold, at } => {
+            wanted.contains(hold)
+                && claimed
+                    .get(hold)
+                    .is_some_and(|(first, last)| at == first || at == last)
+        }
+        Event::Write { hold, .. } | Event::Lost { hold, .. } => wanted.contains(hold),
+        Event::Fault { .. } => false,
+    };
+    let mut events: Vec<Event> = history.events.iter().filter(|e| mine(e)).cloned().collect();
+    let from = events.iter().map(Event::at).min().unwrap_or_default();
+    let to = events.iter().map(Event::at).max().unwrap_or_default();
+    events.extend(
+        history
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Fault { .. }) && e.at() >= from && e.at() <= to)
+            .cloned(),
+    );
+    events.sort_by_key(Event::at);
+    History { events }
+}

@@ -1,0 +1,348 @@
+//! What a history holds, and the recorder that the workload's clients write it through.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// An instant of a history: the time since the history began, on one monotonic clock.
+pub type At = Duration;
+
+/// Names one call of a history (its invoke and its return); a hold is named by the obtain
+/// that made it.
+pub type OpId = usize;
+
+/// How an obtain asks for its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// An exclusive hold.
+    Exclusive,
+    /// `weight` of the key's `capacity` permits (a read hold is 1 of `u32::MAX`).
+    Shared {
+        /// The key's permits.
+        capacity: u32,
+        /// The permits this hold takes.
+        weight: u32,
+    },
+    /// A leadership (an exclusive hold renewed by its watchdog; its fencing token is the
+    /// term).
+    Leader,
+}
+
+/// A call a client made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// An obtain of the event's key; with `wait`, one that waits for the key.
+    Obtain {
+        /// How it asks.
+        ask: Ask,
+        /// Whether it waits while the key is busy.
+        wait: bool,
+    },
+    /// The release of the hold `hold` made.
+    Release {
+        /// The obtain whose hold this gives back.
+        hold: OpId,
+    },
+}
+
+/// How a call returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Return {
+    /// The obtain got the key, with this fencing token.
+    Obtained {
+        /// The hold's fencing token (a leadership's term).
+        fencing: u64,
+    },
+    /// The obtain did not get it; the client it names as the holder, if any.
+    Busy {
+        /// The holder the answer named, by client number (`None`: none named, or one the
+        /// workload does not know).
+        holder: Option<usize>,
+    },
+    /// The release returned this outcome (`Released`, `ReleasedLate`, `Lost`).
+    Released(String),
+    /// The call failed with this error.
+    Failed(String),
+}
+
+/// A fault the workload injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The network to the server froze (replies and requests held back).
+    Freeze,
+    /// Every connection to the server was cut.
+    Cut,
+    /// The network is back to normal.
+    Heal,
+    /// The server lost every record (a restart without persistence), at some instant
+    /// between the event's and `done`.
+    DataLoss {
+        /// When the loss was surely over.
+        done: At,
+    },
+}
+
+/// One event of a history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A client invoked a call on a key.
+    Invoke {
+        /// The call's name in the history.
+        op: OpId,
+        /// The client that made it.
+        client: usize,
+        /// The key.
+        key: String,
+        /// What it asked.
+        call: Call,
+        /// When.
+        at: At,
+    },
+    /// A call returned.
+    Return {
+        /// The call.
+        op: OpId,
+        /// How.
+        result: Return,
+        /// When.
+        at: At,
+    },
+    /// A call was cancelled (its future dropped) before it returned: it may or may not
+    /// have been applied.
+    Cancel {
+        /// The call.
+        op: OpId,
+        /// When.
+        at: At,
+    },
+    /// The holder of `hold` checked, at `at` (read before the check), that its hold was
+    /// still valid (not lost, time left): it relies on holding the key at that instant.
+    Claim {
+        /// The obtain that made the hold.
+        hold: OpId,
+        /// When.
+        at: At,
+    },
+    /// The holder of `hold` wrote to the key's resource with the hold's fencing token,
+    /// right after a claim; the resource's fence accepted or refused it.
+    Write {
+        /// The obtain that made the hold.
+        hold: OpId,
+        /// Whether the fence let it through.
+        accepted: bool,
+        /// When.
+        at: At,
+    },
+    /// The hold's lost signal fired (observed at `at`).
+    Lost {
+        /// The obtain that made the hold.
+        hold: OpId,
+        /// When.
+        at: At,
+    },
+    /// The workload injected a fault.
+    Fault {
+        /// Which.
+        fault: Fault,
+        /// When.
+        at: At,
+    },
+}
+
+impl Event {
+    /// When it happened.
+    pub fn at(&self) -> At {
+        match self {
+            Event::Invoke { at, .. }
+            | Event::Return { at, .. }
+            | Event::Cancel { at, .. }
+            | Event::Claim { at, .. }
+            | Event::Write { at, .. }
+            | Event::Lost { at, .. }
+            | Event::Fault { at, .. } => *at,
+        }
+    }
+}
+
+/// A recorded history: its events in the order they were recorded (which, for events of
+/// different clients a few microseconds apart, need not be the order of their instants).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    /// The events.
+    pub events: Vec<Event>,
+}
+
+impl fmt::Display for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in &self.events {
+            writeln!(f, "{}", line(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// One event as a line of text: its instant in milliseconds, then what happened.
+pub(crate) fn line(e: &Event) -> String {
+    let ms = |at: &At| format!("{:>10.3} ms", at.as_secs_f64() * 1000.0);
+    match e {
+        Event::Invoke {
+            op,
+            client,
+            key,
+            call,
+            at,
+        } => format!("{} c{client} #{op} invoke {call:?} on {key:?}", ms(at)),
+        Event::Return { op, result, at } => format!("{} #{op} return {result:?}", ms(at)),
+        Event::Cancel { op, at } => format!("{} #{op} cancelled", ms(at)),
+        Event::Claim { hold, at } => format!("{} #{hold} holds (claim)", ms(at)),
+        Event::Write { hold, accepted, at } => format!(
+            "{} #{hold} write {}",
+            ms(at),
+            if *accepted { "accepted" } else { "refused" }
+        ),
+        Event::Lost { hold, at } => format!("{} #{hold} lost", ms(at)),
+        Event::Fault { fault, at } => format!("{} fault {fault:?}", ms(at)),
+    }
+}
+
+/// Records a history from many tasks at once: each event is stamped with the recorder's
+/// clock when it is recorded.
+#[derive(Debug)]
+pub struct Recorder {
+    start: Instant,
+    next: AtomicUsize,
+    events: Mutex<Vec<Event>>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new()
+    }
+}
+
+impl Recorder {
+    /// A recorder whose clock starts now.
+    pub fn new() -> Self {
+        Recorder {
+            start: Instant::now(),
+            next: AtomicUsize::new(0),
+            events: Mutex::default(),
+        }
+    }
+
+    /// The recorder's clock now.
+    pub fn now(&self) -> At {
+        self.start.elapsed()
+    }
+
+    fn push(&self, event: Event) {
+        self.events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(event);
+    }
+
+    /// Runs `call` as operation of `client` on `key`: its invoke is recorded now, then
+    /// its return (made by `result` from what the call gave), or its cancellation when the
+    /// future is dropped before the call is done.
+    ///
+    /// # Cancel safety
+    /// Dropping the future records the call as cancelled.
+    pub async fn call<T, F>(
+        &self,
+        client: usize,
+        key: &str,
+        call: Call,
+        future: F,
+        result: impl FnOnce(&T) -> Return,
+    ) -> (OpId, T)
+    where
+        F: Future<Output = T>,
+    {
+        let op = self.next.fetch_add(1, Ordering::Relaxed);
+        self.push(Event::Invoke {
+            op,
+            client,
+            key: key.to_owned(),
+            call,
+            at: self.now(),
+        });
+        let mut pending = Pending {
+            recorder: self,
+            op,
+            done: false,
+        };
+        let value = future.await;
+        let at = self.now();
+        pending.done = true;
+        self.push(Event::Return {
+            op,
+            result: result(&value),
+            at,
+        });
+        (op, value)
+    }
+
+    /// Records that the holder of `hold` relies on it now, if `valid` (called right after
+    /// reading the clock) says it still is; returns what `valid` said.
+    pub fn claim(&self, hold: OpId, valid: impl FnOnce() -> bool) -> bool {
+        let at = self.now();
+        let ok = valid();
+        if ok {
+            self.push(Event::Claim { hold, at });
+        }
+        ok
+    }
+
+    /// Records a write of `hold` through the resource's fence, made at `at`.
+    pub fn write(&self, hold: OpId, at: At, accepted: bool) {
+        self.push(Event::Write { hold, accepted, at });
+    }
+
+    /// Records that the lost signal of `hold` fired.
+    pub fn lost(&self, hold: OpId) {
+        let at = self.now();
+        self.push(Event::Lost { hold, at });
+    }
+
+    /// Records an injected fault, injected now.
+    pub fn fault(&self, fault: Fault) {
+        self.fault_at(fault, self.now());
+    }
+
+    /// Records an injected fault, injected at `at`.
+    pub fn fault_at(&self, fault: Fault, at: At) {
+        self.push(Event::Fault { fault, at });
+    }
+
+    /// The history recorded so far.
+    pub fn history(&self) -> History {
+        History {
+            events: self
+                .events
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clone(),
+        }
+    }
+}
+
+/// Records a call's cancellation if it is dropped before its return was recorded.
+struct Pending<'a> {
+    recorder: &'a Recorder,
+    op: OpId,
+    done: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let at = self.recorder.now();
+            self.recorder.push(Event::Cancel { op: self.op, at });
+        }
+    }
+}

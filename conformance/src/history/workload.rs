@@ -1,0 +1,396 @@
+//! The workload: clients that take, hold, write through a fence and give back locks on a
+//! few keys, while faults are injected, each call recorded in a history.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::fence::MemoryFence;
+use lock_core::{Attempt, Busy, Fencing, LockBackend, Locker, Result as LockResult, Retry};
+use tokio::time::Instant;
+
+use super::record::{Ask, Call, Fault, OpId, Recorder, Return};
+use crate::harness::ms;
+use crate::{Failure, Suite};
+
+/// The keys of the workload, each taken one way, so that each has one capacity.
+pub const MUTEX: &str = "history/mutex";
+/// Taken as 1 or 2 of [`PERMITS`] permits.
+pub const SEMAPHORE: &str = "history/semaphore";
+/// Taken for reading (shared) or writing (exclusive).
+pub const READ_WRITE: &str = "history/read-write";
+/// Campaigned for.
+pub const LEADER: &str = "history/leader";
+/// The semaphore's permits.
+pub const PERMITS: u32 = 3;
+
+/// How long and how hard the workload runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workload {
+    /// Clients (tasks), each with a locker of its own.
+    pub clients: usize,
+    /// How long the clients run.
+    pub duration: Duration,
+    /// Whether faults are injected (when the harness offers them).
+    pub faults: bool,
+    /// The seed of the clients' choices.
+    pub seed: u64,
+}
+
+impl Workload {
+    /// Six clients for `LOCK_CONFORMANCE_HISTORY_SECS` seconds (3 by default: CI's run),
+    /// faults on, from the suite's seed.
+    pub fn from_env(suite: &Suite) -> Self {
+        let secs = std::env::var("LOCK_CONFORMANCE_HISTORY_SECS")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .unwrap_or(3.0);
+        Workload {
+            clients: 6,
+            duration: Duration::from_secs_f64(secs),
+            faults: true,
+            seed: crate::cases::model::seed(suite),
+        }
+    }
+}
+
+/// The workload's choices, from its seed.
+struct Rng(fastrand::Rng);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(fastrand::Rng::with_seed(seed))
+    }
+
+    /// One of `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.u64(0..n.max(1))
+    }
+
+    /// True one time in `n`.
+    fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    /// Milliseconds in `from..to`.
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        ms(self.0.u64(from..to.max(from + 1)))
+    }
+}
+
+/// The client a `Busy` names, by the metadata each client's locker sets (`c<n>`).
+fn named(busy: &Busy) -> Option<usize> {
+    busy.holder
+        .as_ref()?
+        .metadata
+        .as_deref()?
+        .strip_prefix('c')?
+        .parse()
+        .ok()
+}
+
+fn failed(e: &lock_core::Error) -> Return {
+    Return::Failed(format!("{:?}", e.kind()))
+}
+
+fn obtained<T>(r: &LockResult<Attempt<T>>, fencing: impl Fn(&T) -> Fencing) -> Return {
+    match r {
+        Ok(Attempt::Obtained(g)) => Return::Obtained {
+            fencing: fencing(g).0,
+        },
+        Ok(Attempt::Busy(b)) => Return::Busy { holder: named(b) },
+        Err(e) => failed(e),
+    }
+}
+
+/// What a client holds while it works: a guard or a leadership.
+enum Held {
+    Guard(lock_core::LockGuard),
+    Leader(lock_core::Leadership),
+}
+
+impl Held {
+    fn valid(&self) -> bool {
+        match self {
+            Held::Guard(g) => !g.is_lost() && !g.remaining().is_zero(),
+            Held::Leader(l) => !l.is_lost() && !l.remaining().is_zero(),
+        }
+    }
+
+    fn fencing(&self) -> Fencing {
+        match self {
+            Held::Guard(g) => g.fencing(),
+            Held::Leader(l) => l.term(),
+        }
+    }
+
+    /// Resolves when the lost signal fires.
+    fn lost(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let token = match self {
+            Held::Guard(g) => g.lost_token(),
+            Held::Leader(l) => l.lost_token(),
+        };
+        Box::pin(token.cancelled_owned())
+    }
+
+    async fn release(self) -> LockResult<lock_core::ReleaseOutcome> {
+        match self {
+            Held::Guard(g) => g.release().await,
+            Held::Leader(l) => l.resign().await,
+        }
+    }
+}
+
+/// One client's run: obtain, hold (claiming and writing), give back, until `end`.
+async fn client(
+    n: usize,
+    backend: Arc<dyn LockBackend>,
+    shared: bool,
+    recorder: Arc<Recorder>,
+    fence: Arc<MemoryFence>,
+    end: Instant,
+    seed: u64,
+) -> LockResult<()> {
+    let mut rng = Rng::new(seed.wrapping_add(n as u64 + 1));
+    let locker = Locker::new(backend)
+        .with_metadata(format!("c{n}"))?
+        .with_retry(Retry::exponential(ms(2), ms(40)).notified());
+    while Instant::now() < end {
+        let kind = if shared {
+            rng.below(5)
+        } else {
+            rng.below(2) * 4
+        };
+        let wait = rng.one_in(2);
+        let ttl = rng.millis(150, 600);
+        let patience = if wait { rng.millis(50, 600) } else { ms(0) };
+        let (key, ask) = match kind {
+            0 => (MUTEX, Ask::Exclusive),
+            1 => (
+                SEMAPHORE,
+                Ask::Shared {
+                    capacity: PERMITS,
+                    weight: 1 + rng.below(2) as u32,
+                },
+            ),
+            2 => (
+                READ_WRITE,
+                Ask::Shared {
+                    capacity: lock_core::Mode::UNBOUNDED,
+                    weight: 1,
+                },
+            ),
+            3 => (READ_WRITE, Ask::Exclusive),
+            _ => (LEADER, Ask::Leader),
+        };
+        let watchdog = ask == Ask::Leader || rng.one_in(3);
+        // One call in eight is cancelled after a few milliseconds.
+        let cancel = rng.one_in(8).then(|| rng.millis(0, 30));
+        let call = Call::Obtain { ask, wait };
+        let obtain = async {
+            match ask {
+                Ask::Leader => {
+                    let campaign = locker
+                        .elect(key)
+                        .ttl(ttl)
+                        .wait(patience)
+                        .identity(format!("c{n}"));
+                    let r = recorder
+                        .call(n, key, call, campaign.lead(), |r| {
+                            obtained(r, |l: &lock_core::Leadership| l.term())
+                        })
+                        .await;
+                    (r.0, r.1.map(|a| a.obtained().map(Held::Leader)))
+                }
+                _ => {
+                    let builder = match ask {
+                        Ask::Shared {
+                            capacity: lock_core::Mode::UNBOUNDED,
+                            ..
+                        } => locker.read(key),
+                        Ask::Shared { weight, .. } => locker.semaphore(key, PERMITS).weight(weight),
+                        _ if key == READ_WRITE => locker.write(key),
+                        _ => locker.lock(key),
+                    };
+                    let builder = builder.ttl(ttl).wait(patience);
+                    let builder = if watchdog {
+                        builder.watchdog()
+                    } else {
+                        builder
+                    };
+                    let r = recorder
+                        .call(n, key, call, builder.obtain(), |r| {
+                            obtained(r, lock_core::LockGuard::fencing)
+                        })
+                        .await;
+                    (r.0, r.1.map(|a| a.obtained().map(Held::Guard)))
+                }
+            }
+        };
+        let got = match cancel {
+            Some(after) => match tokio::time::timeout(after, obtain).await {
+                Ok(r) => r,
+                Err(_) => continue,
+            },
+            None => obtain.await,
+        };
+        let (op, held) = match got {
+            (op, Ok(Some(held))) => (op, held),
+            (_, Ok(None) | Err(_)) => {
+                tokio::time::sleep(rng.millis(0, 20)).await;
+                continue;
+            }
+        };
+        hold(op, held, &mut rng, &recorder, &fence, n, key, ttl).await;
+    }
+    Ok(())
+}
+
+/// Works under a hold for a while (now and then past its ttl), then gives it back: by a
+/// release, a cancelled release, or by dropping it.
+#[allow(clippy::too_many_arguments)]
+async fn hold(
+    op: OpId,
+    held: Held,
+    rng: &mut Rng,
+    recorder: &Arc<Recorder>,
+    fence: &MemoryFence,
+    n: usize,
+    key: &str,
+    ttl: Duration,
+) {
+    let lost = held.lost();
+    let watcher = {
+        let recorder = Arc::clone(recorder);
+        tokio::spawn(async move {
+            lost.await;
+            recorder.lost(op);
+        })
+    };
+    let work = ttl.mul_f64(0.2 + rng.below(130) as f64 / 100.0);
+    let until = Instant::now() + work;
+    while Instant::now() < until {
+        if !recorder.claim(op, || held.valid()) {
+            break;
+        }
+        let written = fence.write(key, held.fencing(), || recorder.now());
+        match written {
+            Ok(at) => recorder.write(op, at, true),
+            Err(_) => recorder.write(op, recorder.now(), false),
+        }
+        tokio::time::sleep(rng.millis(3, 25)).await;
+    }
+    recorder.claim(op, || held.valid());
+    let release = Call::Release { hold: op };
+    match rng.below(10) {
+        0 => drop(held),
+        1 => {
+            let after = rng.millis(0, 5);
+            let _ = tokio::time::timeout(
+                after,
+                recorder.call(n, key, release, held.release(), released),
+            )
+            .await;
+        }
+        _ => {
+            // Its outcome is in the history; an error is one more outcome there.
+            let _ = recorder
+                .call(n, key, release, held.release(), released)
+                .await;
+        }
+    }
+    watcher.abort();
+}
+
+fn released(r: &LockResult<lock_core::ReleaseOutcome>) -> Return {
+    match r {
+        Ok(outcome) => Return::Released(format!("{outcome:?}")),
+        Err(e) => failed(e),
+    }
+}
+
+/// Runs `workload` against the suite's backend (through its network faults when the
+/// harness offers them: half the clients behind them, half direct), recording it.
+///
+/// # Errors
+/// When the workload cannot start (a backend or a locker that cannot be made), or a
+/// client task panicked.
+pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Failure> {
+    let faulty = if workload.faults {
+        suite.harness.behind_faults().await
+    } else {
+        None
+    };
+    let (behind, direct, faults) = match faulty {
+        Some(f) => (f.backend, f.direct, Some(f.faults)),
+        None => {
+            let b = suite.harness.backend().await;
+            (Arc::clone(&b), b, None)
+        }
+    };
+    let shared = direct.capabilities().shared;
+    let recorder = Arc::new(Recorder::new());
+    let fence = Arc::new(MemoryFence::new());
+    let end = Instant::now() + workload.duration;
+    let mut tasks = Vec::new();
+    for n in 0..workload.clients {
+        let backend = if n % 2 == 0 {
+            Arc::clone(&direct)
+        } else {
+            Arc::clone(&behind)
+        };
+        tasks.push(tokio::spawn(client(
+            n,
+            backend,
+            shared,
+            Arc::clone(&recorder),
+            Arc::clone(&fence),
+            end,
+            workload.seed,
+        )));
+    }
+    let mut rng = Rng::new(workload.seed);
+    let mut lost_data = false;
+    while Instant::now() < end {
+        tokio::time::sleep(rng.millis(150, 500)).await;
+        if !workload.faults || Instant::now() >= end {
+            continue;
+        }
+        if let Some(faults) = &faults {
+            match rng.below(3) {
+                0 => {
+                    recorder.fault(Fault::Freeze);
+                    faults.freeze();
+                    tokio::time::sleep(rng.millis(50, 400)).await;
+                    faults.heal();
+                    recorder.fault(Fault::Heal);
+                }
+                1 => {
+                    recorder.fault(Fault::Cut);
+                    faults.cut();
+                }
+                _ => {}
+            }
+        }
+        // Once a run, past its middle, the server loses its records.
+        if !lost_data && Instant::now() + workload.duration / 2 >= end {
+            lost_data = true;
+            let at = recorder.now();
+            if suite.harness.lose_data(&direct).await {
+                let done = recorder.now();
+                recorder.fault_at(Fault::DataLoss { done }, at);
+            }
+        }
+    }
+    if let Some(faults) = &faults {
+        faults.heal();
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| Failure(format!("a workload client panicked: {e}")))?
+            .map_err(|e| Failure(format!("a workload client could not start: {e}")))?;
+    }
+    Ok(recorder.history())
+}
