@@ -14,7 +14,7 @@ use broken_support::run;
 use lock_conformance::history::{self, check, Rule, Workload};
 use lock_conformance::{async_trait, Failure, Harness, Suite};
 use lock_core::backend::layer::{Layer, Layered};
-use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest};
+use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription};
 use lock_core::{
     Fencing, HolderInfo, Key, LockBackend, MemoryBackend, Mode, ObtainOutcome, ProlongOutcome,
     ReleaseOutcome, Result, Ttl,
@@ -37,6 +37,9 @@ enum Bug {
     ProlongNotApplied,
     /// A `Busy` names the key's previous holder, not the current one.
     BusyNamesThePreviousHolder,
+    /// Declares release notifications, but a release wakes nobody (waiters find the key
+    /// free only when their fallback poll comes).
+    ReleaseWakesNobody,
 }
 
 #[derive(Debug)]
@@ -124,6 +127,13 @@ impl Layer for Bent {
             _ => {}
         }
         self.inner.prolongate(req).await
+    }
+
+    async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        if self.bug == Bug::ReleaseWakesNobody {
+            return Ok(None);
+        }
+        self.inner.subscribe(key).await
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
@@ -238,4 +248,9 @@ fn a_prolong_that_renews_nothing_is_caught() {
 #[test]
 fn a_busy_naming_the_previous_holder_is_caught() {
     caught(Bug::BusyNamesThePreviousHolder, Rule::BusyNamesAHolder);
+}
+
+#[test]
+fn a_release_that_wakes_nobody_is_caught() {
+    caught(Bug::ReleaseWakesNobody, Rule::Progress);
 }

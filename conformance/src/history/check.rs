@@ -15,7 +15,13 @@
 //!   fencing token (a leadership a higher term), across lost data too;
 //! - [`Rule::FenceOrder`]: the tokens the resource's fence accepted never go down;
 //! - [`Rule::BusyNamesAHolder`]: a `Busy` names a client that may have held the key
-//!   while the call was in flight.
+//!   while the call was in flight;
+//! - [`Rule::Progress`]: once a release leaves the key free (no other obtain of it may
+//!   hold it), a waiter that waits for wake-ups ([`Call::AwaitWake`]) gets the key, or
+//!   someone else does, within [`PROGRESS_BOUND`]; not checked near a data loss, which
+//!   may lose a wake-up (the waiter's fallback poll then costs it time, and nothing else).
+//!   The network faults ([`Fault::Freeze`], [`Fault::Cut`]) are taken to reach only the
+//!   clients behind them, never the waiters for wake-ups: so the workload runs them.
 //!
 //! Data loss (a server restart without persistence) is a declared fault: holds made before
 //! it may overlap holds made after it (the fencing tokens are what still protects the
@@ -40,7 +46,14 @@ pub enum Rule {
     FenceOrder,
     /// A `Busy` named a client that cannot have held the key then.
     BusyNamesAHolder,
+    /// A waiter slept on while the key it waited for was free.
+    Progress,
 }
+
+/// How long after a release that leaves its key free a waiter for wake-ups may still be
+/// waiting while nobody has been admitted: a wake-up's delivery and the waiter's attempt,
+/// with room for a loaded machine. Waiters for wake-ups poll every 2 s besides.
+pub const PROGRESS_BOUND: At = At::from_millis(700);
 
 /// A rule a history broke: which, on which key, the calls involved, and in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +97,9 @@ pub struct Verdict {
     pub keys: usize,
     /// Faults injected.
     pub faults: usize,
+    /// Releases that left their key free while a waiter for wake-ups waited: the moments
+    /// the progress rule checked.
+    pub wakes: usize,
 }
 
 /// One call, as the history shows it.
@@ -131,6 +147,7 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
     let mut claims: HashMap<OpId, At> = HashMap::new();
     let mut writes: Vec<(OpId, At, bool)> = Vec::new();
     let mut losses: Vec<(At, At)> = Vec::new();
+    let mut faults: Vec<At> = Vec::new();
     let mut verdict = Verdict::default();
     for e in &history.events {
         match e {
@@ -170,6 +187,10 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
             Event::Fault { fault, at } => {
                 verdict.faults += 1;
                 if let Fault::DataLoss { done } = fault {
+                    // The network faults cut the clients behind them off, never the
+                    // waiters for wake-ups; a data loss reaches everyone.
+                    faults.push(*at);
+                    faults.push(*done);
                     losses.push((*at, *done));
                 }
             }
@@ -184,8 +205,10 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
 
     let mut by_key: BTreeMap<&str, Vec<Hold>> = BTreeMap::new();
     for (id, op) in &ops {
-        let (Call::Obtain { ask, .. }, Some((obtained, Return::Obtained { fencing }))) =
-            (&op.call, &op.returned)
+        let (
+            Call::Obtain { ask, .. } | Call::AwaitWake { ask },
+            Some((obtained, Return::Obtained { fencing })),
+        ) = (&op.call, &op.returned)
         else {
             continue;
         };
@@ -239,6 +262,15 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
     if let Some((key, involved, message)) = busy_names(&ops) {
         return Err(violation(
             Rule::BusyNamesAHolder,
+            &key,
+            &involved,
+            message,
+            &excerpt,
+        ));
+    }
+    if let Some((key, involved, message)) = progress(&ops, &faults, &mut verdict.wakes) {
+        return Err(violation(
+            Rule::Progress,
             &key,
             &involved,
             message,
@@ -441,7 +473,7 @@ fn busy_names(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<OpId>, String)> {
         let may_have_held = ops.iter().any(|(other, o)| {
             o.client == *named
                 && o.key == op.key
-                && matches!(o.call, Call::Obtain { .. })
+                && matches!(o.call, Call::Obtain { .. } | Call::AwaitWake { .. })
                 && !matches!(o.returned, Some((_, Return::Busy { .. })))
                 && o.invoked <= *returned
                 && given_back.get(other).is_none_or(|end| *end >= op.invoked)
@@ -456,6 +488,109 @@ fn busy_names(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<OpId>, String)> {
                     op.client,
                     ms(op.invoked),
                     ms(*returned)
+                ),
+            ));
+        }
+    }
+    None
+}
+
+/// The obtains of `key`.
+fn obtains_of<'a>(
+    ops: &'a BTreeMap<OpId, Op>,
+    key: &'a str,
+) -> impl Iterator<Item = (&'a OpId, &'a Op)> + 'a {
+    ops.iter().filter(move |(_, o)| {
+        o.key == key && matches!(o.call, Call::Obtain { .. } | Call::AwaitWake { .. })
+    })
+}
+
+/// A release that left its key free, a waiter for wake-ups in flight across it, and
+/// nobody admitted within [`PROGRESS_BOUND`] after it.
+fn progress(
+    ops: &BTreeMap<OpId, Op>,
+    faults: &[At],
+    checked: &mut usize,
+) -> Option<(String, Vec<OpId>, String)> {
+    // When each hold was surely given back.
+    let given_back: HashMap<OpId, At> = ops
+        .values()
+        .filter_map(|o| match (&o.call, &o.returned) {
+            (Call::Release { hold }, Some((at, Return::Released(_)))) => Some((*hold, *at)),
+            _ => None,
+        })
+        .collect();
+    for (release, op) in ops {
+        let (Call::Release { hold }, Some((freed, Return::Released(outcome)))) =
+            (&op.call, &op.returned)
+        else {
+            continue;
+        };
+        if outcome != "Released" {
+            continue;
+        }
+        let by = *freed + PROGRESS_BOUND;
+        if faults
+            .iter()
+            .any(|f| *f + At::from_secs(1) >= op.invoked && *f <= by)
+        {
+            continue;
+        }
+        // Free: no other obtain of the key may hold it once the release is done. One that
+        // returned `Obtained` before the release was sent must have been given back
+        // before then; one that failed may hold it; one still waiting, or that returned
+        // `Obtained` after the release was sent, is a waiter (admitted, if it returned).
+        let free = obtains_of(ops, &op.key).all(|(id, o)| {
+            id == hold
+                || o.invoked > *freed
+                || match &o.returned {
+                    Some((_, Return::Busy { .. })) => true,
+                    Some((at, Return::Obtained { .. })) => {
+                        *at > op.invoked || given_back.get(id).is_some_and(|b| *b <= op.invoked)
+                    }
+                    Some(_) => false,
+                    None => matches!(o.call, Call::AwaitWake { .. }),
+                }
+        });
+        if !free {
+            continue;
+        }
+        let waiting = obtains_of(ops, &op.key).any(|(_, o)| {
+            matches!(o.call, Call::AwaitWake { .. })
+                && o.invoked < op.invoked
+                && o.returned.as_ref().is_none_or(|(at, _)| *at > *freed)
+        });
+        if !waiting {
+            continue;
+        }
+        *checked += 1;
+        let admitted = obtains_of(ops, &op.key).any(|(_, o)| {
+            matches!(o.returned, Some((at, Return::Obtained { .. })) if at > op.invoked && at <= by)
+        });
+        if admitted {
+            continue;
+        }
+        let sleeper = obtains_of(ops, &op.key).find(|(_, o)| {
+            matches!(o.call, Call::AwaitWake { .. })
+                && o.invoked < op.invoked
+                && o.returned.as_ref().is_none_or(|(at, _)| *at > by)
+        });
+        if let Some((waiter, w)) = sleeper {
+            let ended = match &w.returned {
+                Some((at, r)) => format!("returned {r:?} at {}", ms(*at)),
+                None => "never returned".to_owned(),
+            };
+            return Some((
+                op.key.clone(),
+                vec![*hold, *waiter],
+                format!(
+                    "hold #{hold} was released at {} (the release returned), leaving the key \
+                     free; c{}'s obtain #{waiter}, waiting since {}, {ended}, and nobody was \
+                     admitted within {PROGRESS_BOUND:?}: the release woke nobody who took it \
+                     (release call #{release})",
+                    ms(*freed),
+                    w.client,
+                    ms(w.invoked)
                 ),
             ));
         }

@@ -3,7 +3,9 @@
 //! The suite's other cases are scenarios written in advance, or one call at a time
 //! against a model. This one records what six clients saw while they took, held, wrote
 //! through a fence and gave back locks on four keys (a mutex, a semaphore of 3 permits
-//! taken 1 or 2 at a time, a read-write lock, a leadership), with calls cancelled at
+//! taken 1 or 2 at a time, a read-write lock, a leadership), and, on a backend with
+//! release notifications, three more that pass a fifth key back and forth waiting for
+//! wake-ups only (their fallback poll is 2 s), with calls cancelled at
 //! random, holds kept past their ttl, releases dropped or cancelled, and, when the
 //! harness offers them, the network to the server frozen and cut and the server's data
 //! lost. Then [`check`] holds the history to the rules every backend must keep, key by
@@ -43,10 +45,10 @@ mod workload;
 #[cfg(test)]
 mod tests;
 
-pub use check::{check, Rule, Verdict, Violation};
+pub use check::{check, Rule, Verdict, Violation, PROGRESS_BOUND};
 pub use record::{Ask, At, Call, Event, Fault, History, OpId, Recorder, Return};
 pub use timeline::render;
-pub use workload::{run, Workload, LEADER, MUTEX, PERMITS, READ_WRITE, SEMAPHORE};
+pub use workload::{run, Workload, LEADER, MUTEX, PERMITS, READ_WRITE, SEMAPHORE, WAKE};
 
 use crate::{CaseResult, Failure, Suite};
 

@@ -42,6 +42,13 @@ pub enum Call {
         /// Whether it waits while the key is busy.
         wait: bool,
     },
+    /// An obtain that waits for the key with its fallback poll set long (longer than
+    /// [`PROGRESS_BOUND`](super::PROGRESS_BOUND)), so that only a release's wake-up ends its
+    /// wait sooner: the calls the progress rule watches.
+    AwaitWake {
+        /// How it asks.
+        ask: Ask,
+    },
     /// The release of the hold `hold` made.
     Release {
         /// The obtain whose hold this gives back.

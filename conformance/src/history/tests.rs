@@ -295,3 +295,44 @@ fn a_violation_shows_its_events_and_the_timeline_marks_them() {
     assert_eq!(page.matches("class=\"violation\"").count(), 2, "{page}");
     assert!(page.contains("Exclusion"));
 }
+
+#[test]
+fn a_waiter_asleep_beside_a_free_key_breaks_progress() {
+    let wake = |s: &mut Script, client: usize, at: u64| {
+        let op = s.next;
+        s.next += 1;
+        s.events.push(Event::Invoke {
+            op,
+            client,
+            key: "w".into(),
+            call: Call::AwaitWake { ask: X },
+            at: ms(at),
+        });
+        op
+    };
+    let mut s = Script::default();
+    let a = s.hold(0, "w", X, (0, 1, 90), 10);
+    let waiter = wake(&mut s, 1, 20);
+    s.release(a, 0, "w", (100, 101));
+    s.events.push(Event::Return {
+        op: waiter,
+        result: Return::Obtained { fencing: 11 },
+        at: ms(150),
+    });
+    let verdict = s.check().expect("woken at once");
+    assert_eq!(verdict.wakes, 1);
+    // The same waiter, woken only by its fallback poll two seconds later.
+    let Some(Event::Return { at, .. }) = s.events.last_mut() else {
+        unreachable!()
+    };
+    *at = ms(2100);
+    let v = s.check().expect_err("asleep beside a free key");
+    assert_eq!(v.rule, Rule::Progress);
+    assert_eq!(v.ops, vec![a, waiter]);
+    // Data lost near the release may lose the wake-up: not checked then.
+    s.events.push(Event::Fault {
+        fault: Fault::DataLoss { done: ms(99) },
+        at: ms(98),
+    });
+    assert_eq!(s.check().expect("a fault beside it").wakes, 0);
+}

@@ -76,7 +76,7 @@ pub fn render(history: &History, key: &str, violation: Option<&Violation>) -> St
                 op,
                 client,
                 key: k,
-                call: Call::Obtain { .. },
+                call: Call::Obtain { .. } | Call::AwaitWake { .. },
                 at,
             } if k == key => {
                 bars.insert(

@@ -22,6 +22,9 @@ pub const SEMAPHORE: &str = "history/semaphore";
 pub const READ_WRITE: &str = "history/read-write";
 /// Campaigned for.
 pub const LEADER: &str = "history/leader";
+/// Taken and given back by three clients that wait for wake-ups (a backend with release
+/// notifications only): the key the progress rule watches.
+pub const WAKE: &str = "history/wake";
 /// The semaphore's permits.
 pub const PERMITS: u32 = 3;
 
@@ -304,6 +307,48 @@ async fn hold(
     watcher.abort();
 }
 
+/// A client of [`WAKE`]: it waits for the key with its fallback poll at 2 s, so that only
+/// a wake-up gets it the key sooner, holds it up to 300 ms, releases it and stays away
+/// for a second.
+async fn waker(
+    n: usize,
+    backend: Arc<dyn LockBackend>,
+    recorder: Arc<Recorder>,
+    end: Instant,
+    seed: u64,
+) -> LockResult<()> {
+    let mut rng = Rng::new(seed.wrapping_add(1000 + n as u64));
+    let locker = Locker::new(backend)
+        .with_metadata(format!("c{n}"))?
+        .with_retry(Retry::exponential(ms(2000), ms(2000)).notified());
+    while Instant::now() < end {
+        let call = Call::AwaitWake {
+            ask: Ask::Exclusive,
+        };
+        let obtain = locker.lock(WAKE).ttl(ms(3000)).wait(ms(4000)).obtain();
+        let (op, got) = recorder
+            .call(n, WAKE, call, obtain, |r| {
+                obtained(r, lock_core::LockGuard::fencing)
+            })
+            .await;
+        if let Ok(Attempt::Obtained(guard)) = got {
+            let held = Held::Guard(guard);
+            let until = Instant::now() + rng.millis(50, 300);
+            while Instant::now() < until && recorder.claim(op, || held.valid()) {
+                tokio::time::sleep(ms(5)).await;
+            }
+            let release = Call::Release { hold: op };
+            let _ = recorder
+                .call(n, WAKE, release, held.release(), released)
+                .await;
+            // Away for longer than the progress bound: whoever waits now must be woken,
+            // as the releaser will not take the key back in the meantime.
+            tokio::time::sleep(rng.millis(1000, 1300)).await;
+        }
+    }
+    Ok(())
+}
+
 fn released(r: &LockResult<lock_core::ReleaseOutcome>) -> Return {
     match r {
         Ok(outcome) => Return::Released(format!("{outcome:?}")),
@@ -350,6 +395,17 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
             end,
             workload.seed,
         )));
+    }
+    if direct.capabilities().release_notification {
+        for n in workload.clients..workload.clients + 3 {
+            tasks.push(tokio::spawn(waker(
+                n,
+                Arc::clone(&direct),
+                Arc::clone(&recorder),
+                end,
+                workload.seed,
+            )));
+        }
     }
     let mut rng = Rng::new(workload.seed);
     let mut lost_data = false;
