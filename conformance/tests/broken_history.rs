@@ -202,14 +202,22 @@ fn caught(bug: Bug, rule: Rule) {
             duration: Duration::from_secs(6),
             ..Workload::from_env(&suite)
         };
-        match check(&record(&suite, workload)) {
+        let recorded = record(&suite, workload);
+        match check(&recorded) {
             Ok(verdict) => println!("{bug:?}, seed {seed}: missed ({verdict:?})"),
             Err(violation) => {
+                let page = history::write_timeline("bent", &recorded, &violation)
+                    .expect("the timeline written");
                 assert_eq!(
-                    violation.rule, rule,
-                    "{bug:?} broke another rule than expected:\n{violation}"
+                    violation.rule,
+                    rule,
+                    "{bug:?} broke another rule than expected:\n{violation}\ntimeline: {}",
+                    page.display()
                 );
-                println!("{bug:?} caught with seed {seed}:\n{violation}");
+                println!(
+                    "{bug:?} caught with seed {seed}:\n{violation}\ntimeline: {}",
+                    page.display()
+                );
                 return;
             }
         }

@@ -609,25 +609,28 @@ fn excerpt(history: &History, ops: &BTreeMap<OpId, Op>, involved: &[OpId]) -> Hi
             }
         }
     }
-    // Of a hold's claims, its first and its last say how long it was relied on.
-    let mut claimed: HashMap<OpId, (At, At)> = HashMap::new();
+    // Of a hold's claims and of its writes, the first and the last say how long it was
+    // relied on.
+    let mut claimed: HashMap<(OpId, bool), (At, At)> = HashMap::new();
     for e in &history.events {
-        if let Event::Claim { hold, at } = e {
-            let span = claimed.entry(*hold).or_insert((*at, *at));
+        if let Event::Claim { hold, at } | Event::Write { hold, at, .. } = e {
+            let write = matches!(e, Event::Write { .. });
+            let span = claimed.entry((*hold, write)).or_insert((*at, *at));
             *span = (span.0.min(*at), span.1.max(*at));
         }
     }
+    let ends = |hold: &OpId, write: bool, at: &At| {
+        claimed
+            .get(&(*hold, write))
+            .is_some_and(|(first, last)| at == first || at == last)
+    };
     let mine = |e: &Event| match e {
         Event::Invoke { op, .. } | Event::Return { op, .. } | Event::Cancel { op, .. } => {
             wanted.contains(op)
         }
-        Event::Claim { hold, at } => {
-            wanted.contains(hold)
-                && claimed
-                    .get(hold)
-                    .is_some_and(|(first, last)| at == first || at == last)
-        }
-        Event::Write { hold, .. } | Event::Lost { hold, .. } => wanted.contains(hold),
+        Event::Claim { hold, at } => wanted.contains(hold) && ends(hold, false, at),
+        Event::Write { hold, at, .. } => wanted.contains(hold) && ends(hold, true, at),
+        Event::Lost { hold, .. } => wanted.contains(hold),
         Event::Fault { .. } => false,
     };
     let mut events: Vec<Event> = history.events.iter().filter(|e| mine(e)).cloned().collect();

@@ -8,8 +8,9 @@ use std::fmt::Write as _;
 use super::check::Violation;
 use super::record::{line, At, Call, Event, History, OpId, Return};
 
-/// Pixels per millisecond, lanes' height, the margin for the lane names.
-const PX_PER_MS: f64 = 2.0;
+/// The timeline's width in pixels (the time shown is scaled to it), lanes' height, the
+/// margin for the lane names.
+const WIDTH: f64 = 1200.0;
 const LANE: f64 = 28.0;
 const LEFT: f64 = 70.0;
 
@@ -21,8 +22,8 @@ fn escape(s: &str) -> String {
 }
 
 /// The page for the events of `key` in `history`, with `violation` marked. The time
-/// shown is the violation's neighbourhood: from a second before its first event to a
-/// second after its last (the whole history when there is none).
+/// shown is the violation's neighbourhood: from 200 ms before its first event to 200 ms
+/// after its last (the whole history when there is none), scaled to 1,200 pixels.
 pub fn render(history: &History, key: &str, violation: Option<&Violation>) -> String {
     let marked: BTreeSet<OpId> = violation
         .map(|v| v.ops.iter().copied().collect())
@@ -44,8 +45,8 @@ pub fn render(history: &History, key: &str, violation: Option<&Violation>) -> St
                 .max()
                 .unwrap_or_default();
             (
-                first.saturating_sub(At::from_secs(1)),
-                last + At::from_secs(1),
+                first.saturating_sub(At::from_millis(200)),
+                last + At::from_millis(200),
             )
         }
         None => (
@@ -58,7 +59,8 @@ pub fn render(history: &History, key: &str, violation: Option<&Violation>) -> St
                 .unwrap_or_default(),
         ),
     };
-    let x = |at: At| LEFT + (at.saturating_sub(from)).as_secs_f64() * 1000.0 * PX_PER_MS;
+    let px_per_ms = WIDTH / ((to.saturating_sub(from)).as_secs_f64() * 1000.0).max(1.0);
+    let x = |at: At| LEFT + (at.saturating_sub(from)).as_secs_f64() * 1000.0 * px_per_ms;
 
     // Per hold of the key: client, invoked, obtained, last claim, fencing.
     struct Bar {
@@ -116,7 +118,7 @@ pub fn render(history: &History, key: &str, violation: Option<&Violation>) -> St
     bars.retain(|_, b| b.invoked <= to && b.last.or(b.end).unwrap_or(b.invoked) >= from);
     let clients: BTreeSet<usize> = bars.values().map(|b| b.client).collect();
     let lane: HashMap<usize, usize> = clients.iter().enumerate().map(|(i, c)| (*c, i)).collect();
-    let width = x(to) + 20.0;
+    let width = LEFT + WIDTH + 20.0;
     let height = LANE * (clients.len() as f64 + 1.0) + 20.0;
 
     let mut svg = String::new();
@@ -197,20 +199,24 @@ pub fn render(history: &History, key: &str, violation: Option<&Violation>) -> St
         escape(&title)
     );
     if let Some(v) = violation {
-        let _ = write!(page, "<p id=\"message\">{}</p><pre>", escape(&v.message));
+        let _ = write!(page, "<p id=\"message\">{}</p>", escape(&v.message));
+    }
+    let _ = write!(
+        page,
+        "<div style=\"overflow-x:auto\">{svg}</div><p>Bars: a hold from its obtain's return to \
+         its last claim (light: the obtain in flight; grey: an obtain that got nothing); \
+         dashed lines: faults; red outline: the holds the violation names. Times from \
+         {:.1} ms to {:.1} ms, {px_per_ms:.2} px a ms.</p>",
+        from.as_secs_f64() * 1000.0,
+        to.as_secs_f64() * 1000.0
+    );
+    if let Some(v) = violation {
+        page.push_str("<h2>The events that show it</h2><pre>");
         for e in &v.excerpt.events {
             let _ = writeln!(page, "{}", escape(&line(e)));
         }
         page.push_str("</pre>");
     }
-    let _ = write!(
-        page,
-        "<p>Bars: a hold from its obtain's return to its last claim (light: the obtain in \
-         flight; grey: an obtain that got nothing); dashed lines: faults; red outline: the \
-         holds the violation names. Times from {:.1} ms to {:.1} ms, {PX_PER_MS} px a ms.</p>\
-         <div style=\"overflow-x:auto\">{svg}</div></body></html>",
-        from.as_secs_f64() * 1000.0,
-        to.as_secs_f64() * 1000.0
-    );
+    page.push_str("</body></html>");
     page
 }
