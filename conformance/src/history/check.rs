@@ -116,6 +116,8 @@ struct Op {
 #[derive(Debug, Clone, Copy)]
 struct Hold {
     op: OpId,
+    /// For a mode change, the hold it changed.
+    changed_from: Option<OpId>,
     client: usize,
     ask: Ask,
     fencing: u64,
@@ -205,10 +207,8 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
 
     let mut by_key: BTreeMap<&str, Vec<Hold>> = BTreeMap::new();
     for (id, op) in &ops {
-        let (
-            Call::Obtain { ask, .. } | Call::AwaitWake { ask },
-            Some((obtained, Return::Obtained { fencing })),
-        ) = (&op.call, &op.returned)
+        let (Some(ask), Some((obtained, Return::Obtained { fencing }))) =
+            (op.call.asks(), &op.returned)
         else {
             continue;
         };
@@ -216,8 +216,12 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
         let relied_until = claims.get(id).copied().filter(|c| c >= obtained);
         by_key.entry(&op.key).or_default().push(Hold {
             op: *id,
+            changed_from: match op.call {
+                Call::Change { from, .. } => Some(from),
+                _ => None,
+            },
             client: op.client,
-            ask: *ask,
+            ask,
             fencing: *fencing,
             invoked: op.invoked,
             obtained: *obtained,
@@ -376,9 +380,16 @@ fn fencing_order(holds: &[Hold]) -> Option<(Vec<OpId>, String)> {
     by_return.sort_by_key(|h| (h.obtained, h.op));
     let mut by_invoke: Vec<&Hold> = holds.iter().collect();
     by_invoke.sort_by_key(|h| (h.invoked, h.op));
+    let fencing_of: HashMap<OpId, u64> = holds.iter().map(|h| (h.op, h.fencing)).collect();
     let mut highest: Option<&Hold> = None;
     let mut next = 0;
     for b in by_invoke {
+        // A downgrade keeps the token of the hold it changed: equal to the highest is
+        // right for it, lower is not.
+        let kept = !b.exclusive()
+            && b
+                .changed_from
+                .is_some_and(|from| fencing_of.get(&from) == Some(&b.fencing));
         while next < by_return.len() && by_return[next].obtained < b.invoked {
             let a = by_return[next];
             if highest.is_none_or(|h| a.fencing > h.fencing) {
@@ -387,7 +398,7 @@ fn fencing_order(holds: &[Hold]) -> Option<(Vec<OpId>, String)> {
             next += 1;
         }
         if let Some(a) = highest {
-            if b.fencing <= a.fencing {
+            if b.fencing < a.fencing || (b.fencing == a.fencing && !kept) {
                 return Some((
                     vec![a.op, b.op],
                     format!(
@@ -473,7 +484,7 @@ fn busy_names(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<OpId>, String)> {
         let may_have_held = ops.iter().any(|(other, o)| {
             o.client == *named
                 && o.key == op.key
-                && matches!(o.call, Call::Obtain { .. } | Call::AwaitWake { .. })
+                && o.call.asks().is_some()
                 && !matches!(o.returned, Some((_, Return::Busy { .. })))
                 && o.invoked <= *returned
                 && given_back.get(other).is_none_or(|end| *end >= op.invoked)
@@ -500,9 +511,8 @@ fn obtains_of<'a>(
     ops: &'a BTreeMap<OpId, Op>,
     key: &'a str,
 ) -> impl Iterator<Item = (&'a OpId, &'a Op)> + 'a {
-    ops.iter().filter(move |(_, o)| {
-        o.key == key && matches!(o.call, Call::Obtain { .. } | Call::AwaitWake { .. })
-    })
+    ops.iter()
+        .filter(move |(_, o)| o.key == key && o.call.asks().is_some())
 }
 
 /// A release that left its key free, a waiter for wake-ups in flight across it, and

@@ -49,11 +49,38 @@ pub enum Call {
         /// How it asks.
         ask: Ask,
     },
+    /// A mode change of the hold `from` made (an upgrade to `ask` exclusive, a downgrade
+    /// to a read hold): when it returns `Obtained`, the hold goes on as this call's, in
+    /// the new mode (a downgrade keeps the fencing token, an upgrade gets a fresh one).
+    Change {
+        /// The hold changed.
+        from: OpId,
+        /// The mode it asks for.
+        ask: Ask,
+    },
+    /// A prolong of the hold `hold` made, explicit (the watchdog's are not recorded).
+    Prolong {
+        /// The hold prolonged.
+        hold: OpId,
+    },
     /// The release of the hold `hold` made.
     Release {
         /// The obtain whose hold this gives back.
         hold: OpId,
     },
+}
+
+impl Call {
+    /// How the call asks for its key, if it is one that can make a hold (an obtain, a
+    /// wait for wake-ups, a mode change).
+    pub fn asks(&self) -> Option<Ask> {
+        match self {
+            Call::Obtain { ask, .. } | Call::AwaitWake { ask } | Call::Change { ask, .. } => {
+                Some(*ask)
+            }
+            Call::Prolong { .. } | Call::Release { .. } => None,
+        }
+    }
 }
 
 /// How a call returned.
@@ -72,6 +99,8 @@ pub enum Return {
     },
     /// The release returned this outcome (`Released`, `ReleasedLate`, `Lost`).
     Released(String),
+    /// The prolong returned this outcome (`Prolonged`, `ProlongedLate`, `Lost`).
+    Prolonged(String),
     /// The call failed with this error.
     Failed(String),
 }

@@ -336,3 +336,43 @@ fn a_waiter_asleep_beside_a_free_key_breaks_progress() {
     });
     assert_eq!(s.check().expect("a fault beside it").wakes, 0);
 }
+
+#[test]
+fn a_downgrade_keeps_its_token_and_an_upgrade_needs_a_fresh_one() {
+    let read = Ask::Shared {
+        capacity: u32::MAX,
+        weight: 1,
+    };
+    let change = |s: &mut Script,
+                  from: OpId,
+                  ask: Ask,
+                  (invoked, returned, until): (u64, u64, u64),
+                  fencing: u64| {
+        let op = s.next;
+        s.next += 1;
+        s.events.push(Event::Invoke {
+            op,
+            client: 0,
+            key: "rw".into(),
+            call: Call::Change { from, ask },
+            at: ms(invoked),
+        });
+        s.events.push(Event::Return {
+            op,
+            result: Return::Obtained { fencing },
+            at: ms(returned),
+        });
+        s.events.push(Event::Claim {
+            hold: op,
+            at: ms(until),
+        });
+        op
+    };
+    let mut s = Script::default();
+    let write = s.hold(0, "rw", X, (0, 1, 10), 10);
+    let down = change(&mut s, write, read, (11, 12, 20), 10);
+    s.check().expect("a downgrade keeps the write lock's token");
+    change(&mut s, down, X, (21, 22, 30), 10);
+    let v = s.check().expect_err("an upgrade with the old token");
+    assert_eq!(v.rule, Rule::FencingOrder);
+}

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use super::check::Violation;
-use super::record::{line, At, Call, Event, History, OpId, Return};
+use super::record::{line, At, Event, History, OpId, Return};
 
 /// The timeline's width in pixels (the time shown is scaled to it), lanes' height, the
 /// margin for the lane names.
@@ -78,9 +78,9 @@ pub fn render(history: &History, key: &str, violation: Option<&Violation>) -> St
                 op,
                 client,
                 key: k,
-                call: Call::Obtain { .. } | Call::AwaitWake { .. },
+                call,
                 at,
-            } if k == key => {
+            } if k == key && call.asks().is_some() => {
                 bars.insert(
                     *op,
                     Bar {

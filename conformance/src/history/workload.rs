@@ -255,8 +255,8 @@ async fn client(
 /// release, a cancelled release, or by dropping it.
 #[allow(clippy::too_many_arguments)]
 async fn hold(
-    op: OpId,
-    held: Held,
+    mut op: OpId,
+    mut held: Held,
     rng: &mut Rng,
     recorder: &Arc<Recorder>,
     fence: &MemoryFence,
@@ -274,7 +274,15 @@ async fn hold(
     };
     let work = ttl.mul_f64(0.2 + rng.below(130) as f64 / 100.0);
     let until = Instant::now() + work;
+    // Halfway, one hold in three changes its mode (a read-write key's) or prolongs.
+    let mut midway = rng.one_in(3).then(|| Instant::now() + work / 2);
     while Instant::now() < until {
+        if midway.is_some_and(|at| Instant::now() >= at) {
+            midway = None;
+            if let Some(changed) = midway_call(op, &mut held, recorder, n, key, ttl).await {
+                op = changed;
+            }
+        }
         if !recorder.claim(op, || held.valid()) {
             break;
         }
@@ -347,6 +355,63 @@ async fn waker(
         }
     }
     Ok(())
+}
+
+/// A call in the middle of a hold: on the read-write key a mode change (an upgrade of a
+/// read hold, a downgrade of the write lock), else an explicit prolong. Returns the hold's
+/// new name when a mode change went through.
+async fn midway_call(
+    op: OpId,
+    held: &mut Held,
+    recorder: &Recorder,
+    n: usize,
+    key: &str,
+    ttl: Duration,
+) -> Option<OpId> {
+    let Held::Guard(guard) = held else {
+        return None;
+    };
+    if key != READ_WRITE {
+        let prolong = guard.prolongate(ttl);
+        let _ = recorder
+            .call(n, key, Call::Prolong { hold: op }, prolong, |r| match r {
+                Ok(outcome) => Return::Prolonged(format!("{outcome:?}")),
+                Err(e) => failed(e),
+            })
+            .await;
+        return None;
+    }
+    let shared = guard.mode().is_shared();
+    let ask = if shared {
+        Ask::Exclusive
+    } else {
+        Ask::Shared {
+            capacity: lock_core::Mode::UNBOUNDED,
+            weight: 1,
+        }
+    };
+    let change = async {
+        let r = if shared {
+            guard.upgrade().await
+        } else {
+            guard.downgrade().await
+        };
+        (r, guard.fencing())
+    };
+    let (changed, (r, _)) = recorder
+        .call(
+            n,
+            key,
+            Call::Change { from: op, ask },
+            change,
+            |(r, f)| match r {
+                Ok(Attempt::Obtained(())) => Return::Obtained { fencing: f.0 },
+                Ok(Attempt::Busy(b)) => Return::Busy { holder: named(b) },
+                Err(e) => failed(e),
+            },
+        )
+        .await;
+    matches!(r, Ok(Attempt::Obtained(()))).then_some(changed)
 }
 
 fn released(r: &LockResult<lock_core::ReleaseOutcome>) -> Return {
