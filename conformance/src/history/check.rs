@@ -387,8 +387,7 @@ fn fencing_order(holds: &[Hold]) -> Option<(Vec<OpId>, String)> {
         // A downgrade keeps the token of the hold it changed: equal to the highest is
         // right for it, lower is not.
         let kept = !b.exclusive()
-            && b
-                .changed_from
+            && b.changed_from
                 .is_some_and(|from| fencing_of.get(&from) == Some(&b.fencing));
         while next < by_return.len() && by_return[next].obtained < b.invoked {
             let a = by_return[next];
@@ -485,7 +484,8 @@ fn busy_names(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<OpId>, String)> {
             o.client == *named
                 && o.key == op.key
                 && o.call.asks().is_some()
-                && !matches!(o.returned, Some((_, Return::Busy { .. })))
+                && (matches!(o.call, Call::ObtainAll { .. })
+                    || !matches!(o.returned, Some((_, Return::Busy { .. }))))
                 && o.invoked <= *returned
                 && given_back.get(other).is_none_or(|end| *end >= op.invoked)
         });
@@ -554,7 +554,7 @@ fn progress(
             id == hold
                 || o.invoked > *freed
                 || match &o.returned {
-                    Some((_, Return::Busy { .. })) => true,
+                    Some((_, Return::Busy { .. })) => !matches!(o.call, Call::ObtainAll { .. }),
                     Some((at, Return::Obtained { .. })) => {
                         *at > op.invoked || given_back.get(id).is_some_and(|b| *b <= op.invoked)
                     }

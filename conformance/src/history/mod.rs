@@ -13,7 +13,10 @@
 //!
 //! A failure prints the rule, the holds it names and the events that show it, and writes
 //! an HTML timeline of the key (one lane per client, the holds as bars, the violating ones
-//! outlined in red) to a file whose path the failure gives.
+//! outlined in red) and the whole history as text to files whose paths the failure gives.
+//! Now and then a client takes the mutex and the read-write lock together (`lock_all`),
+//! and one hold in three makes a call halfway (a mode change on the read-write lock, an
+//! explicit prolong elsewhere).
 //!
 //! ```
 //! use std::time::Duration;
@@ -62,16 +65,26 @@ pub fn write_timeline(
     history: &History,
     violation: &Violation,
 ) -> std::io::Result<std::path::PathBuf> {
+    write_file(
+        name,
+        ".html",
+        &render(history, &violation.key, Some(violation)),
+    )
+}
+
+/// Writes `text` to a new file `lock-history-<name>-<random><suffix>` in the temporary
+/// directory, which is kept.
+fn write_file(name: &str, suffix: &str, text: &str) -> std::io::Result<std::path::PathBuf> {
     let safe: String = name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
     let file = tempfile::Builder::new()
         .prefix(&format!("lock-history-{safe}-"))
-        .suffix(".html")
+        .suffix(suffix)
         .tempfile()?;
     let (_, path) = file.keep().map_err(|e| e.error)?;
-    std::fs::write(&path, render(history, &violation.key, Some(violation)))?;
+    std::fs::write(&path, text)?;
     Ok(path)
 }
 
@@ -101,8 +114,12 @@ pub async fn histories_check_out(suite: &Suite) -> CaseResult {
                 Ok(path) => format!("timeline: {}", path.display()),
                 Err(e) => format!("(the timeline could not be written: {e})"),
             };
+            let whole = match write_file(suite.name, ".txt", &history.to_string()) {
+                Ok(path) => format!("the whole history: {}", path.display()),
+                Err(e) => format!("(the history could not be written: {e})"),
+            };
             Err(Failure(format!(
-                "{violation}\n{page}\n(seed {}: LOCK_CONFORMANCE_SEED={} runs the same \
+                "{violation}\n{page}\n{whole}\n(seed {}: LOCK_CONFORMANCE_SEED={} runs the same \
                  choices; the threads' timing differs)",
                 workload.seed, workload.seed
             )))

@@ -49,6 +49,13 @@ pub enum Call {
         /// How it asks.
         ask: Ask,
     },
+    /// One key's part of a `lock_all` (one such call per key, invoked and answered
+    /// together), exclusive. Answered `Busy`, it may still have held the key for a while
+    /// in flight: a set gives back what it took when a later key is busy.
+    ObtainAll {
+        /// Whether it waits while a key is busy.
+        wait: bool,
+    },
     /// A mode change of the hold `from` made (an upgrade to `ask` exclusive, a downgrade
     /// to a read hold): when it returns `Obtained`, the hold goes on as this call's, in
     /// the new mode (a downgrade keeps the fencing token, an upgrade gets a fresh one).
@@ -78,6 +85,7 @@ impl Call {
             Call::Obtain { ask, .. } | Call::AwaitWake { ask } | Call::Change { ask, .. } => {
                 Some(*ask)
             }
+            Call::ObtainAll { .. } => Some(Ask::Exclusive),
             Call::Prolong { .. } | Call::Release { .. } => None,
         }
     }
@@ -93,8 +101,8 @@ pub enum Return {
     },
     /// The obtain did not get it; the client it names as the holder, if any.
     Busy {
-        /// The holder the answer named, by client number (`None`: none named, or one the
-        /// workload does not know).
+        /// The holder the answer named, by client number (`None`: none named, one the
+        /// workload does not know, or a `lock_all`'s, which does not say of which key).
         holder: Option<usize>,
     },
     /// The release returned this outcome (`Released`, `ReleasedLate`, `Lost`).
@@ -321,6 +329,61 @@ impl Recorder {
             at,
         });
         (op, value)
+    }
+
+    /// Runs `call` as one operation of `client` on each of `keys` at once (a `lock_all`):
+    /// one invoke per key now, then one return per key (made by `results`, in the keys'
+    /// order), or a cancellation of each when the future is dropped before it is done.
+    ///
+    /// # Cancel safety
+    /// Dropping the future records every key's call as cancelled.
+    pub async fn call_many<T, F>(
+        &self,
+        client: usize,
+        keys: &[&str],
+        call: Call,
+        future: F,
+        results: impl FnOnce(&T) -> Vec<Return>,
+    ) -> (Vec<OpId>, T)
+    where
+        F: Future<Output = T>,
+    {
+        let at = self.now();
+        let ops: Vec<OpId> = keys
+            .iter()
+            .map(|key| {
+                let op = self.next.fetch_add(1, Ordering::Relaxed);
+                self.push(Event::Invoke {
+                    op,
+                    client,
+                    key: (*key).to_owned(),
+                    call: call.clone(),
+                    at,
+                });
+                op
+            })
+            .collect();
+        let mut pending: Vec<Pending<'_>> = ops
+            .iter()
+            .map(|op| Pending {
+                recorder: self,
+                op: *op,
+                done: false,
+            })
+            .collect();
+        let value = future.await;
+        let at = self.now();
+        for (p, result) in pending.iter_mut().zip(results(&value)) {
+            p.done = true;
+            self.push(Event::Return {
+                op: p.op,
+                result,
+                at,
+            });
+        }
+        // A key the results said nothing of counts as cancelled.
+        drop(pending);
+        (ops, value)
     }
 
     /// Records that the holder of `hold` relies on it now, if `valid` (called right after

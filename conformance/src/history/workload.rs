@@ -161,6 +161,10 @@ async fn client(
         .with_metadata(format!("c{n}"))?
         .with_retry(Retry::exponential(ms(2), ms(40)).notified());
     while Instant::now() < end {
+        if rng.one_in(7) {
+            both(n, &locker, &mut rng, &recorder, &fence).await;
+            continue;
+        }
         let kind = if shared {
             rng.below(5)
         } else {
@@ -355,6 +359,76 @@ async fn waker(
         }
     }
     Ok(())
+}
+
+/// A `lock_all` of the mutex and the read-write lock (both exclusive): obtained, each key
+/// held and written as one hold of its own, then each released.
+async fn both(n: usize, locker: &Locker, rng: &mut Rng, recorder: &Recorder, fence: &MemoryFence) {
+    let keys = [MUTEX, READ_WRITE];
+    let wait = rng.one_in(2);
+    let ttl = rng.millis(150, 600);
+    let patience = rng.millis(50, 600);
+    let builder = locker.lock_all(keys).ttl(ttl);
+    let builder = if rng.one_in(3) {
+        builder.watchdog()
+    } else {
+        builder
+    };
+    let call = Call::ObtainAll { wait };
+    let obtain = async {
+        if wait {
+            builder.wait(patience).obtain().await
+        } else {
+            builder.try_obtain().await
+        }
+    };
+    let (ops, got) = recorder
+        .call_many(n, &keys, call, obtain, |r| match r {
+            Ok(Attempt::Obtained(all)) => keys
+                .iter()
+                .map(|key| Return::Obtained {
+                    fencing: all
+                        .fencing()
+                        .find(|(k, _)| k.as_str() == *key)
+                        .map_or(0, |(_, f)| f.0),
+                })
+                .collect(),
+            // A set's Busy does not say which key was busy: its holder is named on none.
+            Ok(Attempt::Busy(_)) => vec![Return::Busy { holder: None }; keys.len()],
+            Err(e) => vec![failed(e); keys.len()],
+        })
+        .await;
+    let Ok(Attempt::Obtained(all)) = got else {
+        tokio::time::sleep(rng.millis(0, 20)).await;
+        return;
+    };
+    let guards: Vec<(OpId, &str, lock_core::LockGuard)> = all
+        .into_guards()
+        .into_iter()
+        .filter_map(|g| {
+            let i = keys.iter().position(|k| *k == g.key().as_str())?;
+            Some((ops[i], keys[i], g))
+        })
+        .collect();
+    let until = Instant::now() + ttl.mul_f64(0.2 + rng.below(130) as f64 / 100.0);
+    'work: while Instant::now() < until {
+        for (op, key, g) in &guards {
+            if !recorder.claim(*op, || !g.is_lost() && !g.remaining().is_zero()) {
+                break 'work;
+            }
+            match fence.write(key, g.fencing(), || recorder.now()) {
+                Ok(at) => recorder.write(*op, at, true),
+                Err(_) => recorder.write(*op, recorder.now(), false),
+            }
+        }
+        tokio::time::sleep(rng.millis(3, 25)).await;
+    }
+    for (op, key, g) in guards {
+        recorder.claim(op, || !g.is_lost() && !g.remaining().is_zero());
+        let _ = recorder
+            .call(n, key, Call::Release { hold: op }, g.release(), released)
+            .await;
+    }
 }
 
 /// A call in the middle of a hold: on the read-write key a mode change (an upgrade of a
