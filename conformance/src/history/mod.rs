@@ -7,7 +7,7 @@
 //! release notifications, three more that pass a fifth key back and forth waiting for
 //! wake-ups only (their fallback poll is 2 s), with calls cancelled at
 //! random, holds kept past their ttl, releases dropped or cancelled, and, when the
-//! harness offers them, the network to the server frozen and cut and the server's data
+//! harness offers them, the network to the server frozen, slowed and cut and the server's data
 //! lost. Then [`check`] holds the history to the rules every backend must keep, key by
 //! key (see [`check`]'s module for each rule and why it is sound).
 //!

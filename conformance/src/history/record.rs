@@ -120,6 +120,8 @@ pub enum Fault {
     Freeze,
     /// Every connection to the server was cut.
     Cut,
+    /// Every reply from the server is delayed by this long.
+    Latency(Duration),
     /// The network is back to normal.
     Heal,
     /// The server lost every record (a restart without persistence), at some instant

@@ -554,7 +554,7 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
             continue;
         }
         if let Some(faults) = &faults {
-            match rng.below(3) {
+            match rng.below(4) {
                 0 => {
                     recorder.fault(Fault::Freeze);
                     faults.freeze();
@@ -565,6 +565,14 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
                 1 => {
                     recorder.fault(Fault::Cut);
                     faults.cut();
+                }
+                2 => {
+                    let latency = rng.millis(20, 200);
+                    recorder.fault(Fault::Latency(latency));
+                    faults.delay_replies(latency);
+                    tokio::time::sleep(rng.millis(200, 800)).await;
+                    faults.heal();
+                    recorder.fault(Fault::Heal);
                 }
                 _ => {}
             }
