@@ -48,6 +48,7 @@
 //! | `cooldown_blocks_everyone_then_frees`, `decrement_ignores_cooldown` | `delay_after` |
 //! | `fencing_grows_across_everything`, `force_release_then_retake_fences_the_old_holder`, `paused_holder_is_fenced_out` | fencing tokens only grow; a stale holder is fenced out |
 //! | `lock_all_with_a_lost_reply_leaves_none_of_the_keys_held`, `a_campaign_with_a_lost_reply_leads_once_or_leaves_nothing` | a reply lost after the backend applied the obtain (each key of a `lock_all` in turn, a campaign): a retry-safe error and nothing held under a token nobody has, or, within the wait, one hold |
+//! | `a_prolong_landing_after_the_release_resurrects_nothing` | a prolong sent before the guard's release (then before a forced release) and held back by a slow network lands after it: the key is free once both answered, never held again by the guard that gave it up |
 //! | `calls_under_contention_end_by_their_deadline` | eight tasks hammer one key through the harness's short-deadline backend ([`Harness::behind_faults`], replies slowed by a tenth of the deadline): every call answers within its deadline plus [`cases::DEADLINE_MARGIN`] (500 ms), its retries after conflicts included |
 //! | `fencing_tokens_count_wall_clock_microseconds` | a fresh key's first token is the wall clock in µs since the Unix epoch (within 10 minutes), the one scale of every backend, so a job moved to another backend keeps writing through its fences |
 //! | `holder_info_round_trips`, `odd_keys_are_independent_locks`, `namespaces_never_interfere`, `invalid_input_is_refused_before_io` | data and names |
@@ -233,6 +234,7 @@ macro_rules! for_each_case {
             dropped_connections_leave_a_safe_state,
             cancelled_calls_leave_nothing_held,
             obtain_retried_after_a_lost_reply_holds_once,
+            a_prolong_landing_after_the_release_resurrects_nothing,
             partition_during_a_hold_fires_lost_in_time,
             slow_server_never_overstates_validity,
             partition_during_obtain_or_release_leaves_no_orphan,

@@ -206,12 +206,15 @@ impl EtcdBackend {
 /// a key has:
 /// - one range compare: no key of the lock was written since the read (a hold admitted
 ///   meanwhile writes `F`, so two admissions read at one revision never both land);
-/// - each key the plan rewrites on the lease it has: still there (its lease may have run
-///   out, and a put that keeps a lease fails on a key that is gone).
+/// - each key the plan rewrites that the read saw: still there, unchanged (its lease may
+///   have run out, and a put that keeps a lease fails on a key that is gone; and a renewal
+///   must not put back a hold that was released, force-released or lost with the data
+///   since: the range compare alone misses a deletion when nothing else of the lock was
+///   written after it, as when a data loss took the release's wake-up key too).
 ///
-/// A key read and deleted since (a release, an expired lease) is not compared: deletions
-/// only free room, a decision that counted the key is as safe without it, and a key the
-/// plan deletes anyway may be gone already. The deletes go as ranges: the range compare
+/// A key read and deleted since that the plan does not write is not compared: such
+/// deletions only free room, a decision that counted the key is as safe without it, and a
+/// key the plan deletes anyway may be gone already. The deletes go as ranges: the range compare
 /// holds every key of the lock to those read, so each run of keys to delete that no kept
 /// or written key interrupts is one range delete (a `force_release` of 1,000 readers is
 /// one operation, not 2,000).
@@ -222,19 +225,14 @@ fn transaction(base: &Base, seen: &Seen, plan: &Plan, leases: &[i64]) -> Txn {
             Compare::mod_revision(base.first(), CompareOp::Less, revision.saturating_add(1))
                 .with_range(base.end()),
         ];
-    compares.extend(
-        plan.puts
-            .iter()
-            .filter(|put| put.lease == Lease::Keep)
-            .filter_map(|put| {
-                let at = seen.keys.iter().find(|(k, _)| *k == put.key)?.1;
-                Some(Compare::mod_revision(
-                    put.key.as_str(),
-                    CompareOp::Equal,
-                    at,
-                ))
-            }),
-    );
+    compares.extend(plan.puts.iter().filter_map(|put| {
+        let at = seen.keys.iter().find(|(k, _)| *k == put.key)?.1;
+        Some(Compare::mod_revision(
+            put.key.as_str(),
+            CompareOp::Equal,
+            at,
+        ))
+    }));
     let mut ops: Vec<TxnOp> = plan
         .puts
         .iter()
@@ -363,8 +361,9 @@ mod tests {
         assert_eq!(txn_ops(&taken), 2);
     }
 
-    /// The guard of a decision among 1,000 holds: the range compare, and the keys the plan
-    /// rewrites on their lease, never a compare per key read.
+    /// The guard of a decision among 1,000 holds: the range compare, and the keys read that
+    /// the plan rewrites (on their lease or on a fresh one: a renewal must find its hold
+    /// still there), never a compare per key read.
     #[test]
     fn a_transaction_compares_only_what_it_rewrites() {
         let base = Base::new("p", "k");
@@ -384,14 +383,29 @@ mod tests {
                     lease: Lease::Keep,
                 },
                 Put {
+                    key: base.live("0002"),
+                    value: Vec::new(),
+                    lease: Lease::New(0),
+                },
+                Put {
                     key: base.fence(),
                     value: Vec::new(),
                     lease: Lease::Never,
                 },
+                Put {
+                    key: base.live("fresh"),
+                    value: Vec::new(),
+                    lease: Lease::New(0),
+                },
             ],
             ..Plan::default()
         };
-        let txn = format!("{:?}", transaction(&base, &seen, &plan, &[]));
-        assert_eq!(txn.matches("Compare {").count(), 2, "{txn}");
+        let txn = format!("{:?}", transaction(&base, &seen, &plan, &[1]));
+        assert_eq!(txn.matches("Compare {").count(), 4, "{txn}");
+        let renewed = format!("key: {:?}, range_end: []", base.live("0002").as_bytes());
+        assert!(
+            txn.contains(&renewed),
+            "the renewed hold's key is compared: {txn}"
+        );
     }
 }

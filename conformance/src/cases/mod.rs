@@ -115,6 +115,7 @@ mod scale;
 mod shared;
 mod shared_answers;
 mod shared_rules;
+mod stale_calls;
 mod wakes;
 
 pub use client::*;
@@ -125,6 +126,7 @@ pub use scale::*;
 pub use shared::*;
 pub use shared_answers::*;
 pub use shared_rules::*;
+pub use stale_calls::*;
 pub use wakes::*;
 
 /// Writes a line to the test process's real stderr, past libtest's capture: what a case
