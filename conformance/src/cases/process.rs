@@ -40,6 +40,9 @@ pub struct Job {
     pub ttl_ms: u64,
     /// Where the worker writes its log.
     pub out: PathBuf,
+    /// For a `history` job: its clients, run with the history workload's.
+    #[serde(default)]
+    pub history: Option<crate::history::ProcessJob>,
 }
 
 /// One critical section as a worker logged it.
@@ -79,6 +82,9 @@ pub async fn run_worker(suite: &Suite) -> CaseResult {
     };
     let job: Job = serde_json::from_str(&raw).map_err(|e| Failure(format!("bad job: {e}")))?;
     let backend = suite.harness.connect(&job.config).await;
+    if let Some(history) = &job.history {
+        return crate::history::run_process(backend, history, &job.out).await;
+    }
     let locker = Locker::new(backend).with_retry(Retry::exponential(ms(1), ms(20)).notified());
     let io = |e: std::io::Error| Failure(format!("worker log {}: {e}", job.out.display()));
     let ttl = Duration::from_millis(job.ttl_ms);
@@ -257,6 +263,7 @@ async fn contend(
         rounds,
         ttl_ms: 30_000,
         out: dir.path().join(format!("worker-{i}.log")),
+        history: None,
     });
     let mut sections = Vec::new();
     for out in run_workers(suite, jobs).await? {
@@ -273,7 +280,7 @@ async fn contend(
 
 /// Runs one worker process per job, all at once, and waits for every one of them (300 s at
 /// most: a worker that takes longer is stuck): the logs they wrote, in the jobs' order.
-pub(super) async fn run_workers(
+pub(crate) async fn run_workers(
     suite: &Suite,
     jobs: impl IntoIterator<Item = Job>,
 ) -> Result<Vec<PathBuf>, Failure> {
@@ -362,6 +369,7 @@ pub async fn killed_holder_frees_after_ttl(suite: &Suite) -> CaseResult {
         rounds: 1,
         ttl_ms: 1_500,
         out: dir.path().join("holder.log"),
+        history: None,
         keys: Vec::new(),
     };
     let mut child = spawn_holder(suite, &job).await?;
@@ -423,6 +431,7 @@ pub async fn killed_holder_frees_only_its_own_permits(suite: &Suite) -> CaseResu
         rounds: 1,
         ttl_ms: 1_500,
         out: dir.path().join("holder.log"),
+        history: None,
         keys: Vec::new(),
     };
     let mut child = spawn_holder(suite, &job).await?;

@@ -54,6 +54,7 @@ pub async fn multiprocess_lock_all_never_deadlocks_nor_overlaps(suite: &Suite) -
         rounds: ROUNDS,
         ttl_ms: 30_000,
         out: dir.path().join(format!("worker-{i}.log")),
+        history: None,
     });
     let mut sections = BTreeMap::new();
     for out in run_workers(suite, jobs).await? {

@@ -5,11 +5,15 @@
 //! through a fence and gave back locks on four keys (a mutex, a semaphore of 3 permits
 //! taken 1 or 2 at a time, a read-write lock, a leadership), and, on a backend with
 //! release notifications, three more that pass a fifth key back and forth waiting for
-//! wake-ups only (their fallback poll is 2 s), with calls cancelled at
-//! random, holds kept past their ttl, releases dropped or cancelled, and, when the
-//! harness offers them, the network to the server frozen, slowed and cut and the server's data
-//! lost. Then [`check`] holds the history to the rules every backend must keep, key by
-//! key (see [`check`]'s module for each rule and why it is sound).
+//! wake-ups only (their fallback poll is 2 s), with calls cancelled at random, holds kept
+//! past their ttl, releases dropped or cancelled, and, when the harness offers them, the
+//! network to the server frozen, slowed and cut and the server's data lost. On a backend
+//! other processes reach, two more processes of two clients each and one more client here
+//! work the same keys in the namespace the harness shares
+//! ([`Harness::shared_config`](crate::Harness::shared_config)), recorded on the same clock
+//! (`CLOCK_MONOTONIC`) under [`PROCESSES`]. Then [`check`] holds the history to the rules
+//! every backend must keep, key by key (see [`check`]'s module for each rule and why it is
+//! sound).
 //!
 //! A failure prints the rule, the holds it names and the events that show it, and writes
 //! an HTML timeline of the key (one lane per client, the holds as bars, the violating ones
@@ -49,9 +53,12 @@ mod workload;
 mod tests;
 
 pub use check::{check, Rule, Verdict, Violation, PROGRESS_BOUND};
-pub use record::{Ask, At, Call, Event, Fault, History, OpId, Recorder, Return};
+pub use record::{monotonic_ns, Ask, At, Call, Event, Fault, History, OpId, Recorder, Return};
 pub use timeline::render;
-pub use workload::{run, Workload, LEADER, MUTEX, PERMITS, READ_WRITE, SEMAPHORE, WAKE};
+pub use workload::{
+    run, run_process, ProcessJob, Workload, LEADER, MUTEX, PERMITS, PROCESSES, READ_WRITE,
+    SEMAPHORE, WAKE,
+};
 
 use crate::{CaseResult, Failure, Suite};
 
@@ -95,10 +102,13 @@ fn write_file(name: &str, suffix: &str, text: &str) -> std::io::Result<std::path
 pub async fn histories_check_out(suite: &Suite) -> CaseResult {
     let workload = Workload::from_env(suite);
     let history = run(suite, workload).await?;
-    match check(&history) {
+    let checking = std::time::Instant::now();
+    let checked = check(&history);
+    let took = checking.elapsed();
+    match checked {
         Ok(verdict) => {
             crate::cases::report(format_args!(
-                "{}: histories_check_out: {verdict:?} in {:?} (seed {})",
+                "{}: histories_check_out: {verdict:?} in {:?}, checked in {took:.1?} (seed {})",
                 suite.name, workload.duration, workload.seed
             ));
             if verdict.holds == 0 {

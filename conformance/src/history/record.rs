@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use serde::{Deserialize, Serialize};
 
 /// An instant of a history: the time since the history began, on one monotonic clock.
 pub type At = Duration;
@@ -16,7 +16,7 @@ pub type At = Duration;
 pub type OpId = usize;
 
 /// How an obtain asks for its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Ask {
     /// An exclusive hold.
     Exclusive,
@@ -33,7 +33,7 @@ pub enum Ask {
 }
 
 /// A call a client made.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Call {
     /// An obtain of the event's key; with `wait`, one that waits for the key.
     Obtain {
@@ -92,7 +92,7 @@ impl Call {
 }
 
 /// How a call returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Return {
     /// The obtain got the key, with this fencing token.
     Obtained {
@@ -114,7 +114,7 @@ pub enum Return {
 }
 
 /// A fault the workload injected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Fault {
     /// The network to the server froze (replies and requests held back).
     Freeze,
@@ -133,7 +133,7 @@ pub enum Fault {
 }
 
 /// One event of a history.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
     /// A client invoked a call on a key.
     Invoke {
@@ -255,11 +255,21 @@ pub(crate) fn line(e: &Event) -> String {
     }
 }
 
+/// `CLOCK_MONOTONIC` now, in nanoseconds: one clock for every process of the machine.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(t.tv_nsec).unwrap_or(0))
+}
+
 /// Records a history from many tasks at once: each event is stamped with the recorder's
-/// clock when it is recorded.
+/// clock when it is recorded. The clock is `CLOCK_MONOTONIC` from an epoch, so that
+/// recorders in several processes of one machine ([`Recorder::since`]) share it.
 #[derive(Debug)]
 pub struct Recorder {
-    start: Instant,
+    epoch: u64,
     next: AtomicUsize,
     events: Mutex<Vec<Event>>,
 }
@@ -273,16 +283,27 @@ impl Default for Recorder {
 impl Recorder {
     /// A recorder whose clock starts now.
     pub fn new() -> Self {
+        Recorder::since(monotonic_ns(), 0)
+    }
+
+    /// A recorder whose clock started at `epoch` ([`monotonic_ns`], maybe read by another
+    /// process) and whose calls are numbered from `first_op`.
+    pub fn since(epoch: u64, first_op: OpId) -> Self {
         Recorder {
-            start: Instant::now(),
-            next: AtomicUsize::new(0),
+            epoch,
+            next: AtomicUsize::new(first_op),
             events: Mutex::default(),
         }
     }
 
+    /// The epoch of the recorder's clock.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// The recorder's clock now.
     pub fn now(&self) -> At {
-        self.start.elapsed()
+        At::from_nanos(monotonic_ns().saturating_sub(self.epoch))
     }
 
     fn push(&self, event: Event) {
@@ -418,6 +439,14 @@ impl Recorder {
     /// Records an injected fault, injected at `at`.
     pub fn fault_at(&self, fault: Fault, at: At) {
         self.push(Event::Fault { fault, at });
+    }
+
+    /// Adds events recorded elsewhere (by another process, on the same clock).
+    pub fn extend(&self, events: Vec<Event>) {
+        self.events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .extend(events);
     }
 
     /// The history recorded so far.

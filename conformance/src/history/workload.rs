@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lock_core::fence::MemoryFence;
 use lock_core::{Attempt, Busy, Fencing, LockBackend, Locker, Result as LockResult, Retry};
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::record::{Ask, Call, Fault, OpId, Recorder, Return};
@@ -27,6 +28,9 @@ pub const LEADER: &str = "history/leader";
 pub const WAKE: &str = "history/wake";
 /// The semaphore's permits.
 pub const PERMITS: u32 = 3;
+/// What the keys of the clients of several processes are recorded under: they lock the
+/// same key names in another namespace, the one the harness shares with other processes.
+pub const PROCESSES: &str = "processes:";
 
 /// How long and how hard the workload runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,23 +150,53 @@ impl Held {
     }
 }
 
+/// What a client records through: its number, the recorder, the fence its writes go
+/// through (none for the clients of several processes: each process would have a fence
+/// of its own), and the label its keys are recorded under (the keys of another namespace
+/// are other locks).
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub(crate) n: usize,
+    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) fence: Option<Arc<MemoryFence>>,
+    pub(crate) label: &'static str,
+}
+
+impl Ctx {
+    /// `key` as the history names it.
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.label)
+    }
+
+    /// A write with `fencing` through the fence, if the client has one, recorded.
+    fn write(&self, op: OpId, key: &str, fencing: Fencing) {
+        let Some(fence) = &self.fence else {
+            return;
+        };
+        match fence.write(&self.key(key), fencing, || self.recorder.now()) {
+            Ok(at) => self.recorder.write(op, at, true),
+            Err(_) => self.recorder.write(op, self.recorder.now(), false),
+        }
+    }
+}
+
 /// One client's run: obtain, hold (claiming and writing), give back, until `end`.
-async fn client(
-    n: usize,
+pub(crate) async fn client(
+    ctx: Ctx,
     backend: Arc<dyn LockBackend>,
     shared: bool,
-    recorder: Arc<Recorder>,
-    fence: Arc<MemoryFence>,
     end: Instant,
     seed: u64,
 ) -> LockResult<()> {
+    let n = ctx.n;
+    let recorder = &ctx.recorder;
     let mut rng = Rng::new(seed.wrapping_add(n as u64 + 1));
     let locker = Locker::new(backend)
         .with_metadata(format!("c{n}"))?
         .with_retry(Retry::exponential(ms(2), ms(40)).notified());
     while Instant::now() < end {
         if rng.one_in(7) {
-            both(n, &locker, &mut rng, &recorder, &fence).await;
+            both(&ctx, &locker, &mut rng).await;
             continue;
         }
         let kind = if shared {
@@ -205,7 +239,7 @@ async fn client(
                         .wait(patience)
                         .identity(format!("c{n}"));
                     let r = recorder
-                        .call(n, key, call, campaign.lead(), |r| {
+                        .call(n, &ctx.key(key), call, campaign.lead(), |r| {
                             obtained(r, |l: &lock_core::Leadership| l.term())
                         })
                         .await;
@@ -228,7 +262,7 @@ async fn client(
                         builder
                     };
                     let r = recorder
-                        .call(n, key, call, builder.obtain(), |r| {
+                        .call(n, &ctx.key(key), call, builder.obtain(), |r| {
                             obtained(r, lock_core::LockGuard::fencing)
                         })
                         .await;
@@ -250,24 +284,15 @@ async fn client(
                 continue;
             }
         };
-        hold(op, held, &mut rng, &recorder, &fence, n, key, ttl).await;
+        hold(op, held, &mut rng, &ctx, key, ttl).await;
     }
     Ok(())
 }
 
 /// Works under a hold for a while (now and then past its ttl), then gives it back: by a
 /// release, a cancelled release, or by dropping it.
-#[allow(clippy::too_many_arguments)]
-async fn hold(
-    mut op: OpId,
-    mut held: Held,
-    rng: &mut Rng,
-    recorder: &Arc<Recorder>,
-    fence: &MemoryFence,
-    n: usize,
-    key: &str,
-    ttl: Duration,
-) {
+async fn hold(mut op: OpId, mut held: Held, rng: &mut Rng, ctx: &Ctx, key: &str, ttl: Duration) {
+    let (n, recorder) = (ctx.n, &ctx.recorder);
     let lost = held.lost();
     let watcher = {
         let recorder = Arc::clone(recorder);
@@ -283,18 +308,14 @@ async fn hold(
     while Instant::now() < until {
         if midway.is_some_and(|at| Instant::now() >= at) {
             midway = None;
-            if let Some(changed) = midway_call(op, &mut held, recorder, n, key, ttl).await {
+            if let Some(changed) = midway_call(op, &mut held, ctx, key, ttl).await {
                 op = changed;
             }
         }
         if !recorder.claim(op, || held.valid()) {
             break;
         }
-        let written = fence.write(key, held.fencing(), || recorder.now());
-        match written {
-            Ok(at) => recorder.write(op, at, true),
-            Err(_) => recorder.write(op, recorder.now(), false),
-        }
+        ctx.write(op, key, held.fencing());
         tokio::time::sleep(rng.millis(3, 25)).await;
     }
     recorder.claim(op, || held.valid());
@@ -305,14 +326,14 @@ async fn hold(
             let after = rng.millis(0, 5);
             let _ = tokio::time::timeout(
                 after,
-                recorder.call(n, key, release, held.release(), released),
+                recorder.call(n, &ctx.key(key), release, held.release(), released),
             )
             .await;
         }
         _ => {
             // Its outcome is in the history; an error is one more outcome there.
             let _ = recorder
-                .call(n, key, release, held.release(), released)
+                .call(n, &ctx.key(key), release, held.release(), released)
                 .await;
         }
     }
@@ -363,7 +384,8 @@ async fn waker(
 
 /// A `lock_all` of the mutex and the read-write lock (both exclusive): obtained, each key
 /// held and written as one hold of its own, then each released.
-async fn both(n: usize, locker: &Locker, rng: &mut Rng, recorder: &Recorder, fence: &MemoryFence) {
+async fn both(ctx: &Ctx, locker: &Locker, rng: &mut Rng) {
+    let (n, recorder) = (ctx.n, &ctx.recorder);
     let keys = [MUTEX, READ_WRITE];
     let wait = rng.one_in(2);
     let ttl = rng.millis(150, 600);
@@ -382,8 +404,10 @@ async fn both(n: usize, locker: &Locker, rng: &mut Rng, recorder: &Recorder, fen
             builder.try_obtain().await
         }
     };
+    let labelled = keys.map(|k| ctx.key(k));
+    let labelled = [labelled[0].as_str(), labelled[1].as_str()];
     let (ops, got) = recorder
-        .call_many(n, &keys, call, obtain, |r| match r {
+        .call_many(n, &labelled, call, obtain, |r| match r {
             Ok(Attempt::Obtained(all)) => keys
                 .iter()
                 .map(|key| Return::Obtained {
@@ -416,17 +440,20 @@ async fn both(n: usize, locker: &Locker, rng: &mut Rng, recorder: &Recorder, fen
             if !recorder.claim(*op, || !g.is_lost() && !g.remaining().is_zero()) {
                 break 'work;
             }
-            match fence.write(key, g.fencing(), || recorder.now()) {
-                Ok(at) => recorder.write(*op, at, true),
-                Err(_) => recorder.write(*op, recorder.now(), false),
-            }
+            ctx.write(*op, key, g.fencing());
         }
         tokio::time::sleep(rng.millis(3, 25)).await;
     }
     for (op, key, g) in guards {
         recorder.claim(op, || !g.is_lost() && !g.remaining().is_zero());
         let _ = recorder
-            .call(n, key, Call::Release { hold: op }, g.release(), released)
+            .call(
+                n,
+                &ctx.key(key),
+                Call::Release { hold: op },
+                g.release(),
+                released,
+            )
             .await;
     }
 }
@@ -437,21 +464,28 @@ async fn both(n: usize, locker: &Locker, rng: &mut Rng, recorder: &Recorder, fen
 async fn midway_call(
     op: OpId,
     held: &mut Held,
-    recorder: &Recorder,
-    n: usize,
+    ctx: &Ctx,
     key: &str,
     ttl: Duration,
 ) -> Option<OpId> {
+    let (n, recorder) = (ctx.n, &ctx.recorder);
+    let labelled = ctx.key(key);
     let Held::Guard(guard) = held else {
         return None;
     };
     if key != READ_WRITE {
         let prolong = guard.prolongate(ttl);
         let _ = recorder
-            .call(n, key, Call::Prolong { hold: op }, prolong, |r| match r {
-                Ok(outcome) => Return::Prolonged(format!("{outcome:?}")),
-                Err(e) => failed(e),
-            })
+            .call(
+                n,
+                &labelled,
+                Call::Prolong { hold: op },
+                prolong,
+                |r| match r {
+                    Ok(outcome) => Return::Prolonged(format!("{outcome:?}")),
+                    Err(e) => failed(e),
+                },
+            )
             .await;
         return None;
     }
@@ -475,7 +509,7 @@ async fn midway_call(
     let (changed, (r, _)) = recorder
         .call(
             n,
-            key,
+            &labelled,
             Call::Change { from: op, ask },
             change,
             |(r, f)| match r {
@@ -525,12 +559,16 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
         } else {
             Arc::clone(&behind)
         };
-        tasks.push(tokio::spawn(client(
+        let ctx = Ctx {
             n,
+            recorder: Arc::clone(&recorder),
+            fence: Some(Arc::clone(&fence)),
+            label: "",
+        };
+        tasks.push(tokio::spawn(client(
+            ctx,
             backend,
             shared,
-            Arc::clone(&recorder),
-            Arc::clone(&fence),
             end,
             workload.seed,
         )));
@@ -546,6 +584,81 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
             )));
         }
     }
+    // A backend that other processes reach: two more processes of two clients each, and
+    // one more client here, on a namespace of their own (their keys are recorded under
+    // `PROCESSES`).
+    let processes = async {
+        if !direct.capabilities().cross_process {
+            return Ok(Vec::new());
+        }
+        let Some(config) = suite.harness.shared_config().await else {
+            return Ok(Vec::new());
+        };
+        let first = workload.clients + 3;
+        let here = Ctx {
+            n: first,
+            recorder: Arc::clone(&recorder),
+            fence: None,
+            label: PROCESSES,
+        };
+        let backend = suite.harness.connect(&config).await;
+        let mine = tokio::spawn(client(here, backend, shared, end, workload.seed));
+        let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
+        let jobs = (0..2).map(|w| crate::cases::process::Job {
+            config: config.clone(),
+            key: String::new(),
+            keys: Vec::new(),
+            mode: "history".into(),
+            rounds: 0,
+            ttl_ms: 0,
+            out: dir.path().join(format!("history-{w}.jsonl")),
+            history: Some(ProcessJob {
+                first_client: first + 1 + 2 * w,
+                clients: 2,
+                first_op: (w + 1) * 1_000_000_000,
+                epoch: recorder.epoch(),
+                duration_ms: u64::try_from(workload.duration.as_millis()).unwrap_or(u64::MAX),
+                seed: workload.seed,
+            }),
+        });
+        let logs = crate::cases::process::run_workers(suite, jobs).await?;
+        mine.await
+            .map_err(|e| Failure(format!("a workload client panicked: {e}")))?
+            .map_err(|e| Failure(format!("a workload client could not start: {e}")))?;
+        let mut events = Vec::new();
+        for log in logs {
+            let text = std::fs::read_to_string(&log)
+                .map_err(|e| Failure(format!("a history process's log {}: {e}", log.display())))?;
+            for line in text.lines() {
+                events
+                    .push(serde_json::from_str::<super::Event>(line).map_err(|e| {
+                        Failure(format!("a history process's event {line:?}: {e}"))
+                    })?);
+            }
+        }
+        Ok::<_, Failure>(events)
+    };
+    let injected = inject(suite, &workload, &recorder, &direct, faults.as_deref(), end);
+    let (events, ()) = tokio::join!(processes, injected);
+    recorder.extend(events?);
+    for t in tasks {
+        t.await
+            .map_err(|e| Failure(format!("a workload client panicked: {e}")))?
+            .map_err(|e| Failure(format!("a workload client could not start: {e}")))?;
+    }
+    Ok(recorder.history())
+}
+
+/// Injects faults until `end`: every 150-500 ms the network to the server frozen, cut or
+/// slowed (when the harness offers it), and once, past the middle, the data lost.
+async fn inject(
+    suite: &Suite,
+    workload: &Workload,
+    recorder: &Recorder,
+    direct: &Arc<dyn LockBackend>,
+    faults: Option<&dyn crate::NetworkFaults>,
+    end: Instant,
+) {
     let mut rng = Rng::new(workload.seed);
     let mut lost_data = false;
     while Instant::now() < end {
@@ -581,19 +694,74 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
         if !lost_data && Instant::now() + workload.duration / 2 >= end {
             lost_data = true;
             let at = recorder.now();
-            if suite.harness.lose_data(&direct).await {
+            if suite.harness.lose_data(direct).await {
                 let done = recorder.now();
                 recorder.fault_at(Fault::DataLoss { done }, at);
             }
         }
     }
-    if let Some(faults) = &faults {
+    if let Some(faults) = faults {
         faults.heal();
+    }
+}
+
+/// What a history process runs: its clients' numbers and count, where its calls are
+/// numbered from, the parent's clock epoch and run length, and the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessJob {
+    /// The first client's number.
+    pub first_client: usize,
+    /// How many clients.
+    pub clients: usize,
+    /// The first call's number (apart from every other process's).
+    pub first_op: OpId,
+    /// The parent's recorder epoch ([`monotonic_ns`](super::monotonic_ns)).
+    pub epoch: u64,
+    /// How long after the epoch the clients stop.
+    pub duration_ms: u64,
+    /// The seed of the clients' choices.
+    pub seed: u64,
+}
+
+/// The history process's side: its clients on `backend` until the parent's run ends,
+/// their events written to `out`, one JSON line each.
+///
+/// # Errors
+/// When a client panicked or could not start, or `out` cannot be written.
+pub async fn run_process(
+    backend: Arc<dyn LockBackend>,
+    job: &ProcessJob,
+    out: &std::path::Path,
+) -> crate::CaseResult {
+    let recorder = Arc::new(Recorder::since(job.epoch, job.first_op));
+    let left = Duration::from_millis(job.duration_ms).saturating_sub(recorder.now());
+    let end = Instant::now() + left;
+    let shared = backend.capabilities().shared;
+    let mut tasks = Vec::new();
+    for n in job.first_client..job.first_client + job.clients {
+        let ctx = Ctx {
+            n,
+            recorder: Arc::clone(&recorder),
+            fence: None,
+            label: PROCESSES,
+        };
+        tasks.push(tokio::spawn(client(
+            ctx,
+            Arc::clone(&backend),
+            shared,
+            end,
+            job.seed,
+        )));
     }
     for t in tasks {
         t.await
-            .map_err(|e| Failure(format!("a workload client panicked: {e}")))?
-            .map_err(|e| Failure(format!("a workload client could not start: {e}")))?;
+            .map_err(|e| Failure(format!("a history process's client panicked: {e}")))?
+            .map_err(|e| Failure(format!("a history process's client could not start: {e}")))?;
     }
-    Ok(recorder.history())
+    let mut text = String::new();
+    for e in recorder.history().events {
+        text.push_str(&serde_json::to_string(&e).map_err(|e| Failure(e.to_string()))?);
+        text.push('\n');
+    }
+    std::fs::write(out, text).map_err(|e| Failure(format!("{}: {e}", out.display())))
 }
