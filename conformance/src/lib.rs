@@ -88,7 +88,8 @@
 //! backend exists yet; 28: `fencing_grows_across_everything`,
 //! `data_loss_is_lost_and_fencing_still_grows`; 29: `model_sequences`; 30:
 //! `paused_holder_is_fenced_out`; 31: `cooldown_blocks_everyone_then_frees`; 32: in the
-//! backend crates' own tests.
+//! backend crates' own tests; 33: `histories_check_out` ([`history`]); 34:
+//! `a_prolong_landing_after_the_release_resurrects_nothing`.
 //!
 //! # Broken backends it catches
 //! The crate's own tests run the suite against deliberately broken wrappers of
@@ -104,14 +105,20 @@
 //! expired shares kept newest first, a writer's marker timed from its first attempt or
 //! never lapsing, a downgrade waking one waiter, a late release or a prolong reaching every
 //! share, a cooldown beside live shares, an expired share `Reacquired`), and the case named
-//! after each rule must fail on it and pass on the unbent rules.
+//! after each rule must fail on it and pass on the unbent rules. `tests/broken_history.rs`
+//! bends memory in ways only many clients at once show (leases ended 40 ms early, a stale
+//! release deleting the newer hold, a racing obtain of two permits counted as one, fencing
+//! restarting after lost data, a prolong that renews nothing, a `Busy` naming the previous
+//! holder, a release that wakes nobody), and `histories_check_out` must name the rule each
+//! breaks.
 //!
 //! # Speed
 //! `LOCK_CONFORMANCE_CASES` sets the number of random sequences of `model_sequences`
 //! (default 24, up to 24 steps each) and of `shared_model_sequences` (up to 32 steps);
 //! raise it for deep runs. Their sequences come from a seed drawn each run, which a
 //! failure prints; `LOCK_CONFORMANCE_SEED=<n>` (or [`Suite::with_seed`]) runs the same
-//! sequences again.
+//! sequences again. `LOCK_CONFORMANCE_HISTORY_SECS` sets how long
+//! `histories_check_out` records (3 s by default; see TESTING.md for the long runs).
 
 mod as_semaphore;
 mod check;

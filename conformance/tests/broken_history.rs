@@ -37,6 +37,8 @@ enum Bug {
     ProlongNotApplied,
     /// A `Busy` names the key's previous holder, not the current one.
     BusyNamesThePreviousHolder,
+    /// A release of a hold another client took over answers `Released`, not `Lost`.
+    LostReleaseAnsweredReleased,
     /// Declares release notifications, but a release wakes nobody (waiters find the key
     /// free only when their fallback poll comes).
     ReleaseWakesNobody,
@@ -140,6 +142,9 @@ impl Layer for Bent {
         let outcome = self.inner.release(req).await?;
         if self.bug == Bug::StaleReleaseDeletesTheNewerHold && outcome == ReleaseOutcome::Lost {
             let _ = self.inner.force_release(req.key).await?;
+        }
+        if self.bug == Bug::LostReleaseAnsweredReleased && outcome == ReleaseOutcome::Lost {
+            return Ok(ReleaseOutcome::Released);
         }
         Ok(outcome)
     }
@@ -261,4 +266,12 @@ fn a_busy_naming_the_previous_holder_is_caught() {
 #[test]
 fn a_release_that_wakes_nobody_is_caught() {
     caught(Bug::ReleaseWakesNobody, Rule::Progress);
+}
+
+#[test]
+fn a_lost_release_answered_released_is_caught() {
+    caught(
+        Bug::LostReleaseAnsweredReleased,
+        Rule::AnsweredForAHoldThatWasTaken,
+    );
 }

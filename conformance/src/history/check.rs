@@ -16,6 +16,10 @@
 //! - [`Rule::FenceOrder`]: the tokens the resource's fence accepted never go down;
 //! - [`Rule::BusyNamesAHolder`]: a `Busy` names a client that may have held the key
 //!   while the call was in flight;
+//! - [`Rule::AnsweredForAHoldThatWasTaken`]: a prolong or release of a hold is `Lost` once
+//!   another client was granted the key over it (an obtain asked for after the hold's
+//!   obtain returned, and answered before the call was sent; one of the two exclusive),
+//!   never `Prolonged`, `ProlongedLate`, `Released` or `ReleasedLate`;
 //! - [`Rule::Progress`]: once a release leaves the key free (no other obtain of it may
 //!   hold it), a waiter that waits for wake-ups ([`Call::AwaitWake`]) gets the key, or
 //!   someone else does, within [`PROGRESS_BOUND`]; not checked near a data loss, which
@@ -48,6 +52,9 @@ pub enum Rule {
     BusyNamesAHolder,
     /// A waiter slept on while the key it waited for was free.
     Progress,
+    /// A prolong or release answered as if its hold were still there after another client
+    /// was granted the key over it.
+    AnsweredForAHoldThatWasTaken,
 }
 
 /// How long after a release that leaves its key free a waiter for wake-ups may still be
@@ -257,6 +264,15 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
     if let Some((key, involved, message)) = fence_order(&holds, &ops, &mut writes) {
         return Err(violation(
             Rule::FenceOrder,
+            &key,
+            &involved,
+            message,
+            &excerpt,
+        ));
+    }
+    if let Some((key, involved, message)) = answered_after_taken(&by_key, &ops) {
+        return Err(violation(
+            Rule::AnsweredForAHoldThatWasTaken,
             &key,
             &involved,
             message,
@@ -501,6 +517,66 @@ fn busy_names(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<OpId>, String)> {
                     ms(*returned)
                 ),
             ));
+        }
+    }
+    None
+}
+
+/// A prolong or release of a hold answered as if the hold were there, sent after another
+/// client was granted the key over it.
+fn answered_after_taken(
+    by_key: &BTreeMap<&str, Vec<Hold>>,
+    ops: &BTreeMap<OpId, Op>,
+) -> Option<(String, Vec<OpId>, String)> {
+    for (key, holds) in by_key {
+        let of: HashMap<OpId, &Hold> = holds.iter().map(|h| (h.op, h)).collect();
+        // The hold a hold was first, before its mode changes: holds of one token share it.
+        let root = |mut op: OpId| {
+            while let Some(from) = of.get(&op).and_then(|h| h.changed_from) {
+                op = from;
+            }
+            op
+        };
+        let same_token = |a: &Hold, b: &Hold| root(a.op) == root(b.op);
+        for (id, op) in ops {
+            let (Call::Prolong { hold } | Call::Release { hold }, Some((_, answer))) =
+                (&op.call, &op.returned)
+            else {
+                continue;
+            };
+            let kept = match answer {
+                Return::Released(o) | Return::Prolonged(o) => o != "Lost",
+                _ => false,
+            };
+            let Some(h) = of.get(hold) else { continue };
+            if !kept {
+                continue;
+            }
+            let taken = holds.iter().find(|b| {
+                b.op != h.op
+                    && (b.exclusive() || h.exclusive())
+                    && b.invoked > h.obtained
+                    && b.obtained < op.invoked
+                    && !same_token(b, h)
+            });
+            if let Some(b) = taken {
+                return Some((
+                    (*key).to_owned(),
+                    vec![h.op, b.op, *id],
+                    format!(
+                        "call #{id} ({:?}) of hold #{} answered {answer:?}, but c{} was granted \
+                         the key over it (hold #{}, asked for at {}, obtained at {}) before the \
+                         call was sent at {}: it must be Lost",
+                        op.call,
+                        h.op,
+                        b.client,
+                        b.op,
+                        ms(b.invoked),
+                        ms(b.obtained),
+                        ms(op.invoked)
+                    ),
+                ));
+            }
         }
     }
     None

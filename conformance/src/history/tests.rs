@@ -376,3 +376,26 @@ fn a_downgrade_keeps_its_token_and_an_upgrade_needs_a_fresh_one() {
     let v = s.check().expect_err("an upgrade with the old token");
     assert_eq!(v.rule, Rule::FencingOrder);
 }
+
+#[test]
+fn a_release_answered_released_after_the_key_was_taken_over_is_wrong() {
+    let mut s = Script::default();
+    let a = s.hold(0, "k", X, (0, 1, 50), 10);
+    let b = s.hold(1, "k", X, (60, 70, 80), 11);
+    s.release(a, 0, "k", (90, 91));
+    let v = s.check().expect_err("Released after c1 took the key");
+    assert_eq!(v.rule, Rule::AnsweredForAHoldThatWasTaken);
+    assert_eq!(v.ops[..2], [a, b]);
+    // Lost is the right answer.
+    let Some(Event::Return { result, .. }) = s.events.last_mut() else {
+        unreachable!()
+    };
+    *result = Return::Released("Lost".into());
+    s.check().expect("Lost");
+    // A release sent before the other obtain returned may have landed first.
+    let mut s = Script::default();
+    let a = s.hold(0, "k", X, (0, 1, 50), 10);
+    s.hold(1, "k", X, (60, 95, 99), 11);
+    s.release(a, 0, "k", (90, 91));
+    s.check().expect("the release may have landed first");
+}
