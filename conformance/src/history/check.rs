@@ -59,8 +59,9 @@ pub enum Rule {
 
 /// How long after a release that leaves its key free a waiter for wake-ups may still be
 /// waiting while nobody has been admitted: a wake-up's delivery and the waiter's attempt,
-/// with room for a loaded machine. Waiters for wake-ups poll every 2 s besides.
-pub const PROGRESS_BOUND: At = At::from_millis(700);
+/// with room for a machine loaded by a whole test run. Waiters for wake-ups poll every
+/// 3 s besides.
+pub const PROGRESS_BOUND: At = At::from_millis(1500);
 
 /// A rule a history broke: which, on which key, the calls involved, and in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
