@@ -32,3 +32,10 @@ macro_rules! ensure {
         }
     };
 }
+
+/// Writes a line to the test process's real stderr, past libtest's capture: what a case
+/// skipped and what it measured belong in the CI log.
+pub(crate) fn report(line: fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}

@@ -133,6 +133,23 @@ impl Suite {
         }
     }
 
+    /// The seed the random cases run with: the suite's, else `LOCK_CONFORMANCE_SEED`, else
+    /// a fresh one.
+    pub(crate) fn sequence_seed(&self) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        self.seed
+            .or_else(|| {
+                std::env::var("LOCK_CONFORMANCE_SEED")
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or_else(|| {
+                std::collections::hash_map::RandomState::new()
+                    .build_hasher()
+                    .finish()
+            })
+    }
+
     /// The suite with the model cases' sequences drawn from `seed`: the same sequences on
     /// every run (what a test that must catch a given bug every time needs).
     pub fn with_seed(mut self, seed: u64) -> Self {

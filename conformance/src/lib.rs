@@ -125,6 +125,7 @@ mod check;
 mod counts;
 mod harness;
 mod pace;
+mod worker;
 
 pub mod cases;
 pub mod fence;
@@ -155,6 +156,23 @@ impl Suite {
             None => "conformance_worker".to_owned(),
         };
         suite
+    }
+}
+
+/// The worker side of the multi-process cases: runs the job in
+/// [`process::WORKER_ENV`], on the backend its configuration names. Called by the suite's
+/// ignored worker test; does nothing when the variable is unset.
+#[doc(hidden)]
+pub async fn run_worker(suite: &Suite) -> CaseResult {
+    let Ok(raw) = std::env::var(process::WORKER_ENV) else {
+        return Ok(());
+    };
+    let job: process::Job =
+        serde_json::from_str(&raw).map_err(|e| Failure(format!("bad job: {e}")))?;
+    let backend = suite.harness.connect(&job.config).await;
+    match &job.history {
+        Some(history) => crate::history::run_process(backend, history, &job.out).await,
+        None => cases::process::run_job(backend, &job).await,
     }
 }
 
@@ -303,7 +321,7 @@ macro_rules! suite {
         #[ignore = "entry point of the multi-process cases; the suite runs it in child processes"]
         fn conformance_worker() {
             let suite = $crate::Suite::for_test($name, $harness, module_path!());
-            $crate::run_case(&suite, "conformance_worker", $crate::cases::process::run_worker(&suite));
+            $crate::run_case(&suite, "conformance_worker", $crate::run_worker(&suite));
         }
     };
 }

@@ -129,9 +129,4 @@ pub use shared_rules::*;
 pub use stale_calls::*;
 pub use wakes::*;
 
-/// Writes a line to the test process's real stderr, past libtest's capture: what a case
-/// skipped and what it measured belong in the CI log.
-pub(crate) fn report(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
+pub(crate) use crate::check::report;

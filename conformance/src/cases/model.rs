@@ -178,24 +178,6 @@ pub fn case_count() -> u32 {
         .unwrap_or(24)
 }
 
-/// The seed a model case runs with: the suite's, else `LOCK_CONFORMANCE_SEED`, else a
-/// fresh one.
-pub(crate) fn seed(suite: &Suite) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    suite
-        .seed
-        .or_else(|| {
-            std::env::var("LOCK_CONFORMANCE_SEED")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or_else(|| {
-            std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish()
-        })
-}
-
 /// Random sequences of obtain, re-obtain, prolong, release (with and without cooldown),
 /// inspect, force release and sleeps, over 3 owners and 2 keys, each step checked against the
 /// reference model; a failure is shrunk to a minimal sequence.
@@ -207,7 +189,7 @@ pub async fn model_sequences(suite: &Suite) -> CaseResult {
 pub async fn model_sequences_with(suite: &Suite, cases: u32, shrink_iters: u32) -> CaseResult {
     let backend = suite.harness.backend().await;
     let strategy = proptest::collection::vec(op_strategy(), 1..24);
-    let seed = seed(suite);
+    let seed = suite.sequence_seed();
     run_sequences(
         cases,
         shrink_iters,

@@ -344,7 +344,7 @@ pub async fn shared_model_sequences_with(
         return Ok(());
     }
     let strategy = proptest::collection::vec(op_strategy(), 1..32);
-    let seed = crate::cases::model::seed(suite);
+    let seed = suite.sequence_seed();
     crate::cases::model::run_sequences(
         cases,
         shrink_iters,

@@ -5,45 +5,18 @@
 //! harness's [`shared_config`](crate::Harness::shared_config), does the job, and writes one
 //! line per critical section: `fencing start_ns end_ns` (wall clock, same machine).
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_core::{Attempt, Fencing, Locker, ReleaseOutcome, Retry};
-use serde::{Deserialize, Serialize};
-use tokio::process::{Child, Command};
+use lock_core::{Attempt, Fencing, LockBackend, Locker, ReleaseOutcome, Retry};
+use tokio::process::Child;
 
 use crate::harness::ms;
 use crate::pace::Pace;
+use crate::worker::{run_workers, spawn};
+pub use crate::worker::{HistoryJob, Job, WORKER_ENV};
 use crate::{ensure, CaseResult, Failure, Suite};
-
-/// The environment variable that carries a worker's job.
-pub const WORKER_ENV: &str = "LOCK_CONFORMANCE_WORKER";
-
-/// What a worker process does.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Job {
-    /// The harness's shared configuration.
-    pub config: String,
-    /// The key to contend for.
-    pub key: String,
-    /// The keys of a `lock-all` job.
-    #[serde(default)]
-    pub keys: Vec<String>,
-    /// `contend` (obtain, log, release, `rounds` times), `semaphore` (the same with one of
-    /// [`SEMAPHORE_PERMITS`] permits, holding each a little longer), `hold` (obtain,
-    /// report, sleep) or `hold-permit` (the same with one permit of a semaphore of 2).
-    pub mode: String,
-    /// Rounds for `contend`.
-    pub rounds: usize,
-    /// The ttl in milliseconds.
-    pub ttl_ms: u64,
-    /// Where the worker writes its log.
-    pub out: PathBuf,
-    /// For a `history` job: its clients, run with the history workload's.
-    #[serde(default)]
-    pub history: Option<crate::history::ProcessJob>,
-}
 
 /// One critical section as a worker logged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,22 +47,14 @@ fn now_ns() -> u128 {
         .unwrap_or(0)
 }
 
-/// The worker side: runs the job in `LOCK_CONFORMANCE_WORKER`. Called by the suite's ignored
-/// worker test; does nothing when the variable is unset.
-pub async fn run_worker(suite: &Suite) -> CaseResult {
-    let Ok(raw) = std::env::var(WORKER_ENV) else {
-        return Ok(());
-    };
-    let job: Job = serde_json::from_str(&raw).map_err(|e| Failure(format!("bad job: {e}")))?;
-    let backend = suite.harness.connect(&job.config).await;
-    if let Some(history) = &job.history {
-        return crate::history::run_process(backend, history, &job.out).await;
-    }
+/// The worker side of this module's jobs (`contend`, `semaphore`, `lock-all`, `hold`,
+/// `hold-permit`) on `backend`, as [`crate::run_worker`] hands them over.
+pub(crate) async fn run_job(backend: Arc<dyn LockBackend>, job: &Job) -> CaseResult {
     let locker = Locker::new(backend).with_retry(Retry::exponential(ms(1), ms(20)).notified());
     let io = |e: std::io::Error| Failure(format!("worker log {}: {e}", job.out.display()));
     let ttl = Duration::from_millis(job.ttl_ms);
     match job.mode.as_str() {
-        "lock-all" => run_lock_all(&locker, &job).await,
+        "lock-all" => run_lock_all(&locker, job).await,
         "hold" | "hold-permit" => {
             let builder = match job.mode.as_str() {
                 "hold" => locker.lock(&job.key),
@@ -158,27 +123,6 @@ async fn run_lock_all(locker: &Locker, job: &Job) -> CaseResult {
     }
     std::fs::write(&job.out, log)
         .map_err(|e| Failure(format!("worker log {}: {e}", job.out.display())))
-}
-
-fn spawn(suite: &Suite, job: &Job) -> Result<Child, Failure> {
-    let exe = std::env::current_exe().map_err(|e| Failure(format!("current_exe: {e}")))?;
-    Command::new(exe)
-        .args([
-            suite.worker_test.as_str(),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(
-            WORKER_ENV,
-            serde_json::to_string(job).map_err(|e| Failure(e.to_string()))?,
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| Failure(format!("spawning a worker: {e}")))
 }
 
 /// Spawns a `hold` or `hold-permit` worker and waits (up to 60 s) until it reports holding.
@@ -276,28 +220,6 @@ async fn contend(
         processes * rounds
     );
     Ok(sections)
-}
-
-/// Runs one worker process per job, all at once, and waits for every one of them (300 s at
-/// most: a worker that takes longer is stuck): the logs they wrote, in the jobs' order.
-pub(crate) async fn run_workers(
-    suite: &Suite,
-    jobs: impl IntoIterator<Item = Job>,
-) -> Result<Vec<PathBuf>, Failure> {
-    let mut children = Vec::new();
-    for job in jobs {
-        children.push((spawn(suite, &job)?, job.out));
-    }
-    let mut logs = Vec::with_capacity(children.len());
-    for (mut child, out) in children {
-        let status = tokio::time::timeout(Duration::from_secs(300), child.wait())
-            .await
-            .map_err(|_| Failure("a worker did not finish within 300 s".into()))?
-            .map_err(|e| Failure(format!("waiting for a worker: {e}")))?;
-        ensure!(status.success(), "a worker failed: {status}");
-        logs.push(out);
-    }
-    Ok(logs)
 }
 
 /// The permits of the semaphore [`multiprocess_semaphore_stays_within_its_permits`]'s

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use lock_core::{Fencing, Key, LockState};
 
-use super::process::{find_overlap, run_workers, shared_config, Job, Section};
+use super::process::{find_overlap, shared_config, Job, Section};
+use crate::worker::run_workers;
 use crate::{ensure, CaseResult, Failure, Suite};
 
 fn parse(path: &Path, into: &mut BTreeMap<String, Vec<Section>>) -> CaseResult {

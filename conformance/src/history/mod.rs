@@ -56,8 +56,7 @@ pub use check::{check, Rule, Verdict, Violation, PROGRESS_BOUND};
 pub use record::{monotonic_ns, Ask, At, Call, Event, Fault, History, OpId, Recorder, Return};
 pub use timeline::render;
 pub use workload::{
-    run, run_process, ProcessJob, Workload, LEADER, MUTEX, PERMITS, PROCESSES, READ_WRITE,
-    SEMAPHORE, WAKE,
+    run, run_process, Workload, LEADER, MUTEX, PERMITS, PROCESSES, READ_WRITE, SEMAPHORE, WAKE,
 };
 
 use crate::{CaseResult, Failure, Suite};
@@ -107,7 +106,7 @@ pub async fn histories_check_out(suite: &Suite) -> CaseResult {
     let took = checking.elapsed();
     match checked {
         Ok(verdict) => {
-            crate::cases::report(format_args!(
+            crate::check::report(format_args!(
                 "{}: histories_check_out: {verdict:?} in {:?}, checked in {took:.1?} (seed {})",
                 suite.name, workload.duration, workload.seed
             ));

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use lock_core::fence::MemoryFence;
 use lock_core::{Attempt, Busy, Fencing, LockBackend, Locker, Result as LockResult, Retry};
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::record::{Ask, Call, Fault, OpId, Recorder, Return};
 use crate::harness::ms;
+use crate::worker::{run_workers, HistoryJob, Job};
 use crate::{Failure, Suite};
 
 /// The keys of the workload, each taken one way, so that each has one capacity.
@@ -58,7 +58,7 @@ impl Workload {
             clients: 6,
             duration: Duration::from_secs_f64(secs),
             faults: true,
-            seed: crate::cases::model::seed(suite),
+            seed: suite.sequence_seed(),
         }
     }
 }
@@ -604,7 +604,7 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
         let backend = suite.harness.connect(&config).await;
         let mine = tokio::spawn(client(here, backend, shared, end, workload.seed));
         let dir = tempfile::tempdir().map_err(|e| Failure(format!("tempdir: {e}")))?;
-        let jobs = (0..2).map(|w| crate::cases::process::Job {
+        let jobs = (0..2).map(|w| Job {
             config: config.clone(),
             key: String::new(),
             keys: Vec::new(),
@@ -612,7 +612,7 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
             rounds: 0,
             ttl_ms: 0,
             out: dir.path().join(format!("history-{w}.jsonl")),
-            history: Some(ProcessJob {
+            history: Some(HistoryJob {
                 first_client: first + 1 + 2 * w,
                 clients: 2,
                 first_op: (w + 1) * 1_000_000_000,
@@ -621,7 +621,7 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
                 seed: workload.seed,
             }),
         });
-        let logs = crate::cases::process::run_workers(suite, jobs).await?;
+        let logs = run_workers(suite, jobs).await?;
         mine.await
             .map_err(|e| Failure(format!("a workload client panicked: {e}")))?
             .map_err(|e| Failure(format!("a workload client could not start: {e}")))?;
@@ -705,24 +705,6 @@ async fn inject(
     }
 }
 
-/// What a history process runs: its clients' numbers and count, where its calls are
-/// numbered from, the parent's clock epoch and run length, and the seed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessJob {
-    /// The first client's number.
-    pub first_client: usize,
-    /// How many clients.
-    pub clients: usize,
-    /// The first call's number (apart from every other process's).
-    pub first_op: OpId,
-    /// The parent's recorder epoch ([`monotonic_ns`](super::monotonic_ns)).
-    pub epoch: u64,
-    /// How long after the epoch the clients stop.
-    pub duration_ms: u64,
-    /// The seed of the clients' choices.
-    pub seed: u64,
-}
-
 /// The history process's side: its clients on `backend` until the parent's run ends,
 /// their events written to `out`, one JSON line each.
 ///
@@ -730,7 +712,7 @@ pub struct ProcessJob {
 /// When a client panicked or could not start, or `out` cannot be written.
 pub async fn run_process(
     backend: Arc<dyn LockBackend>,
-    job: &ProcessJob,
+    job: &HistoryJob,
     out: &std::path::Path,
 ) -> crate::CaseResult {
     let recorder = Arc::new(Recorder::since(job.epoch, job.first_op));
