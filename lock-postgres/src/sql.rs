@@ -98,8 +98,12 @@ impl Names {
         })
     }
 
-    /// The whole schema script, for `migrate()`, in one transaction under an advisory lock
-    /// so that concurrent migrations take turns.
+    /// The whole schema script, for `migrate()`, in one transaction under two advisory
+    /// locks so that concurrent migrations take turns: the schema's (migrations of other
+    /// tables in it wait too: `CREATE SCHEMA IF NOT EXISTS` run twice at once fails the
+    /// second with a duplicate key in `pg_namespace`), then the table's (the one earlier
+    /// versions take alone, so that a rolling deploy's two versions of one table still
+    /// take turns; always in this order, so two migrations never wait for each other).
     pub(crate) fn migration(&self) -> String {
         let body = SCHEMA
             .replace("{schema}", &format!("\"{}\"", self.schema))
@@ -112,7 +116,8 @@ impl Names {
             .replace("{channel}", &format!("'{}'", self.channel))
             .replace("{lock_prefix}", &format!("'{}'", self.lock_prefix));
         format!(
-            "BEGIN;\nSELECT pg_advisory_xact_lock({});\n{body}\nCOMMIT;",
+            "BEGIN;\nSELECT pg_advisory_xact_lock({});\nSELECT pg_advisory_xact_lock({});\n{body}\nCOMMIT;",
+            advisory_id(&format!("migrate schema {}", self.schema)),
             advisory_id(&format!("migrate {}.{}", self.schema, self.table))
         )
     }

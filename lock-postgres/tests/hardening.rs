@@ -732,6 +732,31 @@ fn concurrent_first_calls_migrate_once() {
     assert_eq!(migrations, 1, "migrations for 32 first calls");
 }
 
+/// Backends of different tables in one new schema, started at once (services deployed
+/// together), each migrate: `CREATE SCHEMA IF NOT EXISTS` is not safe against itself
+/// running concurrently (Postgres answers the second with a duplicate key in
+/// `pg_namespace`), so migrations of one schema take one turn. The history checker found
+/// it as a `Protocol` error on the first obtain of processes started together.
+#[tokio::test]
+async fn backends_of_one_new_schema_migrate_at_once() {
+    for round in 0..5 {
+        let f = Fresh::new().await;
+        let migrations = (0..8).map(|i| {
+            let b = PostgresBackend::builder(&f.url)
+                .table(&f.schema, &format!("locks_{i}"))
+                .build()
+                .unwrap();
+            async move { b.migrate().await }
+        });
+        for result in futures_util::future::join_all(migrations).await {
+            if let Err(e) = result {
+                panic!("round {round}: a migration beside others of the same schema: {e}");
+            }
+        }
+        f.drop_schema().await;
+    }
+}
+
 /// Issue #36, item 13: a server that refuses the connection was reported as "no answer
 /// within the deadline of 5s (... timeout=)" after the whole deadline, sending the reader
 /// to the timeout setting. Now the refusal is said, with the address, long before it.
