@@ -94,6 +94,12 @@ pub(crate) async fn run_workers(
     for job in jobs {
         children.push((spawn(suite, &job)?, job.out));
     }
+    wait_all(children).await
+}
+
+/// Waits for every worker (300 s at most), each with the log it writes: the logs, in the
+/// workers' order.
+pub(crate) async fn wait_all(children: Vec<(Child, PathBuf)>) -> Result<Vec<PathBuf>, Failure> {
     let mut logs = Vec::with_capacity(children.len());
     for (mut child, out) in children {
         let status = tokio::time::timeout(Duration::from_secs(300), child.wait())

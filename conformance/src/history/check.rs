@@ -20,6 +20,10 @@
 //!   another client was granted the key over it (an obtain asked for after the hold's
 //!   obtain returned, and answered before the call was sent; one of the two exclusive),
 //!   never `Prolonged`, `ProlongedLate`, `Released` or `ReleasedLate`;
+//! - [`Rule::UnexpectedError`]: a call fails only as the faults explain: the backend
+//!   unavailable, a grant that arrived past its ttl, a hold that is gone (`Lost`), a mode
+//!   change refused before any I/O (`InvalidInput`); never `Protocol`, `Corrupt`,
+//!   `PermissionDenied`, `Config`, `StaleToken` or `InvalidInput` for any other call;
 //! - [`Rule::Progress`]: once a release leaves the key free (no other obtain of it may
 //!   hold it), a waiter that waits for wake-ups ([`Call::AwaitWake`]) gets the key, or
 //!   someone else does, within [`PROGRESS_BOUND`]; not checked near a data loss, which
@@ -52,6 +56,8 @@ pub enum Rule {
     BusyNamesAHolder,
     /// A waiter slept on while the key it waited for was free.
     Progress,
+    /// A call failed with an error no injected fault explains.
+    UnexpectedError,
     /// A prolong or release answered as if its hold were still there after another client
     /// was granted the key over it.
     AnsweredForAHoldThatWasTaken,
@@ -280,6 +286,15 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
             &excerpt,
         ));
     }
+    if let Some((key, involved, message)) = unexpected_error(&ops) {
+        return Err(violation(
+            Rule::UnexpectedError,
+            &key,
+            &involved,
+            message,
+            &excerpt,
+        ));
+    }
     if let Some((key, involved, message)) = busy_names(&ops) {
         return Err(violation(
             Rule::BusyNamesAHolder,
@@ -501,10 +516,17 @@ fn busy_names(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<OpId>, String)> {
             o.client == *named
                 && o.key == op.key
                 && o.call.asks().is_some()
-                && (matches!(o.call, Call::ObtainAll { .. })
-                    || !matches!(o.returned, Some((_, Return::Busy { .. }))))
                 && o.invoked <= *returned
-                && given_back.get(other).is_none_or(|end| *end >= op.invoked)
+                && match &o.returned {
+                    // A call that waited may have held the key in flight (a grant that
+                    // arrived past its ttl, or whose reply was lost, is given back and the
+                    // wait goes on; a set gives back what it took when a later key is
+                    // busy) until it returned; one attempt answered Busy held nothing.
+                    Some((at, Return::Busy { .. })) => {
+                        o.call.holds_in_flight() && *at >= op.invoked
+                    }
+                    _ => given_back.get(other).is_none_or(|end| *end >= op.invoked),
+                }
         });
         if !may_have_held {
             return Some((
@@ -583,6 +605,33 @@ fn answered_after_taken(
     None
 }
 
+/// A call that failed with an error the faults do not explain.
+fn unexpected_error(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<OpId>, String)> {
+    ops.iter().find_map(|(id, op)| {
+        let Some((at, Return::Failed { kind, message })) = &op.returned else {
+            return None;
+        };
+        let explained = match kind.as_str() {
+            "Unavailable" | "ExpiredOnArrival" | "Lost" => true,
+            "InvalidInput" => matches!(op.call, Call::Change { .. }),
+            _ => false,
+        };
+        (!explained).then(|| {
+            (
+                op.key.clone(),
+                vec![*id],
+                format!(
+                    "call #{id} of c{} ({:?}) failed at {} with {kind}, which no fault \
+                     explains: {message}",
+                    op.client,
+                    op.call,
+                    ms(*at)
+                ),
+            )
+        })
+    })
+}
+
 /// The obtains of `key`.
 fn obtains_of<'a>(
     ops: &'a BTreeMap<OpId, Op>,
@@ -631,7 +680,9 @@ fn progress(
             id == hold
                 || o.invoked > *freed
                 || match &o.returned {
-                    Some((_, Return::Busy { .. })) => !matches!(o.call, Call::ObtainAll { .. }),
+                    Some((at, Return::Busy { .. })) => {
+                        !o.call.holds_in_flight() || *at <= op.invoked
+                    }
                     Some((at, Return::Obtained { .. })) => {
                         *at > op.invoked || given_back.get(id).is_some_and(|b| *b <= op.invoked)
                     }

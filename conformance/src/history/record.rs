@@ -78,6 +78,18 @@ pub enum Call {
 }
 
 impl Call {
+    /// Whether the call may hold its key for a while in flight even when it ends `Busy`:
+    /// one that waits (a grant that arrived past its ttl, or whose reply was lost, is
+    /// given back and the wait goes on), and a set (it gives back what it took when a later
+    /// key is busy). One attempt answered `Busy` held nothing.
+    pub fn holds_in_flight(&self) -> bool {
+        match self {
+            Call::Obtain { wait, .. } => *wait,
+            Call::AwaitWake { .. } | Call::ObtainAll { .. } => true,
+            Call::Change { .. } | Call::Prolong { .. } | Call::Release { .. } => false,
+        }
+    }
+
     /// How the call asks for its key, if it is one that can make a hold (an obtain, a
     /// wait for wake-ups, a mode change).
     pub fn asks(&self) -> Option<Ask> {
@@ -110,7 +122,12 @@ pub enum Return {
     /// The prolong returned this outcome (`Prolonged`, `ProlongedLate`, `Lost`).
     Prolonged(String),
     /// The call failed with this error.
-    Failed(String),
+    Failed {
+        /// Its kind (`lock_core::ErrorKind`, as `Debug` prints it).
+        kind: String,
+        /// What it said.
+        message: String,
+    },
 }
 
 /// A fault the workload injected.
@@ -124,6 +141,11 @@ pub enum Fault {
     Latency(Duration),
     /// The network is back to normal.
     Heal,
+    /// A worker process was stopped (SIGSTOP) until `done`, its clients with it.
+    ProcessPaused {
+        /// When it was let go (SIGCONT).
+        done: At,
+    },
     /// The server lost every record (a restart without persistence), at some instant
     /// between the event's and `done`.
     DataLoss {

@@ -399,3 +399,48 @@ fn a_release_answered_released_after_the_key_was_taken_over_is_wrong() {
     s.release(a, 0, "k", (90, 91));
     s.check().expect("the release may have landed first");
 }
+
+#[test]
+fn a_waiting_obtain_that_ended_busy_may_have_held_the_key_in_flight() {
+    let mut s = Script::default();
+    // c2 waited from 0 to 100 ms and gave up; c1's Busy at 40 ms named c2: a grant of
+    // c2's that arrived past its ttl was held, then given back, in between.
+    let waited = s.obtain(2, "k", X, 0);
+    if let Some(Event::Invoke { call, .. }) = s.events.last_mut() {
+        *call = Call::Obtain { ask: X, wait: true };
+    }
+    s.events.push(Event::Return {
+        op: waited,
+        result: Return::Busy { holder: None },
+        at: ms(100),
+    });
+    s.busy(1, "k", (40, 41), 2);
+    s.check().expect("c2 may have held the key while it waited");
+    // Named after c2 had given up: c2 held nothing then.
+    s.busy(1, "k", (120, 121), 2);
+    assert_eq!(s.check().expect_err("after").rule, Rule::BusyNamesAHolder);
+}
+
+#[test]
+fn an_error_no_fault_explains_is_a_violation() {
+    let failed = |kind: &str| Return::Failed {
+        kind: kind.into(),
+        message: "what it said".into(),
+    };
+    let mut s = Script::default();
+    let op = s.obtain(0, "k", X, 0);
+    s.events.push(Event::Return {
+        op,
+        result: failed("Unavailable"),
+        at: ms(5),
+    });
+    s.check()
+        .expect("an unavailable backend is a fault's doing");
+    let Some(Event::Return { result, .. }) = s.events.last_mut() else {
+        unreachable!()
+    };
+    *result = failed("Protocol");
+    let v = s.check().expect_err("a protocol error");
+    assert_eq!(v.rule, Rule::UnexpectedError);
+    assert!(v.message.contains("what it said"), "{v}");
+}

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::record::{Ask, Call, Fault, OpId, Recorder, Return};
 use crate::harness::ms;
-use crate::worker::{run_workers, HistoryJob, Job};
+use crate::worker::{spawn, wait_all, HistoryJob, Job};
 use crate::{Failure, Suite};
 
 /// The keys of the workload, each taken one way, so that each has one capacity.
@@ -28,6 +28,14 @@ pub const LEADER: &str = "history/leader";
 pub const WAKE: &str = "history/wake";
 /// The semaphore's permits.
 pub const PERMITS: u32 = 3;
+/// Sends `sig` to the process `pid`; whether it was sent.
+fn signal(pid: u32, sig: rustix::process::Signal) -> bool {
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|pid| rustix::process::kill_process(pid, sig).is_ok())
+}
+
 /// What the keys of the clients of several processes are recorded under: they lock the
 /// same key names in another namespace, the one the harness shares with other processes.
 pub const PROCESSES: &str = "processes:";
@@ -99,7 +107,10 @@ fn named(busy: &Busy) -> Option<usize> {
 }
 
 fn failed(e: &lock_core::Error) -> Return {
-    Return::Failed(format!("{:?}", e.kind()))
+    Return::Failed {
+        kind: format!("{:?}", e.kind()),
+        message: e.to_string(),
+    }
 }
 
 fn obtained<T>(r: &LockResult<Attempt<T>>, fencing: impl Fn(&T) -> Fencing) -> Return {
@@ -621,7 +632,27 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
                 seed: workload.seed,
             }),
         });
-        let logs = run_workers(suite, jobs).await?;
+        let mut children = Vec::new();
+        for job in jobs {
+            children.push((spawn(suite, &job)?, job.out));
+        }
+        // Halfway, the first worker is stopped (SIGSTOP) for longer than most ttls, then
+        // let go: a holder paused past its lock, as a long GC pause or a stopped VM does.
+        if workload.faults {
+            if let Some(pid) = children[0].0.id() {
+                let mut rng = Rng::new(workload.seed ^ 0x5157_0b);
+                tokio::time::sleep(workload.duration / 2).await;
+                let at = recorder.now();
+                let pause = rng.millis(300, 900);
+                if signal(pid, rustix::process::Signal::STOP) {
+                    tokio::time::sleep(pause).await;
+                    let _ = signal(pid, rustix::process::Signal::CONT);
+                    let done = recorder.now();
+                    recorder.fault_at(Fault::ProcessPaused { done }, at);
+                }
+            }
+        }
+        let logs = wait_all(children).await?;
         mine.await
             .map_err(|e| Failure(format!("a workload client panicked: {e}")))?
             .map_err(|e| Failure(format!("a workload client could not start: {e}")))?;
