@@ -640,7 +640,7 @@ pub async fn run(suite: &Suite, workload: Workload) -> Result<super::History, Fa
         // let go: a holder paused past its lock, as a long GC pause or a stopped VM does.
         if workload.faults {
             if let Some(pid) = children[0].0.id() {
-                let mut rng = Rng::new(workload.seed ^ 0x5157_0b);
+                let mut rng = Rng::new(workload.seed.rotate_left(17));
                 tokio::time::sleep(workload.duration / 2).await;
                 let at = recorder.now();
                 let pause = rng.millis(300, 900);
