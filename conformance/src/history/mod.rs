@@ -5,7 +5,7 @@
 //! through a fence and gave back locks on four keys (a mutex, a semaphore of 3 permits
 //! taken 1 or 2 at a time, a read-write lock, a leadership), and, on a backend with
 //! release notifications, three more that pass a fifth key back and forth waiting for
-//! wake-ups only (their fallback poll is 3 s), with calls cancelled at random, holds kept
+//! wake-ups only (their fallback poll is 6 s), with calls cancelled at random, holds kept
 //! past their ttl, releases dropped or cancelled, and, when the harness offers them, the
 //! network to the server frozen, slowed and cut and the server's data lost. On a backend
 //! other processes reach, two more processes of two clients each and one more client here

@@ -321,11 +321,11 @@ fn a_waiter_asleep_beside_a_free_key_breaks_progress() {
     });
     let verdict = s.check().expect("woken at once");
     assert_eq!(verdict.wakes, 1);
-    // The same waiter, woken only by its fallback poll two seconds later.
+    // The same waiter, woken only by its fallback poll six seconds later.
     let Some(Event::Return { at, .. }) = s.events.last_mut() else {
         unreachable!()
     };
-    *at = ms(2100);
+    *at = ms(6100);
     let v = s.check().expect_err("asleep beside a free key");
     assert_eq!(v.rule, Rule::Progress);
     assert_eq!(v.ops, vec![a, waiter]);

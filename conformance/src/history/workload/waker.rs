@@ -10,9 +10,9 @@ use super::{Rng, WAKE};
 use crate::harness::ms;
 use crate::history::record::{Ask, Call, Recorder};
 
-/// A client of [`WAKE`]: it waits for the key with its fallback poll at 3 s, so that only
+/// A client of [`WAKE`]: it waits for the key with its fallback poll at 6 s, so that only
 /// a wake-up gets it the key sooner, holds it up to 300 ms, releases it and stays away
-/// for about two seconds.
+/// for about three seconds.
 pub(super) async fn waker(
     n: usize,
     backend: Arc<dyn LockBackend>,
@@ -23,12 +23,12 @@ pub(super) async fn waker(
     let mut rng = Rng::new(seed.wrapping_add(1000 + n as u64));
     let locker = Locker::new(backend)
         .with_metadata(format!("c{n}"))?
-        .with_retry(Retry::exponential(ms(3000), ms(3000)).notified());
+        .with_retry(Retry::exponential(ms(6000), ms(6000)).notified());
     while Instant::now() < end {
         let call = Call::AwaitWake {
             ask: Ask::Exclusive,
         };
-        let obtain = locker.lock(WAKE).ttl(ms(3000)).wait(ms(5000)).obtain();
+        let obtain = locker.lock(WAKE).ttl(ms(3000)).wait(ms(8000)).obtain();
         let (op, got) = recorder
             .call(n, WAKE, call, obtain, |r| {
                 obtained(r, lock_core::LockGuard::fencing)
@@ -46,7 +46,7 @@ pub(super) async fn waker(
                 .await;
             // Away for longer than the progress bound: whoever waits now must be woken,
             // as the releaser will not take the key back in the meantime.
-            tokio::time::sleep(rng.millis(1700, 2000)).await;
+            tokio::time::sleep(rng.millis(3000, 3500)).await;
         }
     }
     Ok(())
