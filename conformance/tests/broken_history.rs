@@ -39,6 +39,8 @@ enum Bug {
     BusyNamesThePreviousHolder,
     /// A release of a hold another client took over answers `Released`, not `Lost`.
     LostReleaseAnsweredReleased,
+    /// An inspection of a key held by one client answers free.
+    InspectMissesALoneHolder,
     /// Declares release notifications, but a release wakes nobody (waiters find the key
     /// free only when their fallback poll comes).
     ReleaseWakesNobody,
@@ -129,6 +131,18 @@ impl Layer for Bent {
             _ => {}
         }
         self.inner.prolongate(req).await
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<lock_core::LockState> {
+        let state = self.inner.inspect(key).await?;
+        Ok(match state {
+            lock_core::LockState::Held { holds: 1, .. }
+                if self.bug == Bug::InspectMissesALoneHolder =>
+            {
+                lock_core::LockState::Free
+            }
+            other => other,
+        })
     }
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
@@ -274,4 +288,9 @@ fn a_lost_release_answered_released_is_caught() {
         Bug::LostReleaseAnsweredReleased,
         Rule::AnsweredForAHoldThatWasTaken,
     );
+}
+
+#[test]
+fn an_inspection_that_misses_the_holder_is_caught() {
+    caught(Bug::InspectMissesALoneHolder, Rule::InspectSeesTheHolds);
 }

@@ -24,6 +24,9 @@
 //!   unavailable, a grant that arrived past its ttl, a hold that is gone (`Lost`), a mode
 //!   change refused before any I/O (`InvalidInput`); never `Protocol`, `Corrupt`,
 //!   `PermissionDenied`, `Config`, `StaleToken` or `InvalidInput` for any other call;
+//! - [`Rule::InspectSeesTheHolds`]: an inspection shows every hold relied on throughout
+//!   the call (no data loss under way since it was asked for), and each hold it shows is the one with
+//!   that fencing token the history knows, by the same client, who may have held the key;
 //! - [`Rule::Progress`]: once a release leaves the key free (no other obtain of it may
 //!   hold it), a waiter that waits for wake-ups ([`Call::AwaitWake`]) gets the key, or
 //!   someone else does, within [`PROGRESS_BOUND`]; not checked near a data loss, which
@@ -44,7 +47,7 @@ mod excerpt;
 mod holds;
 mod progress;
 
-use answers::{answered_after_taken, busy_names, unexpected_error};
+use answers::{answered_after_taken, busy_names, inspections, unexpected_error};
 use excerpt::excerpt;
 use holds::{fence_order, fencing_order, overlaps};
 use progress::progress;
@@ -68,6 +71,8 @@ pub enum Rule {
     Progress,
     /// A call failed with an error no injected fault explains.
     UnexpectedError,
+    /// An inspection missed a hold relied on throughout it, or showed one nobody had.
+    InspectSeesTheHolds,
     /// A prolong or release answered as if its hold were still there after another client
     /// was granted the key over it.
     AnsweredForAHoldThatWasTaken,
@@ -299,6 +304,15 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
     if let Some((key, involved, message)) = unexpected_error(&ops) {
         return Err(violation(
             Rule::UnexpectedError,
+            &key,
+            &involved,
+            message,
+            &excerpt,
+        ));
+    }
+    if let Some((key, involved, message)) = inspections(&by_key, &ops, &losses) {
+        return Err(violation(
+            Rule::InspectSeesTheHolds,
             &key,
             &involved,
             message,

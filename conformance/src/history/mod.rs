@@ -18,9 +18,9 @@
 //! A failure prints the rule, the holds it names and the events that show it, and writes
 //! an HTML timeline of the key (one lane per client, the holds as bars, the violating ones
 //! outlined in red) and the whole history as text to files whose paths the failure gives.
-//! Now and then a client takes the mutex and the read-write lock together (`lock_all`),
-//! and one hold in three makes a call halfway (a mode change on the read-write lock, an
-//! explicit prolong elsewhere).
+//! Now and then a client inspects a key, or takes the mutex and the read-write lock
+//! together (`lock_all`), and one hold in three makes a call halfway (a mode change on the
+//! read-write lock, an explicit prolong elsewhere).
 //!
 //! ```
 //! use std::time::Duration;

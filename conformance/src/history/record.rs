@@ -65,6 +65,8 @@ pub enum Call {
         /// The mode it asks for.
         ask: Ask,
     },
+    /// An inspection of the key.
+    Inspect,
     /// A prolong of the hold `hold` made, explicit (the watchdog's are not recorded).
     Prolong {
         /// The hold prolonged.
@@ -86,7 +88,9 @@ impl Call {
         match self {
             Call::Obtain { wait, .. } => *wait,
             Call::AwaitWake { .. } | Call::ObtainAll { .. } => true,
-            Call::Change { .. } | Call::Prolong { .. } | Call::Release { .. } => false,
+            Call::Change { .. } | Call::Inspect | Call::Prolong { .. } | Call::Release { .. } => {
+                false
+            }
         }
     }
 
@@ -98,7 +102,7 @@ impl Call {
                 Some(*ask)
             }
             Call::ObtainAll { .. } => Some(Ask::Exclusive),
-            Call::Prolong { .. } | Call::Release { .. } => None,
+            Call::Inspect | Call::Prolong { .. } | Call::Release { .. } => None,
         }
     }
 }
@@ -121,6 +125,12 @@ pub enum Return {
     Released(String),
     /// The prolong returned this outcome (`Prolonged`, `ProlongedLate`, `Lost`).
     Prolonged(String),
+    /// The inspection saw these live holds (none: free, or cooling down): each its holder
+    /// (by client number, as for `Busy`) and its fencing token.
+    Inspected {
+        /// The live holds.
+        holds: Vec<(Option<usize>, u64)>,
+    },
     /// The call failed with this error.
     Failed {
         /// Its kind (`lock_core::ErrorKind`, as `Debug` prints it).

@@ -444,3 +444,56 @@ fn an_error_no_fault_explains_is_a_violation() {
     assert_eq!(v.rule, Rule::UnexpectedError);
     assert!(v.message.contains("what it said"), "{v}");
 }
+
+#[test]
+fn an_inspection_shows_the_holds_relied_on_throughout_it() {
+    let inspect = |s: &mut Script,
+                   client: usize,
+                   (invoked, returned): (u64, u64),
+                   holds: Vec<(Option<usize>, u64)>| {
+        let op = s.next;
+        s.next += 1;
+        s.events.push(Event::Invoke {
+            op,
+            client,
+            key: "k".into(),
+            call: Call::Inspect,
+            at: ms(invoked),
+        });
+        s.events.push(Event::Return {
+            op,
+            result: Return::Inspected { holds },
+            at: ms(returned),
+        });
+    };
+    let mut s = Script::default();
+    s.hold(0, "k", X, (0, 5, 50), 10);
+    inspect(&mut s, 1, (10, 12), vec![(Some(0), 10)]);
+    s.check().expect("the holder shown");
+    // Free while c0 relied on its hold throughout the call.
+    inspect(&mut s, 1, (20, 22), Vec::new());
+    assert_eq!(
+        s.check().expect_err("missed").rule,
+        Rule::InspectSeesTheHolds
+    );
+    // Free once c0's last claim was before the call returned: it may have ended.
+    let mut s = Script::default();
+    s.hold(0, "k", X, (0, 5, 50), 10);
+    inspect(&mut s, 1, (49, 51), Vec::new());
+    s.check().expect("the hold may have ended");
+    // c1 shown with c0's token.
+    inspect(&mut s, 2, (10, 12), vec![(Some(1), 10)]);
+    assert_eq!(
+        s.check().expect_err("wrong client").rule,
+        Rule::InspectSeesTheHolds
+    );
+    // Free after a data loss under way since the hold was asked for: it took the hold.
+    let mut s = Script::default();
+    s.hold(0, "k", X, (0, 5, 50), 10);
+    s.events.push(Event::Fault {
+        fault: Fault::DataLoss { done: ms(8) },
+        at: ms(3),
+    });
+    inspect(&mut s, 1, (20, 22), Vec::new());
+    s.check().expect("the loss took the hold");
+}

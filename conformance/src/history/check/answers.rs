@@ -146,3 +146,83 @@ pub(super) fn unexpected_error(ops: &BTreeMap<OpId, Op>) -> Option<(String, Vec<
         })
     })
 }
+
+/// An inspection that missed a hold relied on throughout the call, or that showed a hold
+/// the history gives to another client, or a client that cannot have held the key.
+pub(super) fn inspections(
+    by_key: &BTreeMap<&str, Vec<Hold>>,
+    ops: &BTreeMap<OpId, Op>,
+    losses: &[(At, At)],
+) -> Option<(String, Vec<OpId>, String)> {
+    for (id, op) in ops {
+        let (Call::Inspect, Some((returned, Return::Inspected { holds: seen }))) =
+            (&op.call, &op.returned)
+        else {
+            continue;
+        };
+        let holds = by_key.get(op.key.as_str()).map_or(&[][..], Vec::as_slice);
+        // Relied on from before the call was sent to after it answered, and no data loss
+        // under way since the hold was asked for: the backend had it live throughout.
+        let missed = holds.iter().find(|h| {
+            h.relied()
+                .is_some_and(|(from, to)| from <= op.invoked && to >= *returned)
+                && !losses
+                    .iter()
+                    .any(|(s, d)| *d >= h.invoked && *s <= *returned)
+                && !seen.iter().any(|(_, f)| *f == h.fencing)
+        });
+        if let Some(h) = missed {
+            return Some((
+                op.key.clone(),
+                vec![h.op, *id],
+                format!(
+                    "inspection #{id} of c{} (from {} to {}) showed {seen:?} (client, fencing), \
+                     without hold #{} of c{} (fencing {}), relied on from {} to {}",
+                    op.client,
+                    ms(op.invoked),
+                    ms(*returned),
+                    h.op,
+                    h.client,
+                    h.fencing,
+                    ms(h.obtained),
+                    ms(h.relied_until.unwrap_or_default())
+                ),
+            ));
+        }
+        for (client, fencing) in seen {
+            let Some(client) = client else { continue };
+            if let Some(h) = holds.iter().find(|h| h.fencing == *fencing) {
+                if h.client != *client {
+                    return Some((
+                        op.key.clone(),
+                        vec![h.op, *id],
+                        format!(
+                            "inspection #{id} of c{} showed fencing {fencing} held by c{client}, \
+                             but hold #{} with that token is c{}'s",
+                            op.client, h.op, h.client
+                        ),
+                    ));
+                }
+            }
+            let may_have_held = ops.values().any(|o| {
+                o.client == *client
+                    && o.key == op.key
+                    && o.call.asks().is_some()
+                    && o.invoked <= *returned
+            });
+            if !may_have_held {
+                return Some((
+                    op.key.clone(),
+                    vec![*id],
+                    format!(
+                        "inspection #{id} of c{} showed c{client} holding the key, but c{client} \
+                         had not asked for it by {}",
+                        op.client,
+                        ms(*returned)
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}

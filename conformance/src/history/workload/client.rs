@@ -14,15 +14,34 @@ use super::{Rng, LEADER, MUTEX, PERMITS, READ_WRITE, SEMAPHORE};
 use crate::harness::ms;
 use crate::history::record::{Ask, Call, OpId, Recorder, Return};
 
-/// The client a `Busy` names, by the metadata each client's locker sets (`c<n>`).
+/// The client a `Busy` names.
 pub(super) fn named(busy: &Busy) -> Option<usize> {
-    busy.holder
-        .as_ref()?
-        .metadata
-        .as_deref()?
-        .strip_prefix('c')?
-        .parse()
-        .ok()
+    client_of(busy.holder.as_ref()?)
+}
+
+/// What an inspection saw, as the history keeps it.
+fn inspected(r: &LockResult<lock_core::LockState>) -> Return {
+    let holder = client_of;
+    match r {
+        Ok(lock_core::LockState::Held {
+            holder: h, fencing, ..
+        }) => Return::Inspected {
+            holds: vec![(holder(h), fencing.0)],
+        },
+        Ok(lock_core::LockState::Shared { holds, .. }) => Return::Inspected {
+            holds: holds
+                .iter()
+                .map(|s| (holder(&s.holder), s.fencing.0))
+                .collect(),
+        },
+        Ok(_) => Return::Inspected { holds: Vec::new() },
+        Err(e) => failed(e),
+    }
+}
+
+/// The client a holder info names, by the metadata each client's locker sets (`c<n>`).
+fn client_of(holder: &lock_core::HolderInfo) -> Option<usize> {
+    holder.metadata.as_deref()?.strip_prefix('c')?.parse().ok()
 }
 
 pub(super) fn failed(e: &lock_core::Error) -> Return {
@@ -127,6 +146,19 @@ pub(crate) async fn client(
     while Instant::now() < end {
         if rng.one_in(7) {
             both(&ctx, &locker, &mut rng).await;
+            continue;
+        }
+        if rng.one_in(6) {
+            let key = [MUTEX, SEMAPHORE, READ_WRITE, LEADER][rng.below(4) as usize];
+            let _ = recorder
+                .call(
+                    n,
+                    &ctx.key(key),
+                    Call::Inspect,
+                    locker.inspect(key),
+                    inspected,
+                )
+                .await;
             continue;
         }
         let kind = if shared {
