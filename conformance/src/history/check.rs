@@ -283,60 +283,23 @@ pub fn check(history: &History) -> Result<Verdict, Violation> {
         }
     }
     let holds: HashMap<OpId, &Hold> = by_key.values().flatten().map(|h| (h.op, h)).collect();
-    if let Some((key, involved, message)) = fence_order(&holds, &ops, &mut writes) {
-        return Err(violation(
-            Rule::FenceOrder,
-            &key,
-            &involved,
-            message,
-            &excerpt,
-        ));
-    }
-    if let Some((key, involved, message)) = answered_after_taken(&by_key, &ops) {
-        return Err(violation(
-            Rule::AnsweredForAHoldThatWasTaken,
-            &key,
-            &involved,
-            message,
-            &excerpt,
-        ));
-    }
-    if let Some((key, involved, message)) = unexpected_error(&ops) {
-        return Err(violation(
-            Rule::UnexpectedError,
-            &key,
-            &involved,
-            message,
-            &excerpt,
-        ));
-    }
-    if let Some((key, involved, message)) = inspections(&by_key, &ops, &losses) {
-        return Err(violation(
-            Rule::InspectSeesTheHolds,
-            &key,
-            &involved,
-            message,
-            &excerpt,
-        ));
-    }
-    if let Some((key, involved, message)) = busy_names(&ops) {
-        return Err(violation(
-            Rule::BusyNamesAHolder,
-            &key,
-            &involved,
-            message,
-            &excerpt,
-        ));
-    }
-    if let Some((key, involved, message)) = progress(&ops, &faults, &mut verdict.wakes) {
-        return Err(violation(
-            Rule::Progress,
-            &key,
-            &involved,
-            message,
-            &excerpt,
-        ));
-    }
+    // The rules that name their key, in the order they are checked.
+    let broke = |rule: Rule, found: Option<(String, Vec<OpId>, String)>| match found {
+        Some((key, involved, message)) => Err(violation(rule, &key, &involved, message, &excerpt)),
+        None => Ok(()),
+    };
+    broke(Rule::FenceOrder, fence_order(&holds, &ops, &mut writes))?;
+    broke(
+        Rule::AnsweredForAHoldThatWasTaken,
+        answered_after_taken(&by_key, &ops),
+    )?;
+    broke(Rule::UnexpectedError, unexpected_error(&ops))?;
+    broke(
+        Rule::InspectSeesTheHolds,
+        inspections(&by_key, &ops, &losses),
+    )?;
+    broke(Rule::BusyNamesAHolder, busy_names(&ops))?;
+    broke(Rule::Progress, progress(&ops, &faults, &mut verdict.wakes))?;
     Ok(verdict)
 }
 

@@ -46,6 +46,7 @@
 
 mod check;
 mod record;
+mod recorder;
 mod timeline;
 mod workload;
 
@@ -53,7 +54,8 @@ mod workload;
 mod tests;
 
 pub use check::{check, Rule, Verdict, Violation, PROGRESS_BOUND};
-pub use record::{monotonic_ns, Ask, At, Call, Event, Fault, History, OpId, Recorder, Return};
+pub use record::{Ask, At, Call, Event, Fault, History, OpId, Return};
+pub use recorder::{monotonic_ns, Recorder};
 pub use timeline::render;
 pub use workload::{
     run, run_process, Workload, LEADER, MUTEX, PERMITS, PROCESSES, READ_WRITE, SEMAPHORE, WAKE,

@@ -18,7 +18,8 @@ use client::{client, Ctx};
 use process::signal;
 use waker::waker;
 
-use super::record::{Fault, Recorder};
+use super::record::Fault;
+use super::recorder::Recorder;
 use crate::harness::ms;
 use crate::worker::{spawn, wait_all, HistoryJob, Job};
 use crate::{Failure, Suite};

@@ -12,7 +12,8 @@ use tokio::time::Instant;
 
 use super::{Rng, LEADER, MUTEX, PERMITS, READ_WRITE, SEMAPHORE};
 use crate::harness::ms;
-use crate::history::record::{Ask, Call, OpId, Recorder, Return};
+use crate::history::record::{Ask, Call, OpId, Return};
+use crate::history::recorder::Recorder;
 
 /// The client a `Busy` names.
 pub(super) fn named(busy: &Busy) -> Option<usize> {

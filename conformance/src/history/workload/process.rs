@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::client::{client, Ctx};
 use super::PROCESSES;
-use crate::history::record::Recorder;
+use crate::history::recorder::Recorder;
 use crate::worker::HistoryJob;
 use crate::Failure;
 

@@ -8,7 +8,8 @@ use tokio::time::Instant;
 use super::client::{obtained, released, Held};
 use super::{Rng, WAKE};
 use crate::harness::ms;
-use crate::history::record::{Ask, Call, Recorder};
+use crate::history::record::{Ask, Call};
+use crate::history::recorder::Recorder;
 
 /// A client of [`WAKE`]: it waits for the key with its fallback poll at 6 s, so that only
 /// a wake-up gets it the key sooner, holds it up to 300 ms, releases it and stays away
