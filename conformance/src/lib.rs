@@ -51,6 +51,7 @@
 //! | `a_prolong_landing_after_the_release_resurrects_nothing` | a prolong sent before the guard's release (then before a forced release) and held back by a slow network lands after it: the key is free once both answered, never held again by the guard that gave it up |
 //! | `calls_under_contention_end_by_their_deadline` | eight tasks hammer one key through the harness's short-deadline backend ([`Harness::behind_faults`], replies slowed by a tenth of the deadline): every call answers within its deadline plus [`cases::DEADLINE_MARGIN`] (500 ms), its retries after conflicts included |
 //! | `fencing_tokens_count_wall_clock_microseconds` | a fresh key's first token is the wall clock in µs since the Unix epoch (within 10 minutes), the one scale of every backend, so a job moved to another backend keeps writing through its fences |
+//! | `listing_agrees_with_inspect`, `listing_pages_cover_every_key_while_keys_come_and_go` | listing who holds what: keys in every state under a prefix, two a page, each as `inspect` shows it and only those with something live; pages in key order (where the backend says so) cover every key held throughout a walk while others come and go; a backend that cannot list says `Unsupported` |
 //! | `holder_info_round_trips`, `odd_keys_are_independent_locks`, `namespaces_never_interfere`, `invalid_input_is_refused_before_io` | data and names |
 //! | `exclusion_under_contention`, `many_locks_held_at_once`, `lock_all_takes_every_key_or_none`, `leaders_never_overlap_and_terms_grow`, `waiting_obtain_honours_release_and_deadline`, `cancelled_wait_leaves_nothing_behind`, `lost_signal_fires_only_when_lost`, `dropped_guard_does_not_hold_forever` | the client layer over this backend |
 //! | `data_loss_is_lost_and_fencing_still_grows`, `dropped_connections_leave_a_safe_state` | faults |
@@ -294,6 +295,8 @@ macro_rules! for_each_case {
             killed_holder_frees_only_its_own_permits,
             shared_model_sequences,
             histories_check_out,
+            listing_agrees_with_inspect,
+            listing_pages_cover_every_key_while_keys_come_and_go,
             observer_sees_every_event
         }
     };

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 
 mod capabilities;
 pub mod layer;
+pub mod listing;
 pub mod rules;
 pub mod schemes;
 pub mod storage;
@@ -323,6 +324,31 @@ pub trait LockBackend: fmt::Debug + Send + Sync + 'static {
         let _ = key;
         Ok(None)
     }
+
+    /// One page of the keys the backend keeps a record for, under `req.prefix`: key names
+    /// only, in the order [`Capabilities::listing`] says. [`crate::listing::list`] pages
+    /// through them and inspects each, which is what a caller wants; this is the part a
+    /// backend writes.
+    ///
+    /// # Contract
+    /// In memory bounded by `req.limit` whatever the number of keys; changes nothing. Every
+    /// key with a live hold or cooldown throughout a walk shows in it (exactly once, or at
+    /// least once for [`Listing::Scan`]); a key may show with nothing live left (a record
+    /// kept for late detection), which the listing drops after inspecting it. The default
+    /// answers [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported), as a backend
+    /// whose capabilities say [`Listing::Unsupported`] must.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a limit out of
+    /// [`KeysRequest::validate`]'s range or a cursor this backend did not make; otherwise as
+    /// for [`LockBackend::obtain`].
+    ///
+    /// # Cancel safety
+    /// It only reads: dropping the future leaves everything as it was.
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        let _ = req;
+        Err(listing::unsupported(self.name()))
+    }
 }
 
 /// A live subscription to the releases of one key; see [`LockBackend::subscribe`].
@@ -411,3 +437,4 @@ pub use crate::url::UrlOptions;
 pub use crate::waiters::Waiters;
 pub use async_trait::async_trait;
 pub use capabilities::{Capabilities, Expiry};
+pub use listing::{Cursor, KeyPage, KeysRequest, Listing};

@@ -40,6 +40,9 @@ pub enum ErrorKind {
     /// Nothing was written. The lock this token came from is not yours any more: stop, and
     /// obtain it anew before writing again. [`Error::stale_token`] names both tokens.
     StaleToken,
+    /// The backend cannot do what was asked, whatever the input (listing on a backend whose
+    /// store cannot walk its keys): nothing was sent. The message says what to use instead.
+    Unsupported,
 }
 
 impl ErrorKind {
@@ -55,6 +58,7 @@ impl ErrorKind {
             ErrorKind::Config => "configuration error",
             ErrorKind::Lost => "lock lost",
             ErrorKind::StaleToken => "stale fencing token",
+            ErrorKind::Unsupported => "not supported by this backend",
         }
     }
 }
@@ -87,6 +91,8 @@ pub enum Operation {
     Subscribe,
     /// A fenced write at a resource (see [`crate::fence`]).
     Fence,
+    /// [`LockBackend::list_keys`](crate::LockBackend::list_keys), or a listing built on it.
+    List,
 }
 
 impl Operation {
@@ -102,6 +108,7 @@ impl Operation {
             Operation::ForceRelease => "force_release",
             Operation::Subscribe => "subscribe",
             Operation::Fence => "fence",
+            Operation::List => "list",
         }
     }
 }

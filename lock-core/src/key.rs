@@ -66,6 +66,13 @@ impl fmt::Display for Key {
     }
 }
 
+/// As its string.
+impl serde::Serialize for Key {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
 impl TryFrom<&str> for Key {
     type Error = Error;
     fn try_from(value: &str) -> Result<Self> {

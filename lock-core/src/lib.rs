@@ -63,6 +63,7 @@ mod error;
 pub mod fence;
 mod holder;
 mod key;
+pub mod listing;
 mod memory;
 mod mode;
 pub mod observe;

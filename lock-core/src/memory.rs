@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::listing::Smallest;
 use crate::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
+use crate::backend::{KeyPage, KeysRequest, Listing};
 use crate::rules::{self, Clock};
 use crate::UrlOptions;
 use crate::{
@@ -220,7 +222,26 @@ impl Storage for MemoryBackend {
     const NAME: &'static str = MemoryBackend::NAME;
 
     fn storage_capabilities(&self) -> Capabilities {
-        Capabilities::none().release_notification(true).shared(true)
+        Capabilities::none()
+            .release_notification(true)
+            .shared(true)
+            .listing(Listing::InKeyOrder)
+    }
+
+    /// Walks the map under its mutex, keeping the page's smallest keys: O(records) per page
+    /// in time, O(limit) in memory.
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        let mut page = Smallest::new(&req);
+        let store = self.lock_store();
+        let clock = store.clock();
+        for (name, record) in &store.records {
+            if let Some(key) = name.strip_prefix(&*self.prefix) {
+                if !rules::forgotten(record, clock) {
+                    page.offer(key);
+                }
+            }
+        }
+        Ok(page.finish())
     }
 
     fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {

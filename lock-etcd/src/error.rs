@@ -9,6 +9,11 @@ use tonic::Code;
 
 use crate::NAME;
 
+/// A key or value that cannot be read.
+pub(crate) fn corrupt(op: Operation, message: String) -> Error {
+    Error::new(lock_core::ErrorKind::Corrupt, crate::NAME, op, message)
+}
+
 /// `error` from `what` (a short name of the call: "read", "txn", "lease grant") as a lock
 /// error: refused credentials and permissions are [`ErrorKind::PermissionDenied`], what
 /// the server says it cannot do now (no leader, too many requests, unavailable) and every

@@ -3,6 +3,7 @@
 mod backend;
 mod error;
 mod layout;
+mod list;
 mod members;
 mod notify;
 mod plan;

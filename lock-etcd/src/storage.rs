@@ -8,11 +8,13 @@ use std::borrow::Cow;
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use lock_core::backend::rules;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{Capabilities, Grace, ReleaseSubscription, Token};
+use lock_core::backend::{
+    Capabilities, Grace, KeyPage, KeysRequest, Listing, ReleaseSubscription, Token,
+};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 use tracing::Instrument;
 
-use crate::error::Deadline;
+use crate::error::{corrupt, Deadline};
 use crate::layout::Base;
 use crate::plan::{Lease, Plan};
 use crate::read::{self, Seen};
@@ -33,6 +35,15 @@ impl Storage for EtcdBackend {
             .expiry(self.expiry)
             // The `F` key of every lock name ever taken (see `layout`).
             .fence_per_key(true)
+            .listing(Listing::InKeyOrder)
+    }
+
+    /// The prefix's range, keys only (`list.rs`), by the backend's timeout.
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        let span = tracing::debug_span!("etcd_lock", op = "list", prefix = req.prefix);
+        self.keys(req, Deadline::after(self.timeout))
+            .instrument(span)
+            .await
     }
 
     fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
@@ -285,10 +296,6 @@ fn delete_runs(seen: &Seen, plan: &Plan) -> Vec<(String, Option<String>)> {
     }
     close(&mut run);
     runs
-}
-
-fn corrupt(op: Operation, message: String) -> Error {
-    Error::new(ErrorKind::Corrupt, NAME, op, message)
 }
 
 fn protocol(op: Operation, message: String) -> Error {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::backend::rules;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{Capabilities, Grace, Token, UrlOptions};
+use lock_core::backend::{Capabilities, Grace, KeyPage, KeysRequest, Listing, Token, UrlOptions};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 
 use crate::clock::Clock;
@@ -376,6 +376,36 @@ impl Storage for FileBackend {
             .cross_process(true)
             .shared(true)
             .holds_per_key(crate::record::HOLDS_PER_KEY)
+            .listing(Listing::InKeyOrder)
+    }
+
+    /// Walks the directory on tokio's blocking pool (see `list.rs`).
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        let dir = self.dir.clone();
+        let owned = (
+            req.prefix.to_owned(),
+            req.cursor.cloned(),
+            req.limit,
+        );
+        let page = tokio::task::spawn_blocking(move || {
+            let (prefix, cursor, limit) = owned;
+            let req = KeysRequest {
+                prefix: &prefix,
+                cursor: cursor.as_ref(),
+                limit,
+            };
+            crate::list::keys(&dir, &req)
+        })
+        .await
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                Self::NAME,
+                Operation::List,
+                format!("the listing of {} stopped: {e}", self.dir.display()),
+            )
+        })?;
+        page.map_err(|e| io_error(Operation::List, &self.dir, e))
     }
 
     fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {

@@ -2,6 +2,7 @@
 
 mod backend;
 mod clock;
+mod list;
 pub mod fence;
 mod names;
 mod record;

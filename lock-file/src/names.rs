@@ -32,6 +32,27 @@ pub(crate) fn file_name(key: &str) -> String {
     out
 }
 
+/// The key a verbatim name stands for (`k-…lock`); `None` for a hashed name (`h-…`: the
+/// key is inside the record) or anything else.
+pub(crate) fn key_of(name: &str) -> Option<String> {
+    let encoded = name.strip_prefix("k-")?.strip_suffix(".lock")?;
+    let mut bytes = Vec::with_capacity(encoded.len());
+    let mut rest = encoded.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    let key = String::from_utf8(bytes).ok()?;
+    // Only the name this key is written under: no stray file passes for a key.
+    (file_name(&key) == name).then_some(key)
+}
+
 fn hashed(key: &str) -> String {
     let digest = Sha256::digest(key.as_bytes());
     let mut out = String::with_capacity(2 + 64 + 5);
@@ -81,6 +102,17 @@ mod tests {
                 n.starts_with("k-") && n.ends_with(".lock") && n.len() < 255,
                 "{n}"
             );
+        }
+    }
+
+    #[test]
+    fn verbatim_names_read_back_as_their_keys() {
+        for key in ["k", "K", "jobs/nightly report", "é%", "a-b_c"] {
+            assert_eq!(key_of(&file_name(key)).as_deref(), Some(key), "{key}");
+        }
+        assert_eq!(key_of(&file_name(&"x".repeat(500))), None, "hashed");
+        for stray in ["k-.lock", "k-%zz.lock", "k-%41%.lock", "k-A.lock", "notes.txt"] {
+            assert_eq!(key_of(stray), None, "{stray}");
         }
     }
 

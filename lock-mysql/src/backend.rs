@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use lock_core::backend::rules::Wake;
 use lock_core::backend::storage::{self, Storage};
 use lock_core::backend::{
-    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+    Capabilities, Grace, KeyPage, KeysRequest, Listing, ObtainRequest, ProlongRequest,
+    ReleaseRequest, ReleaseSubscription,
 };
 use lock_core::{
     Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
@@ -154,7 +155,10 @@ impl LockBackend for MySqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.db.storage_capabilities().prolong_batch(Self::BATCH)
+        self.db
+            .storage_capabilities()
+            .prolong_batch(Self::BATCH)
+            .listing(Listing::InKeyOrder)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
@@ -274,6 +278,10 @@ impl LockBackend for MySqlBackend {
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         self.db.subscribe_releases(key).await
+    }
+
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        self.db.list_keys(req).await
     }
 }
 

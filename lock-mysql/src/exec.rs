@@ -15,7 +15,8 @@ use std::time::Duration;
 use futures_core::future::BoxFuture;
 use lock_core::backend::rules;
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::{Grace, ProlongRequest};
+use lock_core::backend::listing;
+use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, ProlongRequest};
 use lock_core::{Operation, ProlongOutcome, Result};
 use lock_sql::reply::Reply;
 use lock_sql::SchemaOnce;
@@ -204,6 +205,43 @@ impl Db {
             return Err(protocol(op, "a batch answered another number of locks"));
         }
         Ok(outcomes)
+    }
+
+    /// One page of the table's keys ([`Names::list_keys`]), by the backend's deadline: a
+    /// plain read on a pooled connection, no transaction. A missing table lists nothing
+    /// (no key was ever locked) unless the table is to be made, which then happens first.
+    pub(crate) async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        req.validate()?;
+        let op = Operation::List;
+        let deadline = self.pooled.deadline_from_now();
+        let after = req.cursor.map(Cursor::as_str);
+        let sql = self.names.list_keys(req.prefix, after, req.limit + 1);
+        let read = async {
+            if self.auto_migrate {
+                self.ensure_schema(op).await?;
+            }
+            let mut conn = self
+                .pooled
+                .connection(deadline)
+                .await
+                .map_err(|e| self.failed(op, e))?;
+            match fetch_rows(&mut conn, &sql).await {
+                Ok(rows) => Ok(rows),
+                Err(e) if is_missing_table(&e) => Ok(Vec::new()),
+                Err(e) => Err(self.failed(op, e)),
+            }
+        };
+        let rows = self.pooled.within(op, deadline, read).await??;
+        let mut keys = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let bytes: Vec<u8> = row.try_get(0).map_err(|e| protocol(op, e))?;
+            let key = String::from_utf8(bytes)
+                .ok()
+                .and_then(|k| lock_core::Key::new(k).ok())
+                .ok_or_else(|| protocol(op, "a key in the table is not a valid lock key"))?;
+            keys.push(key);
+        }
+        Ok(listing::ordered_page(keys, req.limit))
     }
 
     /// Deletes up to [`crate::sql::SWEEP_ROWS`] rows that the rules call forgotten, skipping

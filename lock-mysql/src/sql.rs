@@ -181,6 +181,26 @@ impl Names {
         )
     }
 
+    /// One page of a listing: up to `limit` keys under `prefix` past `after`, in byte order
+    /// (`VARBINARY`), through the primary key's range; rows that keep only a fencing token
+    /// (`free`, no writer's marker) left out. No lock taken, no transaction: a plain read.
+    pub(crate) fn list_keys(&self, prefix: &str, after: Option<&str>, limit: usize) -> String {
+        let mut sql = format!(
+            "SELECT `key` FROM {t} WHERE (state <> 'free' OR writer IS NOT NULL) \
+             AND `key` >= {lower}",
+            t = self.quoted,
+            lower = hex(prefix.as_bytes())
+        );
+        if let Some(upper) = lock_sql::prefix_end(prefix.as_bytes()) {
+            let _ = write!(sql, " AND `key` < {}", hex(&upper));
+        }
+        if let Some(after) = after {
+            let _ = write!(sql, " AND `key` > {}", hex(after.as_bytes()));
+        }
+        let _ = write!(sql, " ORDER BY `key` LIMIT {limit}");
+        sql
+    }
+
     /// Message 1 of a sweep: up to [`SWEEP_ROWS`] rows past their `forget_us`, oldest
     /// first, skipping every row another transaction holds (an operation on it is under
     /// way), then the clock.

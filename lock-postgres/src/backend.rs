@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use lock_core::backend::rules::Wake;
 use lock_core::backend::storage::{self, Storage};
 use lock_core::backend::{
-    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
-    Waiters,
+    Capabilities, Grace, KeyPage, KeysRequest, ObtainRequest, ProlongRequest,
+    ReleaseRequest, ReleaseSubscription, Waiters,
 };
 use lock_core::{
     Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
@@ -198,6 +198,7 @@ impl LockBackend for PostgresBackend {
             .release_notification(self.notifications)
             .prolong_batch(Self::BATCH)
             .shared(true)
+            .listing(lock_core::backend::Listing::InKeyOrder)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
@@ -364,5 +365,9 @@ impl LockBackend for PostgresBackend {
         // Releases notify only a key that some process waits for: list this one.
         let listed = self.listing.start(key).await?;
         Ok(Some(subscription.holding(Box::new(listed))))
+    }
+
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        self.db.list_keys(req).await
     }
 }

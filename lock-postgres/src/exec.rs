@@ -5,7 +5,8 @@ use std::fmt;
 
 use futures_core::future::BoxFuture;
 use lock_core::backend::rules::Wake;
-use lock_core::backend::{Grace, ProlongRequest, Waiters};
+use lock_core::backend::listing;
+use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, ProlongRequest, Waiters};
 use lock_core::{Key, Operation, ProlongOutcome, Result, Ttl};
 use lock_sql::{Pooled, SchemaOnce};
 use sqlx::postgres::PgRow;
@@ -216,6 +217,46 @@ impl Db {
         rows.iter()
             .map(|row| crate::reply::decode(op, row))
             .collect()
+    }
+
+    /// One page of the table's keys ([`Names::list_keys`]), by the backend's deadline: one
+    /// plain statement on a pooled connection (through PgBouncer too). A missing table
+    /// lists nothing (no key was ever locked) unless the table is to be made, which then
+    /// happens first.
+    pub(crate) async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        req.validate()?;
+        let op = Operation::List;
+        let deadline = self.pooled.deadline_from_now();
+        let after = req.cursor.map(Cursor::as_str);
+        let sql = self.names.list_keys(req.prefix, after, req.limit + 1);
+        let read = async {
+            if self.auto_migrate {
+                self.ensure_schema(op).await?;
+            }
+            let mut conn = self
+                .pooled
+                .connection(deadline)
+                .await
+                .map_err(|e| self.failed(op, e))?;
+            match fetch_rows(&mut conn, &sql).await {
+                Ok(rows) => Ok(rows),
+                Err(e) if is_missing_schema(&e) => Ok(Vec::new()),
+                Err(e) => Err(self.failed(op, e)),
+            }
+        };
+        let rows = self
+            .pooled
+            .within(op, deadline, read)
+            .instrument(tracing::debug_span!("postgres_lock", op = "list"))
+            .await??;
+        let mut keys = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let key: String = sqlx::Row::try_get(row, 0).map_err(|e| protocol(op, e))?;
+            let key = Key::new(key)
+                .map_err(|_| protocol(op, "a key in the table is not a valid lock key"))?;
+            keys.push(key);
+        }
+        Ok(listing::ordered_page(keys, req.limit))
     }
 
     /// The error of a call that failed. After a broken connection every idle connection is

@@ -122,6 +122,37 @@ impl Names {
         )
     }
 
+    /// One page of a listing: up to `limit` keys under `prefix` past `after`, in byte order
+    /// (`COLLATE "C"`, whatever the column's collation, so that pages follow the same order
+    /// on every backend); rows that keep only a fencing token (`free`, no writer's marker)
+    /// left out. A plain read: no transaction, no lock.
+    pub(crate) fn list_keys(&self, prefix: &str, after: Option<&str>, limit: usize) -> String {
+        let mut sql = format!(
+            "SELECT key FROM {schema}.{table} WHERE (state <> 'free' OR writer IS NOT NULL) \
+             AND key COLLATE \"C\" >= {lower} COLLATE \"C\"",
+            schema = quoted(&self.schema),
+            table = quoted(&self.table),
+            lower = text(prefix),
+        );
+        if let Some(upper) = lock_sql::prefix_end(prefix.as_bytes()) {
+            // The end may be no UTF-8 (a last byte raised past a sequence's range): as
+            // bytes, compared to the key's bytes, which "C" orders the same way.
+            let mut hex = String::with_capacity(upper.len() * 2);
+            for b in &upper {
+                let _ = write!(hex, "{b:02x}");
+            }
+            let _ = write!(
+                sql,
+                " AND pg_catalog.convert_to(key, 'UTF8') < pg_catalog.decode('{hex}', 'hex')"
+            );
+        }
+        if let Some(after) = after {
+            let _ = write!(sql, " AND key COLLATE \"C\" > {} COLLATE \"C\"", text(after));
+        }
+        let _ = write!(sql, " ORDER BY key COLLATE \"C\" LIMIT {limit}");
+        sql
+    }
+
     /// The columns and types a lock table has, to check an existing one against.
     pub(crate) fn shape_query(&self) -> String {
         format!(

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use futures_util::FutureExt;
 use lock_core::backend::{prolongate_each, storage};
 use lock_core::backend::{
-    Capabilities, Grace, ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
+    Capabilities, Grace, KeyPage, KeysRequest, Listing, ObtainRequest, ProlongRequest,
+    ReleaseRequest, ReleaseSubscription,
 };
 use lock_core::{
     Error, ErrorKind, Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome,
@@ -287,6 +288,7 @@ impl LockBackend for RedisBackend {
             .release_notification(true)
             .prolong_batch(batch)
             .shared(true)
+            .listing(Listing::Scan)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
@@ -416,6 +418,23 @@ impl LockBackend for RedisBackend {
             .subscribe(&keys.channel, self.timeout)
             .await
             .map(Some)
+    }
+
+    /// `SCAN` of the record names (`list.rs`), by the backend's deadline.
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        req.validate()?;
+        let span = tracing::debug_span!("redis_lock", op = "list", prefix = req.prefix);
+        let call = crate::list::keys(&self.inner.engine, &self.prefix, req, self.name());
+        match tokio::time::timeout(self.timeout, call.instrument(span)).await {
+            Ok(page) => page,
+            Err(_) => {
+                match &self.inner.engine {
+                    Engine::Lua(l) => l.link.timed_out(),
+                    Engine::Watch(w) => w.timed_out(),
+                }
+                Err(self.deadline_error(Operation::List))
+            }
+        }
     }
 }
 

@@ -6,6 +6,7 @@ mod conn;
 mod error;
 pub mod fence;
 mod keys;
+mod list;
 mod lua;
 mod notify;
 mod record;

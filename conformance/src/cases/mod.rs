@@ -110,6 +110,7 @@ async fn pair(suite: &Suite, key: &str) -> (Arc<dyn LockBackend>, Owner, Owner) 
 mod client;
 mod expiry;
 mod identity;
+mod listing;
 mod recovery;
 mod scale;
 mod shared;
@@ -121,6 +122,7 @@ mod wakes;
 pub use client::*;
 pub use expiry::*;
 pub use identity::*;
+pub use listing::*;
 pub use recovery::*;
 pub use scale::*;
 pub use shared::*;

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::listing::Listing;
+
 #[cfg(doc)]
 use super::{LockBackend, ObtainRequest};
 #[cfg(doc)]
@@ -51,6 +53,9 @@ pub struct Capabilities {
     /// the keys in use. The conformance suite's `keys_taken_and_released_leave_nothing_behind`
     /// holds a backend to it.
     pub fence_per_key: bool,
+    /// Whether and how [`LockBackend::list_keys`](crate::LockBackend::list_keys) walks the
+    /// backend's keys ([`Listing::Unsupported`], the default, for a backend that cannot).
+    pub listing: Listing,
 }
 
 /// How a backend's server ends holds and cooldowns: never before the time asked, and at
@@ -124,6 +129,7 @@ impl Capabilities {
             expiry: Expiry::EXACT,
             holds_per_key: None,
             fence_per_key: false,
+            listing: Listing::Unsupported,
         }
     }
 
@@ -166,6 +172,12 @@ impl Capabilities {
     /// Sets [`Capabilities::fence_per_key`].
     pub const fn fence_per_key(mut self, yes: bool) -> Self {
         self.fence_per_key = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::listing`].
+    pub const fn listing(mut self, how: Listing) -> Self {
+        self.listing = how;
         self
     }
 

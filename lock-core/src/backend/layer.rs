@@ -46,8 +46,8 @@
 use std::fmt;
 
 use super::{
-    async_trait, prolongate_each_with, Capabilities, LockBackend, ObtainRequest, ProlongRequest,
-    ReleaseRequest, ReleaseSubscription,
+    async_trait, prolongate_each_with, Capabilities, KeyPage, KeysRequest, LockBackend,
+    ObtainRequest, ProlongRequest, ReleaseRequest, ReleaseSubscription,
 };
 use crate::{Key, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result};
 
@@ -108,6 +108,11 @@ pub trait Layer: fmt::Debug + Send + Sync + 'static {
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         self.inner().subscribe(key).await
     }
+
+    /// See [`LockBackend::list_keys`].
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        self.inner().list_keys(req).await
+    }
 }
 
 /// A [`Layer`] as a [`LockBackend`]. The layer is its public field, and its methods are
@@ -159,5 +164,9 @@ impl<L: Layer> LockBackend for Layered<L> {
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         self.0.subscribe(key).await
+    }
+
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        self.0.list_keys(req).await
     }
 }

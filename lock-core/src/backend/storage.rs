@@ -117,8 +117,8 @@ use std::time::Duration;
 
 use super::rules::{Answer, Ask, Clock, Obtain, Record, Wake};
 use super::{
-    async_trait, Capabilities, LockBackend, ObtainRequest, ProlongRequest, ReleaseRequest,
-    ReleaseSubscription, Token,
+    async_trait, Capabilities, KeyPage, KeysRequest, LockBackend, ObtainRequest, ProlongRequest,
+    ReleaseRequest, ReleaseSubscription, Token,
 };
 mod run;
 #[cfg(test)]
@@ -259,6 +259,39 @@ pub trait Storage: fmt::Debug + Send + Sync {
     ) -> impl Future<Output = Result<Option<ReleaseSubscription>>> + Send {
         let _ = key;
         std::future::ready(Ok(None))
+    }
+
+    /// One page of the keys it keeps a record for, as [`LockBackend::list_keys`] (the
+    /// request is validated, and the adapter holds the call to [`Storage::call_timeout`]);
+    /// by default [`ErrorKind::Unsupported`], as a storage whose capabilities say
+    /// [`Listing::Unsupported`](super::Listing::Unsupported) must.
+    ///
+    /// # Errors
+    /// As [`LockBackend::list_keys`].
+    fn list_keys(&self, req: KeysRequest<'_>) -> impl Future<Output = Result<KeyPage>> + Send {
+        let _ = req;
+        std::future::ready(Err(super::listing::unsupported(Self::NAME)))
+    }
+}
+
+/// [`Storage::list_keys`], validated and bounded by the storage's [`Storage::call_timeout`].
+///
+/// # Errors
+/// As [`LockBackend::list_keys`].
+pub async fn list_keys<S: Storage>(storage: &S, req: KeysRequest<'_>) -> Result<KeyPage> {
+    req.validate()?;
+    match storage.call_timeout() {
+        None => storage.list_keys(req).await,
+        Some(within) => tokio::time::timeout(within, storage.list_keys(req))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Unavailable,
+                    S::NAME,
+                    Operation::List,
+                    format!("no answer within the deadline of {within:?}; safe to retry"),
+                ))
+            }),
     }
 }
 
@@ -411,6 +444,10 @@ impl<S: Storage + 'static> LockBackend for S {
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
         self.subscribe_releases(key).await
+    }
+
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        list_keys(self, req).await
     }
 }
 

@@ -363,6 +363,7 @@ fn kind_label(kind: ErrorKind) -> &'static str {
         ErrorKind::Config => "config",
         ErrorKind::Lost => "lost",
         ErrorKind::StaleToken => "stale_token",
+        ErrorKind::Unsupported => "unsupported",
     }
 }
 

@@ -53,6 +53,11 @@ impl Shards {
         }
     }
 
+    /// The cluster connection, for commands routed by slot (a listing's `SCAN`).
+    pub(crate) fn cluster(&self) -> &ClusterConnection {
+        &self.conn
+    }
+
     /// The pool of the primary that serves `record`'s slot.
     pub(crate) async fn pool_for(&self, record: &str, op: Operation) -> Result<Arc<Pool>> {
         let slot = slot(record);
