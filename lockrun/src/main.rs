@@ -21,8 +21,12 @@
 //! error. `lockrun fence` exits 77 when it refused a stale fencing token.
 
 mod child;
+mod ls;
 mod metrics_file;
 mod run;
+mod serve;
+mod top;
+mod view;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -64,6 +68,9 @@ pub(crate) const EXIT_STALE: u8 = 77;
     override_usage = "lockrun --key KEY [OPTIONS] -- COMMAND [ARGS]...\n       \
                       lockrun inspect --key KEY [--backend URL]\n       \
                       lockrun release --key KEY --force [--backend URL]\n       \
+                      lockrun ls [--prefix P] [--json] [--backend URL]\n       \
+                      lockrun top [--prefix P] [--backend URL]\n       \
+                      lockrun serve [--http ADDR] [--prefix P] [--backend URL]\n       \
                       lockrun fence --file PATH [--token N] < CONTENT",
     after_help = "Examples:\n  \
                   lockrun --key nightly-report --ttl 30s --wait 10s -- ./report.sh --full\n  \
@@ -71,6 +78,9 @@ pub(crate) const EXIT_STALE: u8 = 77;
                   lockrun --key exports --permits 4 -- ./export.sh\n  \
                   lockrun inspect --key nightly-report\n  \
                   lockrun release --key nightly-report --force\n  \
+                  lockrun ls --prefix reports/\n  \
+                  lockrun top\n  \
+                  lockrun serve --http 127.0.0.1:9977\n  \
                   lockrun --key report -- sh -c './report.sh | lockrun fence --file out.json'",
     subcommand_negates_reqs = true
 )]
@@ -174,6 +184,40 @@ enum Sub {
         /// The fencing token (default: $LOCKRUN_FENCING, which lockrun gives COMMAND).
         #[arg(long, env = "LOCKRUN_FENCING", value_name = "N")]
         token: u64,
+    },
+    /// List every lock under a prefix, across every process and machine using the
+    /// backend: key, mode, holder (host:pid and metadata), remaining time, fencing token
+    /// and reentrant holds, one row per hold; a cooldown and a waiting writer's marker too.
+    /// Never an owner token. Pages through any number of keys in flat memory.
+    Ls {
+        /// Only keys that start with it (default: every key).
+        #[arg(long, default_value = "", value_name = "P")]
+        prefix: String,
+        /// A JSON array for scripts, each lock as `lockrun inspect` prints it, with its key.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The listing, refreshed in place until Ctrl-C, the locks that keep others out longest
+    /// first (a waiting writer first of all).
+    Top {
+        /// Only keys that start with it (default: every key).
+        #[arg(long, default_value = "", value_name = "P")]
+        prefix: String,
+        /// How often the screen is refreshed.
+        #[arg(long, default_value = "1s", value_parser = duration, value_name = "DURATION")]
+        interval: Duration,
+    },
+    /// A read-only web page of the listing that refreshes itself, with its JSON at
+    /// /locks.json and Prometheus metrics at /metrics. Nothing it answers changes a lock.
+    Serve {
+        /// Where to listen: HOST:PORT, or a bare PORT on 127.0.0.1. Binding beyond this
+        /// machine shows every lock's key, holder and metadata to whoever reaches it, and
+        /// lockrun warns when it starts.
+        #[arg(long, default_value = serve::DEFAULT_ADDR, value_parser = serve::address, value_name = "ADDR")]
+        http: std::net::SocketAddr,
+        /// Only keys that start with it (default: every key).
+        #[arg(long, default_value = "", value_name = "P")]
+        prefix: String,
     },
     /// Internal: the guardian that kills COMMAND's process group if lockrun dies.
     #[command(hide = true)]
@@ -338,6 +382,18 @@ fn main() -> ExitCode {
             // Answered above, before the runtime starts (neither needs the lock's backend).
             Some(Sub::Guard | Sub::Fence { .. }) => ExitCode::SUCCESS,
             Some(Sub::Inspect) => look(&cli.common, Look::Inspect).await,
+            Some(Sub::Ls { prefix, json }) => match connect(&cli.common).await {
+                Ok((backend, _)) => ls::ls(&*backend, &prefix, json).await,
+                Err(e) => fail(&e),
+            },
+            Some(Sub::Top { prefix, interval }) => match connect(&cli.common).await {
+                Ok((backend, label)) => top::top(&*backend, &label, &prefix, interval).await,
+                Err(e) => fail(&e),
+            },
+            Some(Sub::Serve { http, prefix }) => match connect(&cli.common).await {
+                Ok((backend, label)) => serve::serve(backend, label, prefix, http).await,
+                Err(e) => fail(&e),
+            },
             Some(Sub::Release { force }) => {
                 if !force {
                     eprintln!(
@@ -353,6 +409,20 @@ fn main() -> ExitCode {
             },
         }
     })
+}
+
+/// The backend `--backend` (or `LOCK_URL`, or the default directory) names, and its URL
+/// with any password hidden, for the screens that say which backend they show.
+async fn connect(
+    common: &Common,
+) -> Result<(std::sync::Arc<dyn lock_core::LockBackend>, String), Error> {
+    let url = match &common.backend {
+        Some(url) => url.clone(),
+        None => default_backend()?,
+    };
+    let label = lock_core::redact_url(&url);
+    let backend = LockConfig::from_url(url).backend().await?;
+    Ok((backend, label))
 }
 
 /// What `inspect` and `release --force` do to the lock.
