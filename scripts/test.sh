@@ -15,7 +15,8 @@ step "servers"
 # mariadb-install-db, the mariadb client), etcd and etcdctl (private members for the etcd
 # tests), openssl for a test certificate, and valgrind (the client must run under it:
 # tests/valgrind.rs), and Debian's chromium (a history failure's timeline page is opened in it:
-# conformance/tests/timeline_page.rs). (protoc, which lock-etcd's build needs, comes with the toolchain:
+# conformance/tests/timeline_page.rs, and `lockrun serve`'s page: lockrun/tests/listing.rs), and
+# tmux (`lockrun top` is checked in a real terminal). (protoc, which lock-etcd's build needs, comes with the toolchain:
 # scripts/ensure-toolchain.sh.)
 # Runs a command as root: directly, or through sudo; says what to do when neither works.
 as_root() {
@@ -34,6 +35,7 @@ command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 { [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && command -v mariadb-install-db >/dev/null 2>&1 \

@@ -55,7 +55,11 @@ impl Layer for Broken {
     async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
         match self.bug {
             Bug::ListsNothing | Bug::UnsupportedAnsweredEmpty => Ok(KeyPage::default()),
-            Bug::PrefixIgnored => self.inner.list_keys(KeysRequest { prefix: "", ..req }).await,
+            Bug::PrefixIgnored => {
+                self.inner
+                    .list_keys(KeysRequest { prefix: "", ..req })
+                    .await
+            }
             Bug::LimitIgnored => {
                 let limit = KeysRequest::MAX_LIMIT;
                 self.inner.list_keys(KeysRequest { limit, ..req }).await
@@ -128,9 +132,21 @@ macro_rules! catches {
     };
 }
 
-catches!(a_listing_of_nothing_is_caught, ListsNothing, listing_agrees_with_inspect);
-catches!(a_prefix_ignored_is_caught, PrefixIgnored, listing_agrees_with_inspect);
-catches!(a_limit_ignored_is_caught, LimitIgnored, listing_agrees_with_inspect);
+catches!(
+    a_listing_of_nothing_is_caught,
+    ListsNothing,
+    listing_agrees_with_inspect
+);
+catches!(
+    a_prefix_ignored_is_caught,
+    PrefixIgnored,
+    listing_agrees_with_inspect
+);
+catches!(
+    a_limit_ignored_is_caught,
+    LimitIgnored,
+    listing_agrees_with_inspect
+);
 catches!(
     a_key_dropped_at_a_page_s_edge_is_caught,
     EdgeKeyDropped,

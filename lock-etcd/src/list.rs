@@ -162,13 +162,28 @@ mod tests {
         let root = "app/";
         for key in ["k", "jobs/nightly", "é"] {
             let base = Base::new("app", key);
-            assert_eq!(lock_of(root, base.live("abc").as_bytes()), Some((key.into(), true)));
-            assert_eq!(lock_of(root, base.fence().as_bytes()), Some((key.into(), false)));
-            assert_eq!(lock_of(root, base.cooling().as_bytes()), Some((key.into(), true)));
-            assert_eq!(lock_of(root, base.evidence("a").as_bytes()), Some((key.into(), false)));
+            assert_eq!(
+                lock_of(root, base.live("abc").as_bytes()),
+                Some((key.into(), true))
+            );
+            assert_eq!(
+                lock_of(root, base.fence().as_bytes()),
+                Some((key.into(), false))
+            );
+            assert_eq!(
+                lock_of(root, base.cooling().as_bytes()),
+                Some((key.into(), true))
+            );
+            assert_eq!(
+                lock_of(root, base.evidence("a").as_bytes()),
+                Some((key.into(), false))
+            );
         }
         // Another prefix's keys beneath this one, and strays.
-        assert_eq!(lock_of(root, Base::new("app/6b", "x").fence().as_bytes()), None);
+        assert_eq!(
+            lock_of(root, Base::new("app/6b", "x").fence().as_bytes()),
+            None
+        );
         assert_eq!(lock_of(root, b"app/6B/F"), None);
         assert_eq!(lock_of(root, b"app/6/F"), None);
         assert_eq!(lock_of(root, b"other/6b/F"), None);

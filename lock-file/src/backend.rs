@@ -382,11 +382,7 @@ impl Storage for FileBackend {
     /// Walks the directory on tokio's blocking pool (see `list.rs`).
     async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
         let dir = self.dir.clone();
-        let owned = (
-            req.prefix.to_owned(),
-            req.cursor.cloned(),
-            req.limit,
-        );
+        let owned = (req.prefix.to_owned(), req.cursor.cloned(), req.limit);
         let page = tokio::task::spawn_blocking(move || {
             let (prefix, cursor, limit) = owned;
             let req = KeysRequest {

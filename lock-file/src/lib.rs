@@ -2,8 +2,8 @@
 
 mod backend;
 mod clock;
-mod list;
 pub mod fence;
+mod list;
 mod names;
 mod record;
 mod slots;

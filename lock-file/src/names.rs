@@ -111,7 +111,13 @@ mod tests {
             assert_eq!(key_of(&file_name(key)).as_deref(), Some(key), "{key}");
         }
         assert_eq!(key_of(&file_name(&"x".repeat(500))), None, "hashed");
-        for stray in ["k-.lock", "k-%zz.lock", "k-%41%.lock", "k-A.lock", "notes.txt"] {
+        for stray in [
+            "k-.lock",
+            "k-%zz.lock",
+            "k-%41%.lock",
+            "k-A.lock",
+            "notes.txt",
+        ] {
             assert_eq!(key_of(stray), None, "{stray}");
         }
     }

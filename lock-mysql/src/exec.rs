@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_core::future::BoxFuture;
+use lock_core::backend::listing;
 use lock_core::backend::rules;
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::listing;
 use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, ProlongRequest};
 use lock_core::{Operation, ProlongOutcome, Result};
 use lock_sql::reply::Reply;

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use lock_core::backend::rules::Wake;
 use lock_core::backend::storage::{self, Storage};
 use lock_core::backend::{
-    Capabilities, Grace, KeyPage, KeysRequest, ObtainRequest, ProlongRequest,
-    ReleaseRequest, ReleaseSubscription, Waiters,
+    Capabilities, Grace, KeyPage, KeysRequest, ObtainRequest, ProlongRequest, ReleaseRequest,
+    ReleaseSubscription, Waiters,
 };
 use lock_core::{
     Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,

@@ -4,8 +4,8 @@
 use std::fmt;
 
 use futures_core::future::BoxFuture;
-use lock_core::backend::rules::Wake;
 use lock_core::backend::listing;
+use lock_core::backend::rules::Wake;
 use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, ProlongRequest, Waiters};
 use lock_core::{Key, Operation, ProlongOutcome, Result, Ttl};
 use lock_sql::{Pooled, SchemaOnce};

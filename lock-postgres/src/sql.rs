@@ -147,7 +147,11 @@ impl Names {
             );
         }
         if let Some(after) = after {
-            let _ = write!(sql, " AND key COLLATE \"C\" > {} COLLATE \"C\"", text(after));
+            let _ = write!(
+                sql,
+                " AND key COLLATE \"C\" > {} COLLATE \"C\"",
+                text(after)
+            );
         }
         let _ = write!(sql, " ORDER BY key COLLATE \"C\" LIMIT {limit}");
         sql

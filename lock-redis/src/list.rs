@@ -73,7 +73,12 @@ pub(crate) async fn keys(
             None => one(engine, &cmd, name).await?,
         };
         let (next, names) = parse_reply(reply).ok_or_else(|| {
-            Error::new(ErrorKind::Protocol, name, op, "SCAN answered no (cursor, names)")
+            Error::new(
+                ErrorKind::Protocol,
+                name,
+                op,
+                "SCAN answered no (cursor, names)",
+            )
         })?;
         keys.extend(names.iter().filter_map(|n| key_of(prefix, n)));
         if next == 0 {
@@ -162,9 +167,10 @@ async fn first_slots(conn: &ClusterConnection, name: &'static str) -> Result<Vec
     let mut firsts: Vec<(String, u16)> = Vec::new();
     if let Value::Array(ranges) = reply {
         for range in ranges {
-            let Value::Array(fields) = range else { continue };
-            let (Some(first), Some(Value::Array(primary))) = (fields.first(), fields.get(2))
-            else {
+            let Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(first), Some(Value::Array(primary))) = (fields.first(), fields.get(2)) else {
                 continue;
             };
             let Ok(first) = redis::from_redis_value_ref::<u16>(first) else {
@@ -262,7 +268,11 @@ mod tests {
                 assert_eq!(key_of(prefix, &name), Some(k), "{prefix} {key}");
             }
         }
-        assert_eq!(key_of("lock:", "lock:{0000000000000000}:rec:k"), None, "a wrong tag");
+        assert_eq!(
+            key_of("lock:", "lock:{0000000000000000}:rec:k"),
+            None,
+            "a wrong tag"
+        );
         assert_eq!(key_of("lock:", "other"), None);
     }
 

@@ -53,7 +53,9 @@ pub(crate) fn address(text: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
     text.parse().map_err(|_| {
-        format!("{text:?} is not an address to serve on: write e.g. 127.0.0.1:9977, [::1]:9977 or 9977")
+        format!(
+            "{text:?} is not an address to serve on: write e.g. 127.0.0.1:9977, [::1]:9977 or 9977"
+        )
     })
 }
 
@@ -87,8 +89,10 @@ pub(crate) async fn serve(
         "lockrun: the locks of {label} at http://{bound}/ (JSON at /locks.json, metrics at \
          /metrics); Ctrl-C stops"
     );
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         eprintln!("lockrun: cannot watch for Ctrl-C and SIGTERM");
         return ExitCode::from(crate::EXIT_UNAVAILABLE);
     };
@@ -127,7 +131,9 @@ async fn answer(mut stream: TcpStream, shown: &Shown) {
         ("GET" | "HEAD", "/") => page(shown).await,
         ("GET" | "HEAD", "/locks.json") => json(shown).await,
         ("GET" | "HEAD", "/metrics") => metrics(shown).await,
-        ("GET" | "HEAD", _) => Response::text(404, "no such page: try /, /locks.json or /metrics\n"),
+        ("GET" | "HEAD", _) => {
+            Response::text(404, "no such page: try /, /locks.json or /metrics\n")
+        }
         _ => Response::text(405, "read-only: GET and HEAD only\n"),
     };
     let _ = stream.write_all(&response.bytes(method == "HEAD")).await;
@@ -295,7 +301,11 @@ async fn metrics(shown: &Shown) -> Response {
     let help = |out: &mut String, name: &str, text: &str| {
         let _ = write!(out, "# HELP {name} {text}\n# TYPE {name} gauge\n");
     };
-    help(&mut out, "lockrun_listing_up", "1 when the last listing of the backend succeeded.");
+    help(
+        &mut out,
+        "lockrun_listing_up",
+        "1 when the last listing of the backend succeeded.",
+    );
     let Ok((locks, cut)) = listed else {
         out.push_str("lockrun_listing_up 0\n");
         return Response::text(200, out);
@@ -307,13 +317,19 @@ async fn metrics(shown: &Shown) -> Response {
         "1 when more locks exist than one listing shows (10,000).",
     );
     let _ = writeln!(out, "lockrun_listing_truncated {}", u8::from(cut));
-    help(&mut out, "lockrun_locks", "Locks with something live, by state.");
+    help(
+        &mut out,
+        "lockrun_locks",
+        "Locks with something live, by state.",
+    );
     for state in ["held", "shared", "cooling"] {
         let n = locks.iter().filter(|l| state_of(&l.state) == state).count();
         let _ = writeln!(out, "lockrun_locks{{state=\"{state}\"}} {n}");
     }
     let per_lock: [(&str, &str, fn(&Listed) -> String); 4] = [
-        ("lockrun_lock_holds", "Live holds of each lock.", |l| holds(&l.state).to_string()),
+        ("lockrun_lock_holds", "Live holds of each lock.", |l| {
+            holds(&l.state).to_string()
+        }),
         (
             "lockrun_lock_remaining_seconds",
             "How long each lock stays unavailable: its longest hold, cooldown or writer's marker.",

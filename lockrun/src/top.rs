@@ -28,8 +28,10 @@ pub(crate) async fn top(
         );
         return ExitCode::from(2);
     }
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         eprintln!("lockrun: cannot watch for Ctrl-C and SIGTERM");
         return ExitCode::from(crate::EXIT_UNAVAILABLE);
     };
@@ -105,7 +107,10 @@ fn frame(
         lines.truncate(rows - 1);
         lines.push(format!("… {hidden} more lines"));
     }
-    let shown: Vec<String> = lines.iter().map(|l| view::shorten(l, cols.max(20))).collect();
+    let shown: Vec<String> = lines
+        .iter()
+        .map(|l| view::shorten(l, cols.max(20)))
+        .collect();
     shown.join("\r\n")
 }
 
@@ -137,7 +142,14 @@ mod tests {
     #[test]
     fn the_lock_that_keeps_others_out_longest_comes_first_and_the_screen_is_filled_at_most() {
         let locks = (0..30).map(|i| held(&format!("k{i:02}"), i)).collect();
-        let frame = frame(&Ok((locks, false)), "file:///x", "", Duration::from_secs(1), 10, 80);
+        let frame = frame(
+            &Ok((locks, false)),
+            "file:///x",
+            "",
+            Duration::from_secs(1),
+            10,
+            80,
+        );
         let lines: Vec<&str> = frame.split("\r\n").collect();
         assert_eq!(lines.len(), 10, "{frame}");
         assert!(lines[0].contains("30 locks"), "{frame}");

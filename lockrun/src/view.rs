@@ -83,16 +83,15 @@ impl Row {
 /// The rows of one lock: one per hold, then one for a waiting writer's marker.
 pub(crate) fn rows(listed: &Listed) -> Vec<Row> {
     let key = printable(listed.key.as_str());
-    let row = |mode: String, holder: String, remaining: Duration, fencing: String, holds: String| {
-        Row {
+    let row =
+        |mode: String, holder: String, remaining: Duration, fencing: String, holds: String| Row {
             key: String::new(),
             mode,
             holder,
             remaining: duration(remaining),
             fencing,
             holds,
-        }
-    };
+        };
     let mut rows = match &listed.state {
         LockState::Free => Vec::new(),
         LockState::Held {
@@ -126,7 +125,13 @@ pub(crate) fn rows(listed: &Listed) -> Vec<Row> {
                         Mode::UNBOUNDED => "read".to_owned(),
                         c => format!("{} of {c} permits", h.weight),
                     };
-                    row(mode, who(&h.holder), h.remaining, h.fencing.to_string(), h.holds.to_string())
+                    row(
+                        mode,
+                        who(&h.holder),
+                        h.remaining,
+                        h.fencing.to_string(),
+                        h.holds.to_string(),
+                    )
                 })
                 .collect();
             if let Some(marker) = writer_waiting {
@@ -230,7 +235,14 @@ pub(crate) fn table(rows: &[Row]) -> String {
         .iter()
         .map(|r| {
             let c = r.cells();
-            [shorten(c[0], 48), c[1].into(), c[2].into(), c[3].into(), c[4].into(), c[5].into()]
+            [
+                shorten(c[0], 48),
+                c[1].into(),
+                c[2].into(),
+                c[3].into(),
+                c[4].into(),
+                c[5].into(),
+            ]
         })
         .collect();
     for row in &cells {

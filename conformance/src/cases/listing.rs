@@ -58,7 +58,11 @@ pub async fn listing_agrees_with_inspect(suite: &Suite) -> CaseResult {
     let released = owner("released", "releases");
     acquired(released.obtain(LONG).await?, "a fresh key")?;
     released.release(None).await?;
-    let outside = Owner::new(&backend, &format!("{}-outside", prefix.trim_end_matches('/')), "x");
+    let outside = Owner::new(
+        &backend,
+        &format!("{}-outside", prefix.trim_end_matches('/')),
+        "x",
+    );
     acquired(outside.obtain(LONG).await?, "a fresh key")?;
     if caps.shared {
         let permits = lock_core::Mode::shared(3, 1)?;
@@ -69,12 +73,18 @@ pub async fn listing_agrees_with_inspect(suite: &Suite) -> CaseResult {
             )?;
         }
         acquired(
-            owner("marked", "reader").obtain_as(LONG, lock_core::Mode::READ, false).await?,
+            owner("marked", "reader")
+                .obtain_as(LONG, lock_core::Mode::READ, false)
+                .await?,
             "a fresh read lock",
         )?;
         let writer = owner("marked", "writer");
         ensure!(
-            busy(&writer.obtain_as(LONG, lock_core::Mode::Exclusive, true).await?),
+            busy(
+                &writer
+                    .obtain_as(LONG, lock_core::Mode::Exclusive, true)
+                    .await?
+            ),
             "a writer beside a reader was not Busy"
         );
         live.extend([key("shared"), key("marked")]);
@@ -87,7 +97,10 @@ pub async fn listing_agrees_with_inspect(suite: &Suite) -> CaseResult {
     let mut seen: Vec<String> = Vec::new();
     let mut cursor: Option<Cursor> = None;
     for page_number in 0.. {
-        ensure!(page_number < 100, "the listing of 5 keys took over 100 pages");
+        ensure!(
+            page_number < 100,
+            "the listing of 5 keys took over 100 pages"
+        );
         let page = listing::list(
             &*backend,
             KeysRequest {
@@ -204,7 +217,11 @@ pub async fn listing_pages_cover_every_key_while_keys_come_and_go(suite: &Suite)
                 })
                 .await?;
             if caps.listing == Listing::InKeyOrder {
-                ensure!(page.keys.len() <= 3, "a page asked for 3 names held {}", page.keys.len());
+                ensure!(
+                    page.keys.len() <= 3,
+                    "a page asked for 3 names held {}",
+                    page.keys.len()
+                );
             }
             names.extend(page.keys.iter().map(|k| k.as_str().to_owned()));
             match page.next {

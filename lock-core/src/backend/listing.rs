@@ -174,7 +174,10 @@ impl<'a> Smallest<'a> {
             false => None,
         };
         KeyPage {
-            keys: sorted.into_iter().filter_map(|k| Key::new(k).ok()).collect(),
+            keys: sorted
+                .into_iter()
+                .filter_map(|k| Key::new(k).ok())
+                .collect(),
             next,
         }
     }
