@@ -14,8 +14,8 @@ const CHUNK: usize = 1_000;
 
 /// Prints the locks under `prefix` to standard output.
 pub(crate) async fn ls(backend: &dyn LockBackend, prefix: &str, json: bool) -> ExitCode {
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
+    // Not locked: the listing awaits the backend between pages.
+    let mut out = io::BufWriter::new(io::stdout());
     let mut failed: Option<io::Error> = None;
     let mut count = 0usize;
     let mut rows: Vec<Row> = Vec::new();
@@ -32,7 +32,7 @@ pub(crate) async fn ls(backend: &dyn LockBackend, prefix: &str, json: bool) -> E
                 write_json(&mut out, &listed, count == 1)
             } else {
                 rows.extend(view::rows(&listed));
-                if count % CHUNK == 0 {
+                if count.is_multiple_of(CHUNK) {
                     let w = write_table(&mut out, &rows, titles);
                     titles = false;
                     rows.clear();

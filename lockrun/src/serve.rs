@@ -235,10 +235,10 @@ async fn page(shown: &Shown) -> Response {
             503
         }
     };
-    let _ = write!(
+    let _ = writeln!(
         body,
         "<p class=\"foot\"><a href=\"/locks.json\">JSON</a> · <a href=\"/metrics\">metrics</a> · \
-         refreshes every {REFRESH_SECS} s · read-only</p></body></html>\n"
+         refreshes every {REFRESH_SECS} s · read-only</p></body></html>"
     );
     Response {
         status,
@@ -326,7 +326,7 @@ async fn metrics(shown: &Shown) -> Response {
         let n = locks.iter().filter(|l| state_of(&l.state) == state).count();
         let _ = writeln!(out, "lockrun_locks{{state=\"{state}\"}} {n}");
     }
-    let per_lock: [(&str, &str, fn(&Listed) -> String); 4] = [
+    let per_lock: [PerLock; 4] = [
         ("lockrun_lock_holds", "Live holds of each lock.", |l| {
             holds(&l.state).to_string()
         }),
@@ -364,6 +364,9 @@ async fn metrics(shown: &Shown) -> Response {
         body: out,
     }
 }
+
+/// A gauge with a series per lock: its name, its help, its value.
+type PerLock = (&'static str, &'static str, fn(&Listed) -> String);
 
 fn state_of(state: &LockState) -> &'static str {
     match state {
