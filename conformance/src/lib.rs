@@ -52,6 +52,7 @@
 //! | `calls_under_contention_end_by_their_deadline` | eight tasks hammer one key through the harness's short-deadline backend ([`Harness::behind_faults`], replies slowed by a tenth of the deadline): every call answers within its deadline plus [`cases::DEADLINE_MARGIN`] (500 ms), its retries after conflicts included |
 //! | `fencing_tokens_count_wall_clock_microseconds` | a fresh key's first token is the wall clock in µs since the Unix epoch (within 10 minutes), the one scale of every backend, so a job moved to another backend keeps writing through its fences |
 //! | `listing_agrees_with_inspect`, `listing_pages_cover_every_key_while_keys_come_and_go` | listing who holds what: keys in every state under a prefix, two a page, each as `inspect` shows it and only those with something live; pages in key order (where the backend says so) cover every key held throughout a walk while others come and go; a backend that cannot list says `Unsupported` |
+//! | `waiters_show_in_the_listing_while_they_wait` | two obtains waiting for a held key show as two waiting tasks of one process; one cancelled, one shows; the key released and taken, none; waiting records never list as locks |
 //! | `holder_info_round_trips`, `odd_keys_are_independent_locks`, `namespaces_never_interfere`, `invalid_input_is_refused_before_io` | data and names |
 //! | `exclusion_under_contention`, `many_locks_held_at_once`, `lock_all_takes_every_key_or_none`, `leaders_never_overlap_and_terms_grow`, `waiting_obtain_honours_release_and_deadline`, `cancelled_wait_leaves_nothing_behind`, `lost_signal_fires_only_when_lost`, `dropped_guard_does_not_hold_forever` | the client layer over this backend |
 //! | `data_loss_is_lost_and_fencing_still_grows`, `dropped_connections_leave_a_safe_state` | faults |
@@ -297,6 +298,7 @@ macro_rules! for_each_case {
             histories_check_out,
             listing_agrees_with_inspect,
             listing_pages_cover_every_key_while_keys_come_and_go,
+            waiters_show_in_the_listing_while_they_wait,
             observer_sees_every_event
         }
     };

@@ -9,8 +9,12 @@ use std::sync::Arc;
 use broken_support::run;
 use lock_conformance::{async_trait, cases, Harness, Suite};
 use lock_core::backend::layer::{Layer, Layered};
-use lock_core::backend::{Capabilities, Cursor, KeyPage, KeysRequest, Listing};
-use lock_core::{LockBackend, MemoryBackend, Result};
+use std::time::Duration;
+
+use lock_core::backend::{
+    Capabilities, Cursor, KeyPage, KeysRequest, Listing, ObtainRequest, ReleaseRequest,
+};
+use lock_core::{Key, LockBackend, MemoryBackend, ObtainOutcome, ReleaseOutcome, Result};
 
 #[derive(Debug, Clone, Copy)]
 enum Bug {
@@ -26,6 +30,11 @@ enum Bug {
     EdgeKeyRepeated,
     /// Says it cannot list, and answers an empty page instead of `Unsupported`.
     UnsupportedAnsweredEmpty,
+    /// Refuses the shared holds of waiting records: waiters never show.
+    WaitersUnrecorded,
+    /// Answers the release of a waiting record without releasing it: a wait that ended
+    /// still shows.
+    WaitersNeverLeave,
 }
 
 #[derive(Debug)]
@@ -52,9 +61,26 @@ impl Layer for Broken {
         }
     }
 
+    async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
+        if matches!(self.bug, Bug::WaitersUnrecorded) && is_record(req.key) {
+            return Ok(ObtainOutcome::Busy(lock_core::Busy::cooling(
+                Duration::from_secs(1),
+            )));
+        }
+        self.inner.obtain(req).await
+    }
+
+    async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
+        if matches!(self.bug, Bug::WaitersNeverLeave) && is_record(req.key) {
+            return Ok(ReleaseOutcome::Released);
+        }
+        self.inner.release(req).await
+    }
+
     async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
         match self.bug {
             Bug::ListsNothing | Bug::UnsupportedAnsweredEmpty => Ok(KeyPage::default()),
+            Bug::WaitersUnrecorded | Bug::WaitersNeverLeave => self.inner.list_keys(req).await,
             Bug::PrefixIgnored => {
                 self.inner
                     .list_keys(KeysRequest { prefix: "", ..req })
@@ -83,6 +109,10 @@ impl Layer for Broken {
             }
         }
     }
+}
+
+fn is_record(key: &Key) -> bool {
+    key.as_str().starts_with(lock_core::waiting::RECORD_PREFIX)
 }
 
 struct BrokenHarness(Bug);
@@ -161,4 +191,14 @@ catches!(
     an_empty_page_for_unsupported_is_caught,
     UnsupportedAnsweredEmpty,
     listing_agrees_with_inspect
+);
+catches!(
+    waiters_never_recorded_are_caught,
+    WaitersUnrecorded,
+    waiters_show_in_the_listing_while_they_wait
+);
+catches!(
+    waiters_that_never_leave_are_caught,
+    WaitersNeverLeave,
+    waiters_show_in_the_listing_while_they_wait
 );

@@ -10,7 +10,8 @@
 //!   them in batches;
 //! - [`turn`]: one token's state-changing calls one at a time, in the order they were sent;
 //! - [`detached`]: backend calls that finish after their caller stopped waiting, and
-//!   [`settle`](crate::settle).
+//!   [`settle`](crate::settle);
+//! - [`waiting`]: the records that make a waiting obtain visible to a listing.
 //!
 //! [`LockBackend`]: crate::LockBackend
 //! [`Locker`]: crate::Locker
@@ -26,3 +27,4 @@ pub(crate) mod registry;
 pub(crate) mod renew;
 pub(crate) mod retry;
 pub(crate) mod turn;
+pub mod waiting;

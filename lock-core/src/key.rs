@@ -4,7 +4,8 @@ use std::fmt;
 
 use crate::{Error, Result};
 
-/// The name of the thing being locked: UTF-8, 1 to 1024 bytes, no NUL.
+/// The name of the thing being locked: UTF-8, 1 to 1024 bytes, no NUL, not starting with
+/// U+0001 (the library's own names: [`waiting::record_key`](crate::waiting::record_key)).
 ///
 /// Backends prepend their own namespace; two different keys never share a record on any
 /// backend. Validation happens here, before any I/O, so a backend never sees a bad key.
@@ -45,7 +46,18 @@ impl Key {
         if key.contains('\0') {
             return Err(Error::invalid("a lock key must not contain a NUL byte"));
         }
+        if key.starts_with('\u{1}') {
+            return Err(Error::invalid(
+                "a lock key must not start with U+0001: such names are the library's own \
+                 (the records of waiters)",
+            ));
+        }
         Ok(Key(key))
+    }
+
+    /// A name of the library's own (it starts with U+0001, which [`Key::new`] refuses).
+    pub(crate) fn reserved(name: String) -> Self {
+        Key(name)
     }
 
     /// The key as given.

@@ -88,6 +88,7 @@ pub use client::locker::{
     MultiGuard, Observation,
 };
 pub use client::retry::Retry;
+pub use client::waiting;
 pub use duration::parse_duration;
 pub use error::{Error, ErrorKind, Operation, Result};
 pub use holder::HolderInfo;

@@ -4,7 +4,8 @@
 //! [`list`] asks the backend for a page of key names ([`LockBackend::list_keys`]) and
 //! inspects each ([`LockBackend::inspect`]), so what it shows of a key is what `inspect`
 //! shows: mode, every hold (holder, fencing token, remaining time, reentrant count,
-//! weight), a cooldown, a waiting writer's marker. Never an owner token: a listing cannot
+//! weight), a cooldown, a waiting writer's marker, and who waits for it (the records of
+//! [`crate::waiting`]: tasks and processes). Never an owner token: a listing cannot
 //! be used to release or prolong someone else's hold. Keys with nothing live (a record
 //! kept for late detection) are left out.
 //!
@@ -36,6 +37,7 @@ use serde::Serialize;
 use tracing::Instrument;
 
 use crate::backend::{Cursor, KeysRequest};
+use crate::waiting::record_key;
 use crate::{Key, LockBackend, LockState, Result};
 
 /// How many keys of a page are inspected at once.
@@ -52,6 +54,40 @@ pub struct Listed {
     /// What holds it (never [`LockState::Free`] in a listing).
     #[serde(flatten)]
     pub state: LockState,
+    /// Who waits for it, where waits are recorded ([`crate::waiting`]); `None` when
+    /// nobody does, or the backend takes no shared holds to record them with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+}
+
+/// Who waits for a key: the obtains that have waited at least
+/// [`ANNOUNCE_AFTER`](crate::waiting::ANNOUNCE_AFTER) and still do, in every process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Waiting {
+    /// Waiting obtains (tasks).
+    pub tasks: u32,
+    /// The processes they wait in (told apart by host and pid).
+    pub processes: u32,
+}
+
+impl Waiting {
+    /// The waiters a key's waiting record shows: one per hold, processes by holder.
+    fn of(record: &LockState) -> Option<Waiting> {
+        let LockState::Shared { holds, .. } = record else {
+            return None;
+        };
+        let mut processes: Vec<(&str, u32)> = holds
+            .iter()
+            .map(|h| (h.holder.host.as_str(), h.holder.pid))
+            .collect();
+        processes.sort_unstable();
+        processes.dedup();
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        (!holds.is_empty()).then(|| Waiting {
+            tasks: count(holds.len()),
+            processes: count(processes.len()),
+        })
+    }
 }
 
 /// A page of a listing.
@@ -81,18 +117,26 @@ pub async fn list<B: LockBackend + ?Sized>(backend: &B, req: KeysRequest<'_>) ->
     let span = tracing::debug_span!("lock.list", backend = backend.name(), prefix = req.prefix);
     async {
         let page = backend.list_keys(req).await?;
-        let states: Vec<(Key, LockState)> = stream::iter(page.keys)
+        let recorded = backend.capabilities().shared;
+        let listed: Vec<Listed> = stream::iter(page.keys)
             .map(|key| async move {
                 let state = backend.inspect(&key).await?;
-                Ok::<_, crate::Error>((key, state))
+                let waiting = match recorded && !matches!(state, LockState::Free) {
+                    true => Waiting::of(&backend.inspect(&record_key(&key)).await?),
+                    false => None,
+                };
+                Ok::<_, crate::Error>(Listed {
+                    key,
+                    state,
+                    waiting,
+                })
             })
             .buffered(INSPECT_CONCURRENCY)
             .try_collect()
             .await?;
-        let locks = states
+        let locks = listed
             .into_iter()
-            .filter(|(_, state)| !matches!(state, LockState::Free))
-            .map(|(key, state)| Listed { key, state })
+            .filter(|l| !matches!(l.state, LockState::Free))
             .collect();
         Ok(ListPage {
             locks,

@@ -7,6 +7,7 @@
 //! next starts past that key's range.
 
 use etcd_client::GetOptions;
+use lock_core::backend::listing::FIRST_KEY;
 use lock_core::backend::{Cursor, KeyPage, KeysRequest};
 use lock_core::{Key, Operation, Result};
 
@@ -29,11 +30,13 @@ impl EtcdBackend {
     pub(crate) async fn keys(&self, req: KeysRequest<'_>, deadline: Deadline) -> Result<KeyPage> {
         let op = Operation::List;
         let root = format!("{}/", self.prefix);
-        let mut start = root.clone();
-        for b in req.prefix.as_bytes() {
-            start.push_str(&format!("{b:02x}"));
-        }
+        let mut start = format!("{root}{}", hex(req.prefix));
         let range_end = prefix_end(start.as_bytes());
+        // The library's own names (hex `01…`) sort below every user key's (`02…` and up).
+        let first = format!("{root}{}", hex(FIRST_KEY));
+        if start < first {
+            start = first;
+        }
         let mut from: Vec<u8> = match req.cursor {
             Some(at) => format!("{root}{}", at.as_str()).into_bytes(),
             None => start.into_bytes(),
@@ -138,6 +141,11 @@ fn lock_of(root: &str, etcd_key: &[u8]) -> Option<(String, bool)> {
 
 fn key(op: Operation, name: String) -> Result<Key> {
     Key::new(name).map_err(|_| corrupt(op, "a lock under the prefix has no valid key".to_owned()))
+}
+
+/// `text`'s bytes in lower-case hex, as a lock's base writes them.
+fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The first byte string after every one that starts with `prefix` (empty: none, the

@@ -183,11 +183,11 @@ impl Names {
 
     /// One page of a listing: up to `limit` keys under `prefix` past `after`, in byte order
     /// (`VARBINARY`), through the primary key's range; rows that keep only a fencing token
-    /// (`free`, no writer's marker) left out. No lock taken, no transaction: a plain read.
+    /// (`free`, no writer's marker) and the library's own names (below `X'02'`) left out. No lock taken, no transaction: a plain read.
     pub(crate) fn list_keys(&self, prefix: &str, after: Option<&str>, limit: usize) -> String {
         let mut sql = format!(
             "SELECT `key` FROM {t} WHERE (state <> 'free' OR writer IS NOT NULL) \
-             AND `key` >= {lower}",
+             AND `key` >= {lower} AND `key` >= X'02'",
             t = self.quoted,
             lower = hex(prefix.as_bytes())
         );

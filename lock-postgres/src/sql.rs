@@ -125,14 +125,16 @@ impl Names {
     /// One page of a listing: up to `limit` keys under `prefix` past `after`, in byte order
     /// (`COLLATE "C"`, whatever the column's collation, so that pages follow the same order
     /// on every backend); rows that keep only a fencing token (`free`, no writer's marker)
-    /// left out. A plain read: no transaction, no lock.
+    /// and the library's own names (below `FIRST_KEY`) left out. A plain read: no transaction, no lock.
     pub(crate) fn list_keys(&self, prefix: &str, after: Option<&str>, limit: usize) -> String {
         let mut sql = format!(
             "SELECT key FROM {schema}.{table} WHERE (state <> 'free' OR writer IS NOT NULL) \
-             AND key COLLATE \"C\" >= {lower} COLLATE \"C\"",
+             AND key COLLATE \"C\" >= {lower} COLLATE \"C\" \
+             AND key COLLATE \"C\" >= {first} COLLATE \"C\"",
             schema = quoted(&self.schema),
             table = quoted(&self.table),
             lower = text(prefix),
+            first = text(lock_core::backend::listing::FIRST_KEY),
         );
         if let Some(upper) = lock_sql::prefix_end(prefix.as_bytes()) {
             // The end may be no UTF-8 (a last byte raised past a sequence's range): as

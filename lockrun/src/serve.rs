@@ -265,7 +265,11 @@ fn table(body: &mut String, locks: &[Listed]) {
             let class = if i == 0 { " class=\"first\"" } else { "" };
             let _ = write!(body, "<tr{class}>");
             for (j, cell) in row.cells().iter().enumerate() {
-                let numeric = if j >= 3 { " class=\"n\"" } else { "" };
+                let numeric = if (3..6).contains(&j) {
+                    " class=\"n\""
+                } else {
+                    ""
+                };
                 let _ = write!(body, "<td{numeric}>{}</td>", html(cell));
             }
             body.push_str("</tr>");
@@ -326,7 +330,7 @@ async fn metrics(shown: &Shown) -> Response {
         let n = locks.iter().filter(|l| state_of(&l.state) == state).count();
         let _ = writeln!(out, "lockrun_locks{{state=\"{state}\"}} {n}");
     }
-    let per_lock: [PerLock; 4] = [
+    let per_lock: [PerLock; 5] = [
         ("lockrun_lock_holds", "Live holds of each lock.", |l| {
             holds(&l.state).to_string()
         }),
@@ -344,6 +348,11 @@ async fn metrics(shown: &Shown) -> Response {
             "lockrun_lock_writer_waiting",
             "1 when a writer waits for the lock.",
             |l| u8::from(view::writer_waits(l)).to_string(),
+        ),
+        (
+            "lockrun_lock_waiting_tasks",
+            "Obtains waiting for each lock (those that have waited 250 ms or more), in every process.",
+            |l| view::waiters(l).to_string(),
         ),
     ];
     for (name, text, value) in per_lock {

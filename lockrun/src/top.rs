@@ -1,5 +1,6 @@
 //! `lockrun top`: the listing, refreshed in place on the terminal's alternate screen until
-//! Ctrl-C, the locks that keep others out longest first.
+//! Ctrl-C, sorted by wait: the locks most waited for first, then those that keep others
+//! out longest.
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
@@ -84,11 +85,10 @@ fn frame(
                 lines.push("no locks".into());
             } else {
                 let mut sorted: Vec<&Listed> = locks.iter().collect();
-                sorted.sort_by(|a, b| {
-                    (view::writer_waits(b), view::longest(b))
-                        .cmp(&(view::writer_waits(a), view::longest(a)))
-                        .then_with(|| a.key.cmp(&b.key))
-                });
+                // By wait: the most waiters first, then a waiting writer, then the lock
+                // that stays unavailable longest.
+                let rank = |l: &Listed| (view::waiters(l), view::writer_waits(l), view::longest(l));
+                sorted.sort_by(|a, b| rank(b).cmp(&rank(a)).then_with(|| a.key.cmp(&b.key)));
                 let rows: Vec<view::Row> = sorted.into_iter().flat_map(view::rows).collect();
                 lines.extend(view::table(&rows).lines().map(str::to_owned));
             }
@@ -129,6 +129,7 @@ mod tests {
 
     fn held(key: &str, secs: u64) -> Listed {
         Listed {
+            waiting: None,
             key: Key::new(key).unwrap(),
             state: LockState::Held {
                 holder: HolderInfo::current(),

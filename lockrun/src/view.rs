@@ -62,13 +62,26 @@ pub(crate) struct Row {
     pub(crate) remaining: String,
     pub(crate) fencing: String,
     pub(crate) holds: String,
+    /// Who waits, on a lock's first row: tasks, and processes when more than one.
+    pub(crate) waiting: String,
 }
 
+/// The number of columns.
+pub(crate) const COLUMNS: usize = 7;
+
 /// The column titles, in the order of [`Row::cells`].
-pub(crate) const TITLES: [&str; 6] = ["KEY", "MODE", "HOLDER", "REMAINING", "FENCING", "HOLDS"];
+pub(crate) const TITLES: [&str; COLUMNS] = [
+    "KEY",
+    "MODE",
+    "HOLDER",
+    "REMAINING",
+    "FENCING",
+    "HOLDS",
+    "WAITING",
+];
 
 impl Row {
-    pub(crate) fn cells(&self) -> [&str; 6] {
+    pub(crate) fn cells(&self) -> [&str; COLUMNS] {
         [
             &self.key,
             &self.mode,
@@ -76,6 +89,7 @@ impl Row {
             &self.remaining,
             &self.fencing,
             &self.holds,
+            &self.waiting,
         ]
     }
 }
@@ -91,6 +105,7 @@ pub(crate) fn rows(listed: &Listed) -> Vec<Row> {
             remaining: duration(remaining),
             fencing,
             holds,
+            waiting: String::new(),
         };
     let mut rows = match &listed.state {
         LockState::Free => Vec::new(),
@@ -148,8 +163,18 @@ pub(crate) fn rows(listed: &Listed) -> Vec<Row> {
     };
     if let Some(first) = rows.first_mut() {
         first.key = key;
+        first.waiting = match listed.waiting {
+            None => "-".into(),
+            Some(w) if w.processes <= 1 => w.tasks.to_string(),
+            Some(w) => format!("{} ({} procs)", w.tasks, w.processes),
+        };
     }
     rows
+}
+
+/// How many tasks wait for the lock.
+pub(crate) fn waiters(listed: &Listed) -> u32 {
+    listed.waiting.map_or(0, |w| w.tasks)
 }
 
 /// How long a lock stays unavailable: its longest hold, cooldown or marker.
@@ -231,18 +256,12 @@ pub(crate) fn duration(d: Duration) -> String {
 /// characters wide, the cut marked), with the titles first.
 pub(crate) fn table(rows: &[Row]) -> String {
     let mut widths = TITLES.map(|t| t.chars().count());
-    let cells: Vec<[String; 6]> = rows
+    let cells: Vec<[String; COLUMNS]> = rows
         .iter()
         .map(|r| {
-            let c = r.cells();
-            [
-                shorten(c[0], 48),
-                c[1].into(),
-                c[2].into(),
-                c[3].into(),
-                c[4].into(),
-                c[5].into(),
-            ]
+            let mut c = r.cells().map(str::to_owned);
+            c[0] = shorten(&c[0], 48);
+            c
         })
         .collect();
     for row in &cells {
@@ -251,7 +270,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
         }
     }
     let mut out = String::new();
-    let mut line = |cells: [&str; 6]| {
+    let mut line = |cells: [&str; COLUMNS]| {
         let mut l = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
             if i > 0 {
@@ -259,7 +278,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
             }
             // Numbers to the right, words to the left.
             let pad = w.saturating_sub(cell.chars().count());
-            if i >= 3 {
+            if (3..6).contains(&i) {
                 l.push_str(&" ".repeat(pad));
                 l.push_str(cell);
             } else {
@@ -272,7 +291,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
     };
     line(TITLES);
     for row in &cells {
-        line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]);
+        line(row.each_ref().map(String::as_str));
     }
     out
 }
@@ -293,6 +312,10 @@ mod tests {
     #[test]
     fn a_semaphore_shows_a_row_per_hold_and_the_marker() {
         let listed = Listed {
+            waiting: Some(lock_core::listing::Waiting {
+                tasks: 3,
+                processes: 2,
+            }),
             key: Key::new("exports").unwrap(),
             state: LockState::Shared {
                 capacity: 3,
@@ -313,6 +336,7 @@ mod tests {
         assert_eq!(rows[0].holder, "web-1:42 \"a\"");
         assert_eq!(rows[0].remaining, "2.5s");
         assert_eq!(rows[1].key, "");
+        assert_eq!(rows[0].waiting, "3 (2 procs)");
         assert_eq!(rows[1].mode, "writer waiting");
         let table = table(&rows);
         assert!(table.starts_with("KEY"), "{table}");

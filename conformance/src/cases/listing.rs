@@ -281,3 +281,89 @@ fn timeless(state: &LockState) -> LockState {
     }
     state
 }
+
+/// Waiters show in the listing while they wait and leave it when their wait ends: two
+/// obtains wait for a held key (counted as two tasks of one process once they have waited
+/// [`ANNOUNCE_AFTER`](lock_core::waiting::ANNOUNCE_AFTER)); one is cancelled and the count
+/// drops to one; the holder releases, the other obtains, and nobody is counted any more.
+/// The waiting records themselves never show as locks. On a backend without shared holds
+/// nothing is recorded, and nothing shows.
+pub async fn waiters_show_in_the_listing_while_they_wait(suite: &Suite) -> CaseResult {
+    let backend = suite.harness.backend().await;
+    let caps = backend.capabilities();
+    if caps.listing == Listing::Unsupported || !caps.shared {
+        return Ok(());
+    }
+    let prefix = format!("waiters-{:x}/", fastrand::u64(..));
+    let key = format!("{prefix}job");
+    let holder = Owner::new(&backend, &key, "holder");
+    acquired(holder.obtain(LONG).await?, "a fresh key")?;
+    let locker = Locker::new(Arc::clone(&backend));
+    let wait = |who: &'static str| {
+        let (locker, key) = (locker.clone(), key.clone());
+        tokio::spawn(async move {
+            let builder = locker.lock(&key).ttl(LONG).wait(LONG);
+            let builder = builder.metadata(who);
+            builder.obtain().await
+        })
+    };
+    let (first, second) = (
+        wait("waits, then obtains"),
+        wait("waits, then is cancelled"),
+    );
+    let waiting = || async {
+        let page = listing::list(
+            &*backend,
+            KeysRequest {
+                prefix: "",
+                cursor: None,
+                limit: KeysRequest::MAX_LIMIT,
+            },
+        )
+        .await?;
+        if let Some(record) = page
+            .locks
+            .iter()
+            .find(|l| l.key.as_str().starts_with('\u{1}'))
+        {
+            return Err(Failure(format!(
+                "a waiting record listed as a lock: {record:?}"
+            )));
+        }
+        let ours = page.locks.into_iter().find(|l| l.key.as_str() == key);
+        Ok::<_, Failure>(ours.and_then(|l| l.waiting).map(|w| (w.tasks, w.processes)))
+    };
+    let until = |want: Option<(u32, u32)>, what: &'static str| {
+        let waiting = &waiting;
+        async move {
+            // The records come after ANNOUNCE_AFTER and go with a release: well within the
+            // records' ttl, so that a record left to expire is not taken for one released.
+            let deadline = Instant::now() + lock_core::waiting::RECORD_TTL * 2 / 5;
+            loop {
+                let now = waiting().await?;
+                if now == want {
+                    return Ok(());
+                }
+                if Instant::now() > deadline {
+                    return Err(Failure(format!(
+                        "{what}: the listing showed waiters {now:?} (tasks, processes), not {want:?}"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    until(Some((2, 1)), "two obtains waiting").await?;
+    second.abort();
+    let _ = second.await;
+    until(Some((1, 1)), "one waiter cancelled").await?;
+    holder.release(None).await?;
+    let guard = first
+        .await
+        .map_err(|e| Failure(format!("the waiting task: {e}")))??
+        .obtained()
+        .ok_or_else(|| Failure("the waiter did not obtain the released key".into()))?;
+    until(None, "the wait over").await?;
+    guard.release().await?;
+    Ok(())
+}

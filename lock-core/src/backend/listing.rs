@@ -15,6 +15,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, ErrorKind, Key, Operation};
 
+/// No key of a user's sorts below it: a key starts with neither NUL nor U+0001 (the
+/// library's own names, [`crate::waiting::RECORD_PREFIX`], which a listing leaves out). An
+/// ordered walk starts here.
+pub const FIRST_KEY: &str = "\u{2}";
+
 /// How a backend lists its keys: [`Capabilities::listing`](super::Capabilities::listing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -151,7 +156,10 @@ impl<'a> Smallest<'a> {
 
     /// Offers one key: kept when it belongs to the page.
     pub fn offer(&mut self, key: &str) {
-        if !key.starts_with(self.prefix) || self.after.is_some_and(|after| key <= after) {
+        if !key.starts_with(self.prefix)
+            || self.after.is_some_and(|after| key <= after)
+            || key < FIRST_KEY
+        {
             return;
         }
         if self.kept.len() < self.limit {

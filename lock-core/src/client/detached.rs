@@ -300,7 +300,14 @@ struct Background {
 }
 
 /// Counts one call running in the background until dropped.
-struct Running;
+pub(crate) struct Running;
+
+/// Starts counting one call in the background (see [`settle`]) until the value drops: for
+/// a task that was started otherwise and has clean-up left to do.
+pub(crate) fn counted() -> Running {
+    BACKGROUND.running.fetch_add(1, Ordering::AcqRel);
+    Running
+}
 
 impl Drop for Running {
     fn drop(&mut self) {

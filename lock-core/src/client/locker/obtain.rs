@@ -15,6 +15,7 @@ use crate::client::detached::{give_back_detached, GiveBack, Obtain};
 use crate::client::guard::check_fraction;
 use crate::client::hold::Grant;
 use crate::client::turn::Calls;
+use crate::client::waiting::Announced;
 use crate::observe::{ObtainEnd, ObtainWatch};
 use crate::{
     Busy, Error, ErrorKind, HolderInfo, Key, LockGuard, Mode, ObtainOutcome, Operation, Result,
@@ -421,6 +422,9 @@ impl Plan<'_> {
         let mut subscription = None;
         let mut may_subscribe = self.retry.is_notified() && !self.wait.is_zero();
         let mut retries = 0;
+        // This wait's record for listings, from its first pause on; given back when the
+        // wait ends, however it ends (see `waiting`).
+        let mut announced: Option<Announced> = None;
         loop {
             let answer = marker.around(self.attempt(queue)).await;
             watch.attempts += 1;
@@ -443,6 +447,7 @@ impl Plan<'_> {
                     return give_up(busy);
                 }
             }
+            announced.get_or_insert_with(|| Announced::start(backend, &self.key, &self.holder));
             if std::mem::take(&mut may_subscribe) {
                 subscription = backend.subscribe(&self.key).await.unwrap_or_else(|e| {
                     tracing::debug!("no release notification, polling: {e}");
