@@ -10,17 +10,18 @@
 //! kept for late detection) are left out.
 //!
 //! ```
+//! use std::sync::Arc;
 //! use lock_core::backend::KeysRequest;
-//! use lock_core::{listing, Key, Locker, LockState, MemoryBackend, Ttl};
+//! use lock_core::{listing, Key, Locker, LockBackend, LockState, MemoryBackend};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
-//! let backend = MemoryBackend::new();
-//! let locker = Locker::new(backend.clone());
-//! let _report = locker.try_lock("jobs/report", Ttl::secs(30)).await?.expect("free");
-//! let _other = locker.try_lock("cache/warm", Ttl::secs(30)).await?.expect("free");
+//! let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+//! let locker = Locker::new(Arc::clone(&backend));
+//! let _report = locker.lock("jobs/report").try_obtain().await?.obtained().expect("free");
+//! let _other = locker.lock("cache/warm").try_obtain().await?.obtained().expect("free");
 //!
-//! let page = listing::list(&backend, KeysRequest { prefix: "jobs/", cursor: None, limit: 100 })
-//!     .await?;
+//! let jobs = KeysRequest { prefix: "jobs/", cursor: None, limit: 100 };
+//! let page = listing::list(&*backend, jobs).await?;
 //! assert_eq!(page.locks.len(), 1);
 //! assert_eq!(page.locks[0].key, Key::new("jobs/report")?);
 //! assert!(matches!(page.locks[0].state, LockState::Held { .. }));

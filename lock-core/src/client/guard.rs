@@ -178,6 +178,7 @@ impl LockGuard {
                     cap,
                     telemetry: hold.telemetry.clone(),
                     calls: hold.calls.clone(),
+                    parent: tracing::Span::current(),
                 };
                 Ok(Attempt::Obtained(LockGuard::new(
                     grant,

@@ -56,6 +56,10 @@ pub(crate) struct Hold {
     granted_at: Option<Instant>,
     /// The token's calls that change what the backend holds, one at a time.
     pub(crate) calls: Calls,
+    /// `lock.hold`, open while the hold lives: a trace shows what ran under the lock.
+    span: tracing::Span,
+    /// When the hold started, for the span's `held_ms`.
+    started: Instant,
 }
 
 struct State {
@@ -110,6 +114,9 @@ pub(crate) struct Grant {
     /// The token's calls: fresh for a fresh token, the replaced hold's for a fresh
     /// acquisition by a reentrant obtain (the same token).
     pub(crate) calls: Calls,
+    /// The span the obtain was called in: the hold's span is its child (beside the
+    /// obtain's, which ends with the grant).
+    pub(crate) parent: tracing::Span,
 }
 
 impl Hold {
@@ -120,7 +127,19 @@ impl Hold {
             key: &grant.key,
             mode: grant.mode,
         });
+        let span = tracing::debug_span!(
+            parent: &grant.parent,
+            "lock.hold",
+            backend = grant.backend.name(),
+            key = %grant.key,
+            mode = %grant.mode,
+            fencing = grant.fencing.0,
+            held_ms = tracing::field::Empty,
+            end = tracing::field::Empty,
+        );
         Arc::new(Hold {
+            span,
+            started: clock::now(),
             backend: grant.backend,
             key: grant.key,
             token: grant.token,
@@ -170,6 +189,12 @@ impl Hold {
             };
             (state.mode, how)
         };
+        let held = clock::now().saturating_duration_since(self.started);
+        self.span.record(
+            "held_ms",
+            u64::try_from(held.as_millis()).unwrap_or(u64::MAX),
+        );
+        self.span.record("end", how.as_str());
         self.telemetry.emit(Event::HoldEnded {
             backend: self.backend.name(),
             key: &self.key,

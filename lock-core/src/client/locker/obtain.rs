@@ -148,6 +148,7 @@ impl<'a> LockBuilder<'a> {
         let plan = self.plan()?;
         let span = plan.span();
         async {
+            let started = clock::now();
             let mut watch = plan.watch();
             let mut marker = plan.marker(false);
             let result = marker.around(plan.attempt(false)).await;
@@ -156,7 +157,9 @@ impl<'a> LockBuilder<'a> {
                 _ => marker.take_away().await,
             }
             watch.attempts = 1;
-            watch.end(ObtainEnd::of(&result, false));
+            let end = ObtainEnd::of(&result, false);
+            record_end(started, end);
+            watch.end(end);
             result
         }
         .instrument(span)
@@ -202,6 +205,7 @@ impl<'a> LockBuilder<'a> {
             watchdog,
             mode,
             calls: Calls::default(),
+            caller: tracing::Span::current(),
         })
     }
 
@@ -259,6 +263,8 @@ struct Plan<'a> {
     /// The token's calls: a queueing attempt and the release that takes its marker away
     /// go one at a time (`crate::client::turn`), and the guard inherits them.
     calls: Calls,
+    /// The span the obtain was called in, the parent of the hold's (`lock.hold`).
+    caller: tracing::Span,
 }
 
 impl Plan<'_> {
@@ -277,7 +283,9 @@ impl Plan<'_> {
             "lock.obtain",
             backend = self.locker.backend.name(),
             key = %self.key,
-            mode = %self.mode
+            mode = %self.mode,
+            waited_ms = tracing::field::Empty,
+            outcome = tracing::field::Empty,
         )
     }
 
@@ -355,6 +363,7 @@ impl Plan<'_> {
                 cap: None,
                 telemetry: telemetry.clone(),
                 calls: self.calls.clone(),
+                parent: self.caller.clone(),
             };
             return Ok(Attempt::Obtained(LockGuard::new(
                 grant,
@@ -392,6 +401,7 @@ impl Plan<'_> {
         let queue = !self.mode.is_shared()
             && !self.wait.is_zero()
             && self.locker.backend.capabilities().shared;
+        let started = clock::now();
         let mut marker = self.marker(queue);
         let mut watch = self.watch();
         let mut timed_out = false;
@@ -402,7 +412,9 @@ impl Plan<'_> {
             Ok(Attempt::Obtained(_)) => marker.disarm(),
             _ => marker.take_away().await,
         }
-        watch.end(ObtainEnd::of(&result, timed_out));
+        let end = ObtainEnd::of(&result, timed_out);
+        record_end(started, end);
+        watch.end(end);
         result
     }
 
@@ -478,6 +490,17 @@ impl Plan<'_> {
             }
         }
     }
+}
+
+/// Records how long the obtain (the current span, `lock.obtain`) waited and how it ended.
+fn record_end(started: Instant, end: ObtainEnd) {
+    let span = tracing::Span::current();
+    let waited = clock::now().saturating_duration_since(started);
+    span.record(
+        "waited_ms",
+        u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+    );
+    span.record("outcome", end.as_str());
 }
 
 /// `wait` from now, or as good as never for a wait too long to add to an instant
