@@ -50,7 +50,7 @@ pub(crate) fn key_of(name: &str) -> Option<String> {
     }
     let key = String::from_utf8(bytes).ok()?;
     // Only the name this key is written under: no stray file passes for a key.
-    (file_name(&key) == name).then_some(key)
+    (!key.is_empty() && file_name(&key) == name).then_some(key)
 }
 
 fn hashed(key: &str) -> String {
