@@ -49,11 +49,11 @@
 // The user's items, by name. What only a backend author needs is under [`backend`].
 pub use lock_config::{connect, parse_retry, LockConfig};
 pub use lock_core::{
-    backend, contract, observe, parse_duration, redact_url, Attempt, Busy, BusyReason, Campaign,
-    Error, ErrorKind, Fencing, HeldLock, HolderInfo, Key, Leader, Leadership, LockAllBuilder,
-    LockBackend, LockBuilder, LockGuard, LockState, Locker, LockerStats, LostFuture, MemoryBackend,
-    Mode, MultiGuard, Observation, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome,
-    Result, Retry, SharedHold, Ttl,
+    backend, contract, listing, observe, parse_duration, redact_url, waiting, Attempt, Busy,
+    BusyReason, Campaign, Error, ErrorKind, Fencing, HeldLock, HolderInfo, Key, Leader, Leadership,
+    LockAllBuilder, LockBackend, LockBuilder, LockGuard, LockState, Locker, LockerStats,
+    LostFuture, MemoryBackend, Mode, MultiGuard, Observation, ObtainOutcome, Operation,
+    ProlongOutcome, ReleaseOutcome, Result, Retry, SharedHold, Ttl,
 };
 
 pub use lock_core::settle;
