@@ -326,7 +326,7 @@ pub trait LockBackend: fmt::Debug + Send + Sync + 'static {
     }
 
     /// One page of the keys the backend keeps a record for, under `req.prefix`: key names
-    /// only, in the order [`Capabilities::listing`] says. [`crate::listing::list`] pages
+    /// only, in the order [`Capabilities::listing`] says. The listing module's `list` pages
     /// through them and inspects each, which is what a caller wants; this is the part a
     /// backend writes.
     ///

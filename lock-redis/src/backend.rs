@@ -424,7 +424,11 @@ impl LockBackend for RedisBackend {
     async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
         req.validate()?;
         let span = tracing::debug_span!("redis_lock", op = "list", prefix = req.prefix);
-        let call = crate::list::keys(&self.inner.engine, &self.prefix, req, self.name());
+        let via = match &self.inner.engine {
+            Engine::Lua(l) => crate::list::Via::Link(&l.link),
+            Engine::Watch(w) => crate::list::Via::Pools(&w.pools),
+        };
+        let call = crate::list::keys(via, &self.prefix, req, self.name());
         match tokio::time::timeout(self.timeout, call.instrument(span)).await {
             Ok(page) => page,
             Err(_) => {

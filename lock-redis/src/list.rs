@@ -14,8 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::Value;
 
-use crate::backend::Engine;
-use crate::conn::link::LinkKind;
+use crate::conn::link::{Link, LinkKind};
 use crate::error::map_error;
 use crate::keys::LockKeys;
 use crate::watch::Pools;
@@ -24,9 +23,17 @@ use crate::watch::Pools;
 /// early, empty but with a cursor, rather than walk the whole table in one call.
 const SCANS_PER_PAGE: usize = 10;
 
+/// The connections a listing goes through: the Lua variant's link, or the WATCH
+/// variant's pools.
+#[derive(Clone, Copy)]
+pub(crate) enum Via<'a> {
+    Link(&'a Link),
+    Pools(&'a Pools),
+}
+
 /// One page of the lock keys under `req.prefix` (the caller bounds it by the deadline).
 pub(crate) async fn keys(
-    engine: &Engine,
+    engine: Via<'_>,
     prefix: &str,
     req: KeysRequest<'_>,
     name: &'static str,
@@ -101,11 +108,11 @@ pub(crate) async fn keys(
 }
 
 /// The command on the one server (or the sentinels' primary), either variant.
-async fn one(engine: &Engine, cmd: &redis::Cmd, name: &'static str) -> Result<Value> {
+async fn one(engine: Via<'_>, cmd: &redis::Cmd, name: &'static str) -> Result<Value> {
     let op = Operation::List;
     let fail = |e| map_error(name, op, e);
     match engine {
-        Engine::Lua(lua) => match &lua.link.kind {
+        Via::Link(link) => match &link.kind {
             LinkKind::Server { conn, .. } => query(cmd, &mut conn.clone()).await.map_err(fail),
             LinkKind::Sentinel(s) => {
                 let mut conn = s.connection(name, op).await?;
@@ -122,7 +129,7 @@ async fn one(engine: &Engine, cmd: &redis::Cmd, name: &'static str) -> Result<Va
                 "a cluster is scanned primary by primary",
             )),
         },
-        Engine::Watch(watch) => match &watch.pools {
+        Via::Pools(pools) => match pools {
             Pools::Primary(pool) => {
                 let mut lease = pool.get(op).await?;
                 let reply = query(cmd, lease.conn()).await.map_err(fail)?;
@@ -144,13 +151,13 @@ async fn query(cmd: &redis::Cmd, conn: &mut impl ConnectionLike) -> redis::Redis
 }
 
 /// The cluster connection, on a cluster.
-fn cluster_of(engine: &Engine) -> Option<&ClusterConnection> {
+fn cluster_of(engine: Via<'_>) -> Option<&ClusterConnection> {
     match engine {
-        Engine::Lua(lua) => match &lua.link.kind {
+        Via::Link(link) => match &link.kind {
             LinkKind::Cluster(c) => Some(c),
             _ => None,
         },
-        Engine::Watch(watch) => match &watch.pools {
+        Via::Pools(pools) => match pools {
             Pools::Cluster(shards) => Some(shards.cluster()),
             Pools::Primary(_) => None,
         },

@@ -2,7 +2,7 @@
 //! answers, and [`Smallest`], the bounded page a backend without an ordered index collects
 //! while it walks its records.
 //!
-//! A backend lists key *names*; [`crate::listing::list`] turns each into its state with
+//! A backend lists key *names*; the crate's `listing::list` turns each into its state with
 //! [`LockBackend::inspect`], so a listing agrees with `inspect` key by key by construction,
 //! and a backend writes no second decoder of its records.
 //!
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, ErrorKind, Key, Operation};
 
 /// No key of a user's sorts below it: a key starts with neither NUL nor U+0001 (the
-/// library's own names, [`crate::waiting::RECORD_PREFIX`], which a listing leaves out). An
+/// library's own names, the waiting records, which a listing leaves out). An
 /// ordered walk starts here.
 pub const FIRST_KEY: &str = "\u{2}";
 
