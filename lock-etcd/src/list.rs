@@ -7,7 +7,7 @@
 //! next starts past that key's range.
 
 use etcd_client::GetOptions;
-use lock_core::backend::listing::FIRST_KEY;
+use lock_core::backend::listing::{prefix_end, FIRST_KEY};
 use lock_core::backend::{Cursor, KeyPage, KeysRequest};
 use lock_core::{Key, Operation, Result};
 
@@ -31,7 +31,8 @@ impl EtcdBackend {
         let op = Operation::List;
         let root = format!("{}/", self.prefix);
         let mut start = format!("{root}{}", hex(req.prefix));
-        let range_end = prefix_end(start.as_bytes());
+        // No end (a prefix of 0xff bytes only): the range runs to the end, `\0`.
+        let range_end = prefix_end(start.as_bytes()).unwrap_or_else(|| vec![0]);
         // The library's own names (hex `01…`) sort below every user key's (`02…` and up).
         let first = format!("{root}{}", hex(FIRST_KEY));
         if start < first {
@@ -146,19 +147,6 @@ fn key(op: Operation, name: String) -> Result<Key> {
 /// `text`'s bytes in lower-case hex, as a lock's base writes them.
 fn hex(text: &str) -> String {
     text.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The first byte string after every one that starts with `prefix` (empty: none, the
-/// range runs to the end).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 #[cfg(test)]

@@ -191,7 +191,7 @@ impl Names {
             t = self.quoted,
             lower = hex(prefix.as_bytes())
         );
-        if let Some(upper) = lock_sql::prefix_end(prefix.as_bytes()) {
+        if let Some(upper) = lock_core::backend::listing::prefix_end(prefix.as_bytes()) {
             let _ = write!(sql, " AND `key` < {}", hex(&upper));
         }
         if let Some(after) = after {

@@ -136,7 +136,7 @@ impl Names {
             lower = text(prefix),
             first = text(lock_core::backend::listing::FIRST_KEY),
         );
-        if let Some(upper) = lock_sql::prefix_end(prefix.as_bytes()) {
+        if let Some(upper) = lock_core::backend::listing::prefix_end(prefix.as_bytes()) {
             // The end may be no UTF-8 (a last byte raised past a sequence's range): as
             // bytes, compared to the key's bytes, which "C" orders the same way.
             let mut hex = String::with_capacity(upper.len() * 2);

@@ -204,6 +204,27 @@ pub fn ordered_page(mut keys: Vec<Key>, limit: usize) -> KeyPage {
     KeyPage { keys, next }
 }
 
+/// The first byte string after every string that starts with `prefix`, for a range scan
+/// `prefix <= key < end` over a byte-ordered column; `None` when there is none (an empty
+/// prefix, or one of `0xff` bytes only: every key past `prefix` starts with it).
+///
+/// ```
+/// assert_eq!(lock_core::backend::listing::prefix_end(b"jobs/"), Some(b"jobs0".to_vec()));
+/// assert_eq!(lock_core::backend::listing::prefix_end(b"a\xff"), Some(b"b".to_vec()));
+/// assert_eq!(lock_core::backend::listing::prefix_end(b""), None);
+/// assert_eq!(lock_core::backend::listing::prefix_end(b"\xff\xff"), None);
+/// ```
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
