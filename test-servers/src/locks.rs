@@ -155,8 +155,9 @@ pub async fn prolong_each_after_dead_connections(guards: Vec<LockGuard>) {
     }
 }
 
-/// A backend that counts the obtain and prolong calls made through it (each a round trip
-/// on a real backend) and passes every call on to `inner`.
+/// A backend that counts the obtain and prolong calls made through it on locks (each a
+/// round trip on a real backend; the calls on waiters' records, `lock_core::waiting`, are
+/// not counted: they are not attempts) and passes every call on to `inner`.
 #[derive(Debug)]
 pub struct Counting {
     inner: Arc<dyn LockBackend>,
@@ -197,17 +198,26 @@ impl Counting {
     }
 }
 
+/// A waiter's record (`lock_core::waiting`), not a lock.
+fn is_record(key: &lock_core::Key) -> bool {
+    key.as_str().starts_with(lock_core::waiting::RECORD_PREFIX)
+}
+
 #[async_trait]
 impl Layer for Counting {
     fn inner(&self) -> &dyn LockBackend {
         &*self.inner
     }
     async fn obtain(&self, req: ObtainRequest<'_>) -> lock_core::Result<ObtainOutcome> {
-        self.obtains.fetch_add(1, Ordering::Relaxed);
+        if !is_record(req.key) {
+            self.obtains.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.obtain(req).await
     }
     async fn prolongate(&self, req: ProlongRequest<'_>) -> lock_core::Result<ProlongOutcome> {
-        self.prolongs.fetch_add(1, Ordering::Relaxed);
+        if !is_record(req.key) {
+            self.prolongs.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.prolongate(req).await
     }
     async fn prolongate_many(
