@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_core::future::BoxFuture;
-use lock_core::backend::listing;
 use lock_core::backend::rules;
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, ProlongRequest};
@@ -232,16 +231,15 @@ impl Db {
             }
         };
         let rows = self.pooled.within(op, deadline, read).await??;
-        let mut keys = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let bytes: Vec<u8> = row.try_get(0).map_err(|e| protocol(op, e))?;
-            let key = String::from_utf8(bytes)
-                .ok()
-                .and_then(|k| lock_core::Key::new(k).ok())
-                .ok_or_else(|| protocol(op, "a key in the table is not a valid lock key"))?;
-            keys.push(key);
-        }
-        Ok(listing::ordered_page(keys, req.limit))
+        let names = rows
+            .iter()
+            .map(|row| {
+                let bytes: Vec<u8> = row.try_get(0).map_err(|e| protocol(op, e))?;
+                String::from_utf8(bytes)
+                    .map_err(|_| protocol(op, "a key in the table is not UTF-8"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        lock_sql::key_page(NAME, names, req.limit)
     }
 
     /// Deletes up to [`crate::sql::SWEEP_ROWS`] rows that the rules call forgotten, skipping

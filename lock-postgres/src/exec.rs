@@ -4,7 +4,6 @@
 use std::fmt;
 
 use futures_core::future::BoxFuture;
-use lock_core::backend::listing;
 use lock_core::backend::rules::Wake;
 use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, ProlongRequest, Waiters};
 use lock_core::{Key, Operation, ProlongOutcome, Result, Ttl};
@@ -249,14 +248,12 @@ impl Db {
             .within(op, deadline, read)
             .instrument(tracing::debug_span!("postgres_lock", op = "list"))
             .await??;
-        let mut keys = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let key: String = sqlx::Row::try_get(row, 0).map_err(|e| protocol(op, e))?;
-            let key = Key::new(key)
-                .map_err(|_| protocol(op, "a key in the table is not a valid lock key"))?;
-            keys.push(key);
-        }
-        Ok(listing::ordered_page(keys, req.limit))
+        let names = rows
+            .iter()
+            .map(|row| sqlx::Row::try_get::<String, _>(row, 0))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| protocol(op, e))?;
+        lock_sql::key_page(crate::NAME, names, req.limit)
     }
 
     /// The error of a call that failed. After a broken connection every idle connection is

@@ -15,6 +15,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::Value;
 
 use crate::conn::link::{Link, LinkKind};
+use crate::conn::shards::slot_ranges;
 use crate::error::map_error;
 use crate::keys::LockKeys;
 use crate::watch::Pools;
@@ -166,37 +167,12 @@ fn cluster_of(engine: Via<'_>) -> Option<&ClusterConnection> {
 
 /// The first slot of each primary's ranges, in order: one slot that routes to each primary.
 async fn first_slots(conn: &ClusterConnection, name: &'static str) -> Result<Vec<u16>> {
-    let reply: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut conn.clone())
-        .await
-        .map_err(|e| map_error(name, Operation::List, e))?;
     let mut firsts: Vec<(String, u16)> = Vec::new();
-    if let Value::Array(ranges) = reply {
-        for range in ranges {
-            let Value::Array(fields) = range else {
-                continue;
-            };
-            let (Some(first), Some(Value::Array(primary))) = (fields.first(), fields.get(2)) else {
-                continue;
-            };
-            let Ok(first) = redis::from_redis_value_ref::<u16>(first) else {
-                continue;
-            };
-            let (Some(host), Some(port)) = (primary.first(), primary.get(1)) else {
-                continue;
-            };
-            let (Ok(host), Ok(port)) = (
-                redis::from_redis_value_ref::<String>(host),
-                redis::from_redis_value_ref::<u16>(port),
-            ) else {
-                continue;
-            };
-            let node = format!("{host}:{port}");
-            match firsts.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, f)) => *f = (*f).min(first),
-                None => firsts.push((node, first)),
-            }
+    for (first, _, host, port) in slot_ranges(conn, name, Operation::List).await? {
+        let node = format!("{host}:{port}");
+        match firsts.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, f)) => *f = (*f).min(first),
+            None => firsts.push((node, first)),
         }
     }
     let mut slots: Vec<u16> = firsts.into_iter().map(|(_, f)| f).collect();
@@ -257,8 +233,9 @@ fn escape(text: &str) -> String {
 /// The lock key a record name stands for, when it is exactly that key's record name under
 /// `prefix` (a name that merely matches the pattern is left out).
 fn key_of(prefix: &str, name: &str) -> Option<Key> {
-    let at = name.find(":rec:")?;
-    let key = Key::new(&name[at + ":rec:".len()..]).ok()?;
+    // The prefix and the tag (`{` + 16 hex digits + `}`) in some order, then `:rec:`.
+    let at = prefix.len() + 18 + ":rec:".len();
+    let key = Key::new(name.get(at..)?).ok()?;
     (LockKeys::new(prefix, &key).record == name).then_some(key)
 }
 
@@ -268,7 +245,7 @@ mod tests {
 
     #[test]
     fn record_names_read_back_as_their_keys() {
-        for prefix in ["lock:", "app{x}", ""] {
+        for prefix in ["lock:", "app{x}", "", "a:rec:"] {
             for key in ["k", "jobs/*nightly?", "a:rec:b", "{t}"] {
                 let k = Key::new(key).unwrap();
                 let name = LockKeys::new(prefix, &k).record;

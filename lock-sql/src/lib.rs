@@ -56,3 +56,29 @@ pub use lock_core as __lock_core;
 pub use pooled::{Options, Pooled};
 pub use schema::SchemaOnce;
 pub use settings::{pool_options, Common};
+
+/// The page of a lock table's listing from the names its statement returned (in key order,
+/// at most `limit + 1`: one more than the page, to tell whether the walk goes on).
+///
+/// # Errors
+/// [`ErrorKind::Protocol`](lock_core::ErrorKind::Protocol) for a name that is no valid lock
+/// key (the statement leaves the library's own names out).
+pub fn key_page(
+    backend: &'static str,
+    names: Vec<String>,
+    limit: usize,
+) -> lock_core::Result<lock_core::backend::KeyPage> {
+    let keys = names
+        .into_iter()
+        .map(|name| {
+            lock_core::Key::new(name).map_err(|_| {
+                errors::protocol(
+                    backend,
+                    lock_core::Operation::List,
+                    "a key in the lock table is not a valid lock key",
+                )
+            })
+        })
+        .collect::<lock_core::Result<Vec<_>>>()?;
+    Ok(lock_core::backend::listing::ordered_page(keys, limit))
+}

@@ -103,44 +103,61 @@ impl Shards {
     }
 
     async fn read_slots(&self, op: Operation) -> Result<()> {
-        let reply: Value = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| map_error(self.backend, op, e))?;
-        let mut slots = Vec::new();
-        if let Value::Array(ranges) = reply {
-            for range in ranges {
-                let Value::Array(fields) = range else {
-                    continue;
-                };
-                let (Some(first), Some(last), Some(Value::Array(primary))) =
-                    (fields.first(), fields.get(1), fields.get(2))
-                else {
-                    continue;
-                };
-                let (Ok(first), Ok(last)) = (
-                    redis::from_redis_value_ref::<u16>(first),
-                    redis::from_redis_value_ref::<u16>(last),
-                ) else {
-                    continue;
-                };
-                let (Some(host), Some(port)) = (primary.first(), primary.get(1)) else {
-                    continue;
-                };
-                let (Ok(host), Ok(port)) = (
-                    redis::from_redis_value_ref::<String>(host),
-                    redis::from_redis_value_ref::<u16>(port),
-                ) else {
-                    continue;
-                };
+        let slots = slot_ranges(&self.conn, self.backend, op)
+            .await?
+            .into_iter()
+            .map(|(first, last, host, port)| {
                 let (host, port) = self.map.target(&host, port);
-                slots.push((first, last, host, port));
-            }
-        }
+                (first, last, host, port)
+            })
+            .collect();
         *lock(&self.slots) = slots;
         Ok(())
     }
+}
+
+/// `(first slot, last slot, host, port)` of each range a cluster's primaries serve, as
+/// `CLUSTER SLOTS` (asked through `conn`) names them; ranges it answers oddly are left out.
+pub(crate) async fn slot_ranges(
+    conn: &ClusterConnection,
+    backend: &'static str,
+    op: Operation,
+) -> Result<Vec<(u16, u16, String, u16)>> {
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(|e| map_error(backend, op, e))?;
+    let mut slots = Vec::new();
+    if let Value::Array(ranges) = reply {
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(first), Some(last), Some(Value::Array(primary))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                continue;
+            };
+            let (Ok(first), Ok(last)) = (
+                redis::from_redis_value_ref::<u16>(first),
+                redis::from_redis_value_ref::<u16>(last),
+            ) else {
+                continue;
+            };
+            let (Some(host), Some(port)) = (primary.first(), primary.get(1)) else {
+                continue;
+            };
+            let (Ok(host), Ok(port)) = (
+                redis::from_redis_value_ref::<String>(host),
+                redis::from_redis_value_ref::<u16>(port),
+            ) else {
+                continue;
+            };
+            slots.push((first, last, host, port));
+        }
+    }
+    Ok(slots)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
