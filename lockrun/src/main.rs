@@ -425,6 +425,37 @@ async fn connect(
     Ok((backend, label))
 }
 
+/// Ctrl-C or SIGTERM, for the commands that run until one comes (`top`, `serve`).
+pub(crate) struct Stop {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    /// Watching for both from now on; the exit status to end with when that fails.
+    pub(crate) fn watch() -> Result<Stop, ExitCode> {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(int), Ok(term)) => Ok(Stop { int, term }),
+            _ => {
+                eprintln!("lockrun: cannot watch for Ctrl-C and SIGTERM");
+                Err(ExitCode::from(EXIT_UNAVAILABLE))
+            }
+        }
+    }
+
+    /// Resolves when either comes.
+    pub(crate) async fn stopped(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
 /// What `inspect` and `release --force` do to the lock.
 #[derive(Clone, Copy)]
 enum Look {

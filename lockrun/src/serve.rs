@@ -21,7 +21,6 @@ use lock_core::listing::Listed;
 use lock_core::{Error, ErrorKind, LockBackend, LockState, Operation};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::view;
 
@@ -89,12 +88,9 @@ pub(crate) async fn serve(
         "lockrun: the locks of {label} at http://{bound}/ (JSON at /locks.json, metrics at \
          /metrics); Ctrl-C stops"
     );
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        eprintln!("lockrun: cannot watch for Ctrl-C and SIGTERM");
-        return ExitCode::from(crate::EXIT_UNAVAILABLE);
+    let mut stop = match crate::Stop::watch() {
+        Ok(stop) => stop,
+        Err(status) => return status,
     };
     let shown = Arc::new(Shown {
         backend,
@@ -112,8 +108,7 @@ pub(crate) async fn serve(
                     answer(stream, &shown).await;
                 });
             }
-            _ = int.recv() => return ExitCode::SUCCESS,
-            _ = term.recv() => return ExitCode::SUCCESS,
+            () = stop.stopped() => return ExitCode::SUCCESS,
         }
     }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use lock_core::listing::Listed;
 use lock_core::LockBackend;
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::view;
 
@@ -29,12 +28,9 @@ pub(crate) async fn top(
         );
         return ExitCode::from(2);
     }
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        eprintln!("lockrun: cannot watch for Ctrl-C and SIGTERM");
-        return ExitCode::from(crate::EXIT_UNAVAILABLE);
+    let mut stop = match crate::Stop::watch() {
+        Ok(stop) => stop,
+        Err(status) => return status,
     };
     // The alternate screen, the cursor hidden: the shell's screen comes back on exit.
     let mut out = io::stdout();
@@ -48,8 +44,7 @@ pub(crate) async fn top(
         let _ = out.flush();
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
-            _ = int.recv() => break,
-            _ = term.recv() => break,
+            () = stop.stopped() => break,
         }
     }
     let _ = out.write_all(b"\x1b[?25h\x1b[?1049l");

@@ -5,6 +5,7 @@
 //! tmux and chromium must be installed (scripts/test.sh installs both); a test whose tool
 //! is missing fails saying so, it never skips.
 
+#[macro_use]
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -419,16 +420,6 @@ fn serve_shows_the_holders_in_a_real_browser(backend: &str) {
         server.wait().unwrap().success(),
         "serve ends cleanly on SIGTERM"
     );
-}
-
-macro_rules! on_each_backend {
-    ($($case:ident),* $(,)?) => {
-        mod file { $( #[test] fn $case() { super::$case("file") } )* }
-        mod redis { $( #[test] fn $case() { super::$case("redis") } )* }
-        mod postgres { $( #[test] fn $case() { super::$case("postgres") } )* }
-        mod mysql { $( #[test] fn $case() { super::$case("mysql") } )* }
-        mod etcd { $( #[test] fn $case() { super::$case("etcd") } )* }
-    };
 }
 
 on_each_backend!(

@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 
 const LOCKRUN: &str = env!("CARGO_BIN_EXE_lockrun");
 
+#[macro_use]
 mod support;
 use support::{unique, url};
 
@@ -462,16 +463,6 @@ fn delay_after_leaves_a_cooldown(backend: &str) {
     let busy = env.output(&["--", "true"]);
     assert_eq!(busy.status.code(), Some(75));
     assert!(env.output(&["release", "--force"]).status.success());
-}
-
-macro_rules! on_each_backend {
-    ($($case:ident),* $(,)?) => {
-        mod file { $( #[test] fn $case() { super::$case("file") } )* }
-        mod redis { $( #[test] fn $case() { super::$case("redis") } )* }
-        mod postgres { $( #[test] fn $case() { super::$case("postgres") } )* }
-        mod mysql { $( #[test] fn $case() { super::$case("mysql") } )* }
-        mod etcd { $( #[test] fn $case() { super::$case("etcd") } )* }
-    };
 }
 
 on_each_backend!(

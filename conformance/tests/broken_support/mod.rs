@@ -27,3 +27,30 @@ pub(crate) fn run(f: impl Future<Output = CaseResult>) -> CaseResult {
                 .expect("the case ended within two minutes")
         })
 }
+
+/// The healthy memory backend, which every case passes.
+// Not every test binary that shares this module compares with it.
+#[allow(dead_code)]
+pub(crate) struct Healthy;
+
+#[lock_conformance::async_trait]
+impl lock_conformance::Harness for Healthy {
+    async fn backend(&self) -> std::sync::Arc<dyn lock_core::LockBackend> {
+        std::sync::Arc::new(lock_core::MemoryBackend::new())
+    }
+}
+
+/// `case` (named `named`) fails on `broken`, which breaks `bug`, and passes on the healthy
+/// memory backend: the case catches the bug rather than simply failing.
+#[allow(dead_code)]
+pub(crate) fn caught_where_memory_passes(
+    broken: impl lock_conformance::Harness,
+    bug: &dyn std::fmt::Debug,
+    named: &str,
+    case: Case,
+) {
+    let result = run(case(&Suite::new("broken", broken)));
+    assert!(result.is_err(), "{named} did not catch {bug:?}");
+    println!("{named} caught {bug:?}: {}", result.unwrap_err());
+    run(case(&Suite::new("memory", Healthy))).expect("the healthy memory backend passes");
+}

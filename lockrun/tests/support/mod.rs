@@ -3,6 +3,18 @@
 
 use std::path::PathBuf;
 
+/// One `#[test]` per case and backend: `mod file { fn case() }`, `mod redis { … }`, …
+#[macro_export]
+macro_rules! on_each_backend {
+    ($($case:ident),* $(,)?) => {
+        mod file { $( #[test] fn $case() { super::$case("file") } )* }
+        mod redis { $( #[test] fn $case() { super::$case("redis") } )* }
+        mod postgres { $( #[test] fn $case() { super::$case("postgres") } )* }
+        mod mysql { $( #[test] fn $case() { super::$case("mysql") } )* }
+        mod etcd { $( #[test] fn $case() { super::$case("etcd") } )* }
+    };
+}
+
 /// A name no other test, run or process uses.
 pub(crate) fn unique() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
