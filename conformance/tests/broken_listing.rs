@@ -2,11 +2,11 @@
 //! one (what a page holds, where the next one starts, what the capabilities promise), and
 //! the named case must fail on it while the healthy memory backend passes it.
 
+#[macro_use]
 mod broken_support;
 
 use std::sync::Arc;
 
-use broken_support::caught_where_memory_passes;
 use lock_conformance::{async_trait, cases, Harness};
 use lock_core::backend::layer::{Layer, Layered};
 use std::time::Duration;
@@ -127,58 +127,42 @@ impl Harness for BrokenHarness {
     }
 }
 
-/// One test: the named case must fail on the bug; the healthy memory backend passes it
-/// (the case is not simply failing).
-macro_rules! catches {
-    ($test:ident, $bug:ident, $case:ident) => {
-        #[test]
-        fn $test() {
-            caught_where_memory_passes(
-                BrokenHarness(Bug::$bug),
-                &Bug::$bug,
-                stringify!($case),
-                |s| Box::pin(cases::$case(s)),
-            );
-        }
-    };
-}
-
-catches!(
+catches_where_memory_passes!(
     a_listing_of_nothing_is_caught,
     ListsNothing,
     listing_agrees_with_inspect
 );
-catches!(
+catches_where_memory_passes!(
     a_prefix_ignored_is_caught,
     PrefixIgnored,
     listing_agrees_with_inspect
 );
-catches!(
+catches_where_memory_passes!(
     a_limit_ignored_is_caught,
     LimitIgnored,
     listing_agrees_with_inspect
 );
-catches!(
+catches_where_memory_passes!(
     a_key_dropped_at_a_page_s_edge_is_caught,
     EdgeKeyDropped,
     listing_pages_cover_every_key_while_keys_come_and_go
 );
-catches!(
+catches_where_memory_passes!(
     a_key_repeated_at_a_page_s_edge_is_caught,
     EdgeKeyRepeated,
     listing_pages_cover_every_key_while_keys_come_and_go
 );
-catches!(
+catches_where_memory_passes!(
     an_empty_page_for_unsupported_is_caught,
     UnsupportedAnsweredEmpty,
     listing_agrees_with_inspect
 );
-catches!(
+catches_where_memory_passes!(
     waiters_never_recorded_are_caught,
     WaitersUnrecorded,
     waiters_show_in_the_listing_while_they_wait
 );
-catches!(
+catches_where_memory_passes!(
     waiters_that_never_leave_are_caught,
     WaitersNeverLeave,
     waiters_show_in_the_listing_while_they_wait

@@ -2,12 +2,12 @@
 //! breaks one such promise (whom a release wakes, how many holders a key takes), and the
 //! named case must fail on it.
 
+#[macro_use]
 mod broken_support;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use broken_support::caught_where_memory_passes;
 use lock_conformance::{async_trait, cases, Harness};
 use lock_core::backend::layer::{Layer, Layered};
 use lock_core::backend::Waiters;
@@ -181,53 +181,37 @@ impl Harness for BrokenHarness {
     }
 }
 
-/// One test: the named case must fail on the bug; the healthy memory backend passes it
-/// (the case is not simply failing).
-macro_rules! catches {
-    ($test:ident, $bug:ident, $case:ident) => {
-        #[test]
-        fn $test() {
-            caught_where_memory_passes(
-                BrokenHarness(Bug::$bug),
-                &Bug::$bug,
-                stringify!($case),
-                |s| Box::pin(cases::$case(s)),
-            );
-        }
-    };
-}
-
-catches!(
+catches_where_memory_passes!(
     a_key_that_refuses_its_65th_reader_is_caught,
     HoldsCapped,
     a_key_takes_a_thousand_readers
 );
-catches!(
+catches_where_memory_passes!(
     subscriptions_that_never_fire_are_caught,
     SubscriptionsNeverFire,
     a_release_wakes_a_waiter_at_once
 );
-catches!(
+catches_where_memory_passes!(
     a_release_that_wakes_one_where_the_rules_say_all_is_caught,
     WakesOnlyTheFirstSubscriber,
     the_last_share_beside_a_writer_wakes_every_waiter
 );
-catches!(
+catches_where_memory_passes!(
     a_downgrade_that_wakes_one_is_caught,
     WakesOnlyTheFirstSubscriber,
     a_downgrade_wakes_every_waiter
 );
-catches!(
+catches_where_memory_passes!(
     an_observer_that_takes_a_candidate_s_turn_is_caught,
     OwnLine,
     a_resignation_wakes_the_candidate_not_the_observer
 );
-catches!(
+catches_where_memory_passes!(
     wake_ups_that_free_nothing_are_caught,
     WakesOnEveryCall,
     what_frees_nothing_wakes_nobody
 );
-catches!(
+catches_where_memory_passes!(
     a_forced_release_that_wakes_nobody_is_caught,
     ForceWakesNobody,
     a_forced_release_wakes_every_waiter

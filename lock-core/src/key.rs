@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn refusals_are_invalid_input() {
-        for bad in ["", "a\0"] {
+        for bad in ["", "a\0", "\u{1}waiting/x"] {
             let err = Key::new(bad).unwrap_err();
             assert_eq!(err.kind(), crate::ErrorKind::InvalidInput, "{bad:?}");
         }

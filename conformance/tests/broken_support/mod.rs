@@ -7,6 +7,23 @@ use std::time::Duration;
 
 use lock_conformance::{CaseResult, Suite};
 
+/// One test: the named case must fail on the bug; the healthy memory backend passes it
+/// (the case is not simply failing). Expects `BrokenHarness(Bug)` where it is used.
+#[allow(unused_macros)]
+macro_rules! catches_where_memory_passes {
+    ($test:ident, $bug:ident, $case:ident) => {
+        #[test]
+        fn $test() {
+            broken_support::caught_where_memory_passes(
+                BrokenHarness(Bug::$bug),
+                &Bug::$bug,
+                stringify!($case),
+                |s| Box::pin(cases::$case(s)),
+            );
+        }
+    };
+}
+
 /// A case of the suite, as `cases::*` functions coerce to.
 // Not every test binary that shares this module names a case.
 #[allow(dead_code)]
