@@ -100,14 +100,30 @@ async fn announce(
     };
     let take = || async {
         let req = ObtainRequest::new(&record, &token, ttl, &holder).with_mode(Mode::READ);
-        matches!(
-            backend.obtain(req).await,
-            Ok(ObtainOutcome::Acquired { .. })
-        )
+        backend.obtain(req).await
     };
-    if !take().await {
-        tracing::debug!(key = %record, "the wait goes unrecorded: its record was refused");
-        return;
+    let release = || async {
+        let req = ReleaseRequest {
+            key: &record,
+            token: &token,
+            delay_after: None,
+        };
+        if let Err(e) = backend.release(req).await {
+            tracing::debug!(key = %record, "a waiter's record was not given back (it ends with its ttl): {e}");
+        }
+    };
+    match take().await {
+        Ok(ObtainOutcome::Acquired { .. }) => {}
+        Ok(_) => {
+            tracing::debug!(key = %record, "the wait goes unrecorded: its record was refused");
+            return;
+        }
+        Err(e) => {
+            // It may have been applied all the same (a reply lost): given back.
+            tracing::debug!(key = %record, "the wait goes unrecorded: {e}");
+            release().await;
+            return;
+        }
     }
     let _counted = loop {
         tokio::select! {
@@ -117,19 +133,12 @@ async fn announce(
                 if let Ok(ProlongOutcome::Lost) = backend.prolongate(req).await {
                     // The record was lost (expired in a partition, a server that lost its
                     // data): taken anew.
-                    take().await;
+                    let _ = take().await;
                 }
             }
         }
     };
-    let req = ReleaseRequest {
-        key: &record,
-        token: &token,
-        delay_after: None,
-    };
-    if let Err(e) = backend.release(req).await {
-        tracing::debug!(key = %record, "a waiter's record was not given back (it ends with its ttl): {e}");
-    }
+    release().await;
 }
 
 #[cfg(test)]
