@@ -177,7 +177,8 @@ impl LockGuard {
     /// from the moment it was sent.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`] for a ttl out of range, or the backend's error.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a ttl out of range,
+    /// or the backend's error.
     ///
     /// # Cancel safety
     /// Dropping the future may or may not have prolonged the lock; the guard counts its
@@ -229,7 +230,8 @@ impl LockGuard {
     /// owner's included, is busy until it ends. Ignored when reentrant holds remain.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`] for a delay out of range, or the backend's error.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a delay out of
+    /// range, or the backend's error.
     ///
     /// # Cancel safety
     /// As for [`LockGuard::release`].
