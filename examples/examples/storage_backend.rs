@@ -4,7 +4,8 @@
 //! `UPDATE … WHERE version = ?`). It implements `Storage` and nothing else; the adapter
 //! (`distlock::backend::storage`) decides every operation with the contract's rules, runs
 //! the step again when a write lost to another, and makes it a `LockBackend`. The suite
-//! checks that it keeps the whole contract: mutexes, semaphores, read-write locks.
+//! checks that it keeps the whole contract: mutexes, semaphores, read-write locks, and again
+//! with every lock a semaphore of one permit.
 //!
 //! ```text
 //! cargo run -p examples --example storage_backend     # a few locks, printed
@@ -155,4 +156,13 @@ mod tests {
     }
 
     distlock::conformance::suite!("versioned", Versioned(Arc::default()));
+
+    /// The same suite with every lock a semaphore of one permit: the shared holds' path
+    /// of the rules on the same store.
+    mod as_semaphore {
+        use super::*;
+        use distlock::conformance::AsSemaphore;
+
+        distlock::conformance::suite!("versioned", AsSemaphore(Versioned(Arc::default())));
+    }
 }

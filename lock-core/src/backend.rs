@@ -8,6 +8,9 @@
 //! - [`Token`], the owner token a backend stores (as [`Token::digest`] on a server);
 //! - [`storage`]: a backend from a storage that reads and writes one record per key
 //!   atomically: implement [`storage::Storage`] and the whole contract comes with it;
+//! - [`routine`]: a backend whose server decides (a script, a function, a procedure) and
+//!   defers to a storage what it does not: implement [`routine::Routine`] beside
+//!   [`storage::Storage`], and [`routine::Routed`] is the backend;
 //! - [`layer`]: a backend that wraps another and changes one call ([`layer::Layer`],
 //!   everything else forwarded);
 //! - [`rules`]: the contract's decisions as pure functions ([`rules::step`], one entry for
@@ -19,6 +22,11 @@
 //! - [`connect_or_say_why`] and [`why_unreachable`]: an unreachable server said as such
 //!   (refused, no route) rather than as a deadline that passed;
 //! - [`async_trait`](macro@async_trait), to implement the trait.
+//!
+//! The workspace's backends are built from these: the memory backend (this crate),
+//! `lock-file` and `lock-etcd` are storages; `lock-redis` is a storage (its WATCH variant)
+//! and a script of its own (its Lua variant); `lock-postgres` and `lock-mysql` are routines
+//! over storages.
 
 use std::fmt;
 use std::time::Duration;
@@ -28,6 +36,7 @@ use tokio::sync::watch;
 mod capabilities;
 pub mod layer;
 pub mod listing;
+pub mod routine;
 pub mod rules;
 pub mod schemes;
 pub mod storage;

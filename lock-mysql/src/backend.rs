@@ -6,22 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::rules::Wake;
-use lock_core::backend::storage::{self, Storage};
+use lock_core::backend::routine::Routed;
+use lock_core::backend::storage::Storage;
 use lock_core::backend::{
-    Capabilities, Grace, KeyPage, KeysRequest, Listing, ObtainRequest, ProlongRequest,
-    ReleaseRequest, ReleaseSubscription,
+    Capabilities, KeyPage, KeysRequest, Listing, ObtainRequest, ProlongRequest, ReleaseRequest,
+    ReleaseSubscription,
 };
 use lock_core::{
-    Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
-    Ttl,
+    Key, LockBackend, LockState, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result,
 };
-use lock_sql::reply::Word;
-use lock_sql::SharedTokens;
 use sqlx::MySqlPool;
 
 use crate::exec::Db;
-use crate::sql::{Call, ProcedureOp};
 
 /// Locks in a MariaDB or MySQL database: one InnoDB row per key, each operation one
 /// transaction that locks the row, reads the server's clock, and writes what
@@ -41,9 +37,8 @@ use crate::sql::{Call, ProcedureOp};
 /// pool. Made by [`MySqlBackend::builder`] (or [`MySqlBackend::lazy`] with every default).
 #[derive(Clone)]
 pub struct MySqlBackend {
-    db: Arc<Db>,
-    /// Tokens that hold shared: their prolongs and releases skip the procedure.
-    shared: Arc<SharedTokens>,
+    /// The procedure, and the client's path it defers to (`storage.rs`).
+    routed: Routed<Db>,
 }
 
 impl MySqlBackend {
@@ -63,19 +58,22 @@ impl MySqlBackend {
 
     pub(crate) fn new(db: Db) -> Self {
         MySqlBackend {
-            db: Arc::new(db),
-            shared: Arc::default(),
+            routed: Routed::new(Arc::new(db)),
         }
+    }
+
+    fn db(&self) -> &Db {
+        self.routed.routine()
     }
 
     /// The pool the backend runs on.
     pub fn pool(&self) -> &MySqlPool {
-        &self.db.pooled.pool
+        &self.db().pooled.pool
     }
 
     /// The lock table's name (in the URL's database).
     pub fn table(&self) -> &str {
-        &self.db.names.table
+        &self.db().names.table
     }
 
     /// Creates the table if missing, and checks that an existing one has the expected
@@ -92,7 +90,7 @@ impl MySqlBackend {
     /// Cancel safe: the migration is one `CREATE TABLE IF NOT EXISTS`, which the server
     /// runs whole or not at all.
     pub async fn migrate(&self) -> Result<()> {
-        self.db.migrate().await
+        self.db().migrate().await
     }
 
     /// Deletes up to 100 rows past their grace period (or their day of memory) that no
@@ -106,7 +104,7 @@ impl MySqlBackend {
     /// # Cancel safety
     /// Cancel safe: a sweep cut off is rolled back.
     pub async fn sweep(&self) -> Result<u64> {
-        self.db.sweep().await
+        self.db().sweep().await
     }
 
     /// Whether exclusive holds still go through the table's procedure (false once it was
@@ -114,16 +112,19 @@ impl MySqlBackend {
     /// part of the public API.
     #[doc(hidden)]
     pub fn uses_procedure(&self) -> bool {
-        self.db.procedure.load(std::sync::atomic::Ordering::Relaxed)
+        self.db()
+            .procedure
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A sweep in the background, one at a time, now and then after an acquisition.
     fn maybe_sweep(&self) {
-        if fastrand::u32(..Self::SWEEP_EVERY) != 0 || self.db.sweeping.swap(true, Ordering::AcqRel)
+        if fastrand::u32(..Self::SWEEP_EVERY) != 0
+            || self.db().sweeping.swap(true, Ordering::AcqRel)
         {
             return;
         }
-        let db = Arc::clone(&self.db);
+        let db = Arc::clone(self.routed.routine());
         tokio::spawn(async move {
             let _done = Sweeping(Arc::clone(&db));
             if let Err(e) = db.sweep().await {
@@ -144,7 +145,7 @@ impl Drop for Sweeping {
 
 impl fmt::Debug for MySqlBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.db, f)
+        fmt::Debug::fmt(self.db(), f)
     }
 }
 
@@ -155,41 +156,14 @@ impl LockBackend for MySqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.db
+        self.db()
             .storage_capabilities()
             .prolong_batch(Self::BATCH)
             .listing(Listing::InKeyOrder)
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        req.mode.check(Self::NAME)?;
-        let outcome = if req.mode.is_shared() || req.change.is_some() {
-            // Shared requests and mode changes (rare: an upgrade) are decided in the client,
-            // by the rules: the procedure knows exclusive holds only.
-            self.shared.obtain(&*self.db, req).await?
-        } else {
-            let op = Operation::Obtain;
-            let holder = lock_sql::holder_json(Self::NAME, req.holder, op)?;
-            let token = req.token.digest();
-            let call = Call {
-                op: ProcedureOp::Obtain,
-                key: req.key.as_str(),
-                token: &token,
-                holder: Some(&holder),
-                ttl_us: micros(req.ttl),
-                grace_us: micros_of(Grace::or_ttl(self.db.grace, req.ttl).as_duration()),
-                delay_us: 0,
-            };
-            // One deadline for the call and, after a `defer`, the client's path.
-            let deadline = self.db.pooled.deadline_from_now();
-            match self.db.call(op, &call, deadline).await? {
-                Some(r) if r.outcome != Word::Defer => r.obtain_outcome(req.ttl)?,
-                _ => {
-                    let rest = storage::obtain(&*self.db, req);
-                    self.db.pooled.within(op, deadline, rest).await??
-                }
-            }
-        };
+        let outcome = self.routed.obtain(req).await?;
         if matches!(outcome, ObtainOutcome::Acquired { .. }) {
             self.maybe_sweep();
         }
@@ -197,99 +171,32 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        if let Some(outcome) = self.shared.prolongate(&*self.db, req).await {
-            return outcome;
-        }
-        let token = req.token.digest();
-        let call = Call {
-            op: ProcedureOp::Prolong,
-            key: req.key.as_str(),
-            token: &token,
-            holder: None,
-            ttl_us: micros(req.ttl),
-            grace_us: micros_of(Grace::or_ttl(self.db.grace, req.ttl).as_duration()),
-            delay_us: 0,
-        };
-        let (op, deadline) = (Operation::Prolongate, self.db.pooled.deadline_from_now());
-        match self.db.call(op, &call, deadline).await? {
-            Some(r) if r.outcome != Word::Defer => r.prolong_outcome(),
-            _ => {
-                let rest = storage::prolongate(&*self.db, req);
-                self.db.pooled.within(op, deadline, rest).await?
-            }
-        }
+        self.routed.prolongate(req).await
     }
 
     /// Up to [`MySqlBackend::BATCH`] locks per transaction: their rows read in primary-key
     /// order, each decided by the rules, the changed ones written in one statement.
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
-        let mut answers = Vec::with_capacity(reqs.len());
-        for chunk in reqs.chunks(Self::BATCH) {
-            match self.db.prolong_batch(chunk).await {
-                Ok(each) => answers.extend(each.into_iter().map(Ok)),
-                Err(e) => answers.extend(std::iter::repeat_n(Err(e), chunk.len())),
-            }
-        }
-        answers
+        self.routed.prolongate_many(reqs).await
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        if let Some(outcome) = self.shared.release(&*self.db, req).await {
-            return outcome;
-        }
-        let token = req.token.digest();
-        let call = Call {
-            op: ProcedureOp::Release,
-            key: req.key.as_str(),
-            token: &token,
-            holder: None,
-            ttl_us: 0,
-            grace_us: 0,
-            delay_us: req.delay_after.map_or(0, micros),
-        };
-        let (op, deadline) = (Operation::Release, self.db.pooled.deadline_from_now());
-        match self.db.call(op, &call, deadline).await? {
-            Some(r) if r.outcome != Word::Defer => {
-                let outcome = r.release_outcome()?;
-                if matches!(
-                    outcome,
-                    ReleaseOutcome::Released | ReleaseOutcome::ReleasedLate
-                ) {
-                    // Committed, and an exclusive hold ended (the procedure decides no
-                    // other): one waiter of this process can get in.
-                    self.db.waiters.wake(req.key.as_str(), Wake::One);
-                }
-                Ok(outcome)
-            }
-            _ => {
-                let rest = storage::release(&*self.db, req);
-                self.db.pooled.within(op, deadline, rest).await?
-            }
-        }
+        self.routed.release(req).await
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
-        storage::inspect(&*self.db, key).await
+        self.routed.inspect(key).await
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
-        storage::force_release(&*self.db, key).await
+        self.routed.force_release(key).await
     }
 
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
-        self.db.subscribe_releases(key).await
+        self.db().subscribe_releases(key).await
     }
 
     async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
-        self.db.list_keys(req).await
+        self.db().list_keys(req).await
     }
-}
-
-/// A ttl in µs, as the procedure takes it.
-fn micros(ttl: Ttl) -> u64 {
-    micros_of(ttl.as_duration())
-}
-
-fn micros_of(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

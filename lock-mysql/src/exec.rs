@@ -15,8 +15,8 @@ use std::time::Duration;
 use futures_core::future::BoxFuture;
 use lock_core::backend::rules;
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, ProlongRequest};
-use lock_core::{Operation, ProlongOutcome, Result};
+use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest};
+use lock_core::{Operation, Result};
 use lock_sql::reply::Reply;
 use lock_sql::SchemaOnce;
 use sqlx::mysql::MySqlRow;
@@ -147,63 +147,6 @@ impl Db {
             tx.open = false;
             Ok(rows)
         })
-    }
-
-    /// Prolongs up to a batch of locks in one transaction: their rows read in primary-key
-    /// order, each decided by the rules, the changed ones written in one statement.
-    pub(crate) async fn prolong_batch(
-        &self,
-        reqs: &[ProlongRequest<'_>],
-    ) -> Result<Vec<ProlongOutcome>> {
-        let op = Operation::Prolongate;
-        let span = tracing::debug_span!("mysql_lock", op = "prolong_many", locks = reqs.len());
-        let read = self
-            .names
-            .read_many(&self.session, reqs.iter().map(|r| r.key.as_str()));
-        let asks: Vec<(String, String, lock_core::Ttl, Grace)> = reqs
-            .iter()
-            .map(|r| {
-                let grace = Grace::or_ttl(self.grace, r.ttl);
-                (r.key.as_str().to_owned(), r.token.digest(), r.ttl, grace)
-            })
-            .collect();
-        let mut plan = |read: &Read| {
-            let mut outcomes = Vec::with_capacity(asks.len());
-            // A key asked twice sees the first answer's write.
-            let mut written: Vec<(String, Stored)> = Vec::new();
-            for (key, token, ttl, grace) in &asks {
-                let before = written
-                    .iter()
-                    .rev()
-                    .find(|(k, _)| k == key)
-                    .map(|(_, r)| r)
-                    .or_else(|| read.of(key));
-                let d = rules::prolong(before, read.clock(), token, *ttl, *grace);
-                outcomes.push(d.outcome);
-                if let Some(record) = d.write {
-                    written.retain(|(k, _)| k != key);
-                    written.push((key.clone(), record));
-                }
-            }
-            let sql = if written.is_empty() {
-                vec![COMMIT.to_owned()]
-            } else {
-                let rows: Vec<(String, Columns)> = written
-                    .iter()
-                    .map(|(k, r)| (k.clone(), row(r, read)))
-                    .collect();
-                self.names.write(rows.iter().map(|(k, c)| (k.as_str(), c)))
-            };
-            Ok((outcomes, sql))
-        };
-        let outcomes = self
-            .transaction(op, &read, &mut plan)
-            .instrument(span)
-            .await?;
-        if outcomes.len() != reqs.len() {
-            return Err(protocol(op, "a batch answered another number of locks"));
-        }
-        Ok(outcomes)
     }
 
     /// One page of the table's keys ([`Names::list_keys`]), by the backend's deadline: a

@@ -7,6 +7,7 @@ mod exec;
 pub mod fence;
 mod migrate;
 mod read;
+mod routine;
 mod sql;
 mod storage;
 

@@ -5,24 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::rules::Wake;
-use lock_core::backend::storage::{self, Storage};
+use lock_core::backend::routine::Routed;
 use lock_core::backend::{
     Capabilities, Grace, KeyPage, KeysRequest, ObtainRequest, ProlongRequest, ReleaseRequest,
     ReleaseSubscription, Waiters,
 };
 use lock_core::{
     Key, LockBackend, LockState, ObtainOutcome, Operation, ProlongOutcome, ReleaseOutcome, Result,
-    Ttl,
 };
 use sqlx::PgPool;
 
 use crate::exec::Db;
 use crate::notify::{Channels, Listing, Notifier};
-use crate::reply::Word;
 use crate::sql::{Args, Names, Session, Statements};
 use crate::NAME;
-use lock_sql::SharedTokens;
 
 /// Locks in a Postgres database: a transaction-scoped advisory lock serializes each
 /// operation on a key, and a table holds the lock's state.
@@ -34,13 +30,12 @@ use lock_sql::SharedTokens;
 /// [`PostgresBackend::builder`] (or [`PostgresBackend::lazy`] with every default).
 #[derive(Clone)]
 pub struct PostgresBackend {
-    db: Arc<Db>,
+    /// The function, and the client's path it defers to (`shared.rs`).
+    routed: Routed<Db>,
     notifications: bool,
     notifier: Arc<Notifier>,
     listing: Arc<Listing>,
     application_name: Arc<str>,
-    /// Tokens that hold shared: their prolongs and releases skip the function.
-    shared: Arc<SharedTokens>,
 }
 
 /// Everything a backend is made of, as the builder hands it over.
@@ -103,17 +98,20 @@ impl PostgresBackend {
         });
         PostgresBackend {
             listing: Arc::new(Listing::new(Arc::clone(&db), settings.waiter_id)),
-            db,
+            routed: Routed::new(db),
             notifications: settings.notifications,
             notifier: Arc::new(Notifier::default()),
             application_name: settings.application_name.into(),
-            shared: Arc::default(),
         }
+    }
+
+    fn db(&self) -> &Db {
+        self.routed.routine()
     }
 
     /// The pool the backend runs on.
     pub fn pool(&self) -> &PgPool {
-        &self.db.pooled.pool
+        &self.db().pooled.pool
     }
 
     /// The `application_name` of the backend's connections when built from a URL (as
@@ -126,7 +124,7 @@ impl PostgresBackend {
 
     /// `schema.table` of the lock table.
     pub fn table(&self) -> String {
-        self.db.table()
+        self.db().table()
     }
 
     /// Creates the schema, table and function if missing, and checks that an
@@ -145,7 +143,7 @@ impl PostgresBackend {
     /// Cancel safe: the migration runs on a connection that is closed when it ends, so a
     /// migration cut off mid-way is rolled back by the server.
     pub async fn migrate(&self) -> Result<()> {
-        self.db.migrate().await
+        self.db().migrate().await
     }
 
     /// Deletes up to 100 rows past their grace period (or their day of memory), skipping
@@ -156,7 +154,7 @@ impl PostgresBackend {
     /// As for any operation.
     pub async fn sweep(&self) -> Result<u64> {
         let reply = self
-            .db
+            .db()
             .call(
                 Operation::Inspect,
                 "sweep",
@@ -176,11 +174,11 @@ impl fmt::Debug for PostgresBackend {
         // The pool's options hold the password: only names are shown.
         f.debug_struct("PostgresBackend")
             .field("table", &self.table())
-            .field("grace", &self.db.grace)
+            .field("grace", &self.db().grace)
             .field("notifications", &self.notifications)
-            .field("durable", &self.db.session.durable)
-            .field("timeout", &self.db.pooled.deadline.timeout)
-            .field("auto_migrate", &self.db.auto_migrate)
+            .field("durable", &self.db().session.durable)
+            .field("timeout", &self.db().pooled.deadline.timeout)
+            .field("auto_migrate", &self.db().auto_migrate)
             .finish_non_exhaustive()
     }
 }
@@ -202,164 +200,52 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
-        req.mode.check(NAME)?;
-        // Shared requests and mode changes (rare: an upgrade) are decided in the client,
-        // by the rules (`shared.rs`), not by the function, which knows exclusive holds only.
-        if req.mode.is_shared() || req.change.is_some() {
-            return self.shared.obtain(&*self.db, req).await;
-        }
-        let op = Operation::Obtain;
-        let holder = self.db.holder(req.holder, op)?;
-        let token = req.token.digest();
-        let grace = Grace::or_ttl(self.db.grace, req.ttl);
-        let args = Args {
-            token: Some(&token),
-            ttl_ms: req.ttl.as_millis(),
-            grace_ms: grace.as_millis(),
-            holder: Some(&holder),
-            delay_ms: 0,
-        };
-        // One deadline for the call and, after a `defer`, the client's path.
-        let deadline = self.db.pooled.deadline_from_now();
-        let r = self
-            .db
-            .call_by(op, "obtain", req.key, args, deadline)
-            .await?;
-        match r.outcome {
-            Word::Defer => {
-                self.db
-                    .pooled
-                    .within(op, deadline, storage::obtain(&*self.db, req))
-                    .await?
-            }
-            _ => r.obtain_outcome(req.ttl),
-        }
+        self.routed.obtain(req).await
     }
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
-        if let Some(outcome) = self.shared.prolongate(&*self.db, req).await {
-            return outcome;
-        }
-        let token = req.token.digest();
-        let args = Args {
-            token: Some(&token),
-            ttl_ms: req.ttl.as_millis(),
-            grace_ms: self.db.grace_ms(req.ttl),
-            ..Args::default()
-        };
-        let op = Operation::Prolongate;
-        let deadline = self.db.pooled.deadline_from_now();
-        let r = self
-            .db
-            .call_by(op, "prolong", req.key, args, deadline)
-            .await?;
-        if r.outcome == Word::Defer {
-            let rest = storage::prolongate(&*self.db, req);
-            return self.db.pooled.within(op, deadline, rest).await?;
-        }
-        r.prolong_outcome()
+        self.routed.prolongate(req).await
     }
 
     /// One statement per [`PostgresBackend::BATCH`] locks, one after the other, each in
     /// its own transaction within the backend's deadline; a failed statement answers its
-    /// locks with its error and the next one still goes. (The watchdog sends no more than
-    /// one statement's worth at a time: `Capabilities::prolong_batch`.)
+    /// locks with its error and the next one still goes. The locks whose rows the function
+    /// deferred (shared holds, a writer's marker) are then prolonged each on its own, in
+    /// the client's decision, all at once. (The watchdog sends no more than one
+    /// statement's worth at a time: `Capabilities::prolong_batch`.)
     async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
-        let mut answers = Vec::with_capacity(reqs.len());
-        for chunk in reqs.chunks(Self::BATCH) {
-            match self.db.prolong_batch(chunk).await {
-                Ok(each) => answers.extend(each),
-                Err(e) => answers.extend(std::iter::repeat_n(Err(e), chunk.len())),
-            }
-        }
-        answers
+        self.routed.prolongate_many(reqs).await
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-        if let Some(outcome) = self.shared.release(&*self.db, req).await {
-            return outcome;
-        }
-        let token = req.token.digest();
-        let args = Args {
-            token: Some(&token),
-            delay_ms: req.delay_after.map_or(0, Ttl::as_millis),
-            ..Args::default()
-        };
-        let op = Operation::Release;
-        let deadline = self.db.pooled.deadline_from_now();
-        let r = self
-            .db
-            .call_by(op, "release", req.key, args, deadline)
-            .await?;
-        if matches!(r.outcome, Word::Released | Word::ReleasedLate) {
-            // An exclusive hold ended (the function decides no other): one waiter can get in.
-            self.db.wake_local(req.key, Wake::One);
-        }
-        match r.outcome {
-            Word::Defer => {
-                self.db
-                    .pooled
-                    .within(op, deadline, storage::release(&*self.db, req))
-                    .await?
-            }
-            _ => r.release_outcome(),
-        }
+        self.routed.release(req).await
     }
 
     async fn inspect(&self, key: &Key) -> Result<LockState> {
-        let op = Operation::Inspect;
-        let deadline = self.db.pooled.deadline_from_now();
-        let r = self
-            .db
-            .call_by(op, "inspect", key, Args::default(), deadline)
-            .await?;
-        match r.outcome {
-            Word::Defer => {
-                self.db
-                    .pooled
-                    .within(op, deadline, storage::inspect(&*self.db, key))
-                    .await?
-            }
-            _ => r.state(),
-        }
+        self.routed.inspect(key).await
     }
 
     async fn force_release(&self, key: &Key) -> Result<LockState> {
-        let op = Operation::ForceRelease;
-        let deadline = self.db.pooled.deadline_from_now();
-        let r = self
-            .db
-            .call_by(op, "force", key, Args::default(), deadline)
-            .await?;
-        match r.outcome {
-            Word::Defer => {
-                let rest = storage::force_release(&*self.db, key);
-                self.db.pooled.within(op, deadline, rest).await?
-            }
-            _ => {
-                self.db.wake_local(key, Wake::All);
-                r.state()
-            }
-        }
+        self.routed.force_release(key).await
     }
 
     /// Without notifications (`notify=false`, as through PgBouncer), a subscription to this
     /// backend's own releases: waiters of another process find a release at their next
     /// poll.
     async fn subscribe(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
-        if let Some(local) = &self.db.local {
+        if let Some(local) = &self.db().local {
             return Ok(Some(local.subscribe(key.as_str())));
         }
         let subscription = self
             .notifier
             .subscribe(
-                &self.db.pooled.pool,
+                &self.db().pooled.pool,
                 Channels {
-                    one: &self.db.names.channel,
-                    all: &self.db.names.channel_all,
+                    one: &self.db().names.channel,
+                    all: &self.db().names.channel_all,
                 },
                 key.as_str(),
-                self.db.pooled.deadline.timeout,
+                self.db().pooled.deadline.timeout,
             )
             .await?;
         // Releases notify only a key that some process waits for: list this one.
@@ -368,6 +254,6 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
-        self.db.list_keys(req).await
+        self.db().list_keys(req).await
     }
 }

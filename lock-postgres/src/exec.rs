@@ -5,8 +5,8 @@ use std::fmt;
 
 use futures_core::future::BoxFuture;
 use lock_core::backend::rules::Wake;
-use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, ProlongRequest, Waiters};
-use lock_core::{Key, Operation, ProlongOutcome, Result, Ttl};
+use lock_core::backend::{Cursor, Grace, KeyPage, KeysRequest, Waiters};
+use lock_core::{Key, Operation, Result};
 use lock_sql::{Pooled, SchemaOnce};
 use sqlx::postgres::PgRow;
 use tokio::time::Instant;
@@ -56,10 +56,6 @@ impl Db {
         }
     }
 
-    pub(crate) fn grace_ms(&self, ttl: Ttl) -> u64 {
-        Grace::or_ttl(self.grace, ttl).as_millis()
-    }
-
     /// Runs one operation within the backend's deadline, in the backend's form of
     /// statement; in the simple form again if the prepared one answered that the session's
     /// settings need pinning first (see `sql.rs`).
@@ -103,74 +99,15 @@ impl Db {
         }
     }
 
-    /// Prolongs one batch of at most [`PostgresBackend::BATCH`] locks in one statement
-    /// within the backend's deadline: the answers in the order of `reqs`. The locks whose
-    /// rows the function deferred (shared holds, a writer's marker) are then prolonged each
-    /// on its own, in the client's decision (`shared.rs`), all at once.
-    pub(crate) async fn prolong_batch(
-        &self,
-        reqs: &[ProlongRequest<'_>],
-    ) -> Result<Vec<Result<ProlongOutcome>>> {
-        let op = Operation::Prolongate;
-        // Sorted by advisory lock id: see `sql::Prolongs`.
-        let mut order: Vec<(i64, usize)> = reqs
-            .iter()
-            .enumerate()
-            .map(|(i, req)| (self.names.lock_id(req.key.as_str()), i))
-            .collect();
-        order.sort_unstable();
-        let mut batch = Prolongs::default();
-        let ms = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        for &(lock, i) in &order {
-            let req = &reqs[i];
-            batch.keys.push(req.key.as_str().to_owned());
-            batch.locks.push(lock);
-            batch.tokens.push(req.token.digest());
-            batch.ttls.push(ms(req.ttl.as_millis()));
-            batch.graces.push(ms(self.grace_ms(req.ttl)));
-        }
-        let deadline = self.pooled.deadline_from_now();
-        let span = tracing::debug_span!("postgres_lock", op = "prolong_many", locks = reqs.len());
-        let replies = self
-            .send(op, &Sql::Prolongs(&batch), deadline)
-            .instrument(span)
-            .await?;
-        if replies.len() != reqs.len() {
-            return Err(protocol(
-                op,
-                format!("{} rows for {} prolongs", replies.len(), reqs.len()),
-            ));
-        }
-        let mut answers: Vec<Result<ProlongOutcome>> = Vec::with_capacity(reqs.len());
-        answers.resize_with(reqs.len(), || Ok(ProlongOutcome::Lost));
-        let mut deferred = Vec::new();
-        for (&(_, i), reply) in order.iter().zip(&replies) {
-            if reply.outcome == Word::Defer {
-                deferred.push(i);
-            } else {
-                answers[i] = Ok(reply.prolong_outcome()?);
-            }
-        }
-        // All at once, each in its own transaction on its own connection (the pool bounds
-        // how many run together), in the order of the batch: one after the other, a
-        // thousand semaphore permits would take longer than a late hold's grace.
-        deferred.sort_unstable();
-        let decided = deferred
-            .iter()
-            .map(|&i| lock_core::backend::storage::prolongate(self, reqs[i]));
-        for (i, answer) in deferred
-            .iter()
-            .zip(futures_util::future::join_all(decided).await)
-        {
-            answers[*i] = answer;
-        }
-        Ok(answers)
-    }
-
     /// Sends `sql` by `deadline` in the backend's form of statement; in the simple form
     /// again if the prepared one answered that the session's settings need pinning first
     /// (see `sql.rs`).
-    async fn send(&self, op: Operation, sql: &Sql<'_>, deadline: Instant) -> Result<Vec<Reply>> {
+    pub(crate) async fn send(
+        &self,
+        op: Operation,
+        sql: &Sql<'_>,
+        deadline: Instant,
+    ) -> Result<Vec<Reply>> {
         let replies = self.attempt(op, sql, deadline, self.statements).await?;
         // Any row: a batch's rows each judge the session with what is left of the deadline.
         let settings = replies.iter().any(|r| r.outcome == Word::Settings);
@@ -339,7 +276,7 @@ impl Db {
 }
 
 /// What one statement carries.
-enum Sql<'a> {
+pub(crate) enum Sql<'a> {
     /// One operation on one key.
     One(&'a Call<'a>),
     /// Prolongs of many keys, sorted by advisory lock id.
@@ -347,7 +284,7 @@ enum Sql<'a> {
 }
 
 /// One operation as the backend sends it.
-struct Call<'a> {
+pub(crate) struct Call<'a> {
     /// The function's name for it: `obtain`, `prolong`, …
     word: &'a str,
     key: &'a str,

@@ -8,6 +8,7 @@ pub mod fence;
 mod migrate;
 mod notify;
 mod reply;
+mod routine;
 mod shared;
 mod sql;
 

@@ -46,7 +46,7 @@ type Stored = Record<String, String>;
 /// The client's path as a storage of lock-core's adapter: the adapter runs
 /// [`lock_core::backend::rules::step`] on what [`Storage::transact`] read.
 impl Storage for Db {
-    lock_sql::storage_encoding!(crate::NAME);
+    lock_sql::storage_encoding!(crate::NAME, batch = 1);
 
     /// The two messages of the module's docs by the backend's deadline; if the table
     /// vanished (dropped under a running backend), made again once and the transaction

@@ -31,15 +31,23 @@ pub async fn within<T>(
     deadline: Instant,
     fut: impl Future<Output = T>,
 ) -> Result<T> {
-    tokio::time::timeout_at(deadline, fut).await.map_err(|_| {
+    tokio::time::timeout_at(deadline, fut)
+        .await
+        .map_err(|_| named.error(op))
+}
+
+impl Deadline {
+    /// The error of a call of `op` that reached this deadline: a retry-safe
+    /// [`ErrorKind::Unavailable`] that names the deadline and its setting.
+    pub fn error(&self, op: Operation) -> Error {
         Error::new(
             ErrorKind::Unavailable,
-            named.backend,
+            self.backend,
             op,
             format!(
                 "no answer within the deadline of {:?} ({}); it is safe to retry",
-                named.timeout, named.setting
+                self.timeout, self.setting
             ),
         )
-    })
+    }
 }

@@ -38,11 +38,12 @@ pub fn holder_from_json(backend: &'static str, json: &str, op: Operation) -> Res
 /// The items of `lock_core::backend::storage::Storage` every SQL backend writes alike, for
 /// a type with a field `grace: Option<Grace>`, named `$name` (the backend's name): the
 /// token's digest and the holder's JSON (see [the module](crate::encoding)), the
-/// capabilities of a shared database (across processes and hosts, shared holds; batched
-/// prolongs are the backend's own), and the grace.
+/// capabilities of a shared database (across processes and hosts, shared holds, and
+/// `$batch` prolongs per transaction: above 1 the storage implements `transact_many`),
+/// and the grace.
 #[macro_export]
 macro_rules! storage_encoding {
-    ($name:expr) => {
+    ($name:expr, batch = $batch:expr) => {
         /// The SHA-256 of the token, in hex.
         type Token = ::std::string::String;
         /// The holder info as JSON.
@@ -54,6 +55,7 @@ macro_rules! storage_encoding {
                 .cross_process(true)
                 .cross_host(true)
                 .shared(true)
+                .prolong_batch($batch)
         }
 
         fn token<'t>(

@@ -17,8 +17,8 @@
 //! - [`encoding`] and [`storage_encoding!`]: the token's digest and the holder's JSON, and
 //!   the items of lock-core's `Storage` every SQL backend writes alike;
 //! - [`reply`]: what a server-side routine (Postgres's function, MariaDB's procedure)
-//!   answers, turned into the contract's outcomes; [`SharedTokens`], which tokens hold
-//!   shared and so skip the routine.
+//!   answers, turned into the contract's outcomes and the routine kit's verdict
+//!   (`lock_core::backend::routine`, which routes each call).
 //!
 //! ```
 //! use std::time::Duration;
@@ -39,7 +39,6 @@ mod conn;
 mod deadline;
 pub mod encoding;
 pub mod errors;
-mod hint;
 mod pooled;
 pub mod reply;
 mod schema;
@@ -49,7 +48,6 @@ pub mod sql_file;
 pub use conn::{connection, discard_idle, Open};
 pub use deadline::{within, Deadline};
 pub use encoding::{holder_from_json, holder_json};
-pub use hint::SharedTokens;
 
 #[doc(hidden)]
 pub use lock_core as __lock_core;

@@ -10,6 +10,9 @@ use lock_core::{
     ReleaseOutcome, Result, Ttl,
 };
 
+use lock_core::backend::routine::Verdict;
+use lock_core::backend::rules::{self, Ask};
+
 use crate::errors::protocol;
 
 /// A routine's outcome word, decoded once: a word the routine never writes is a protocol
@@ -126,6 +129,25 @@ impl Reply {
     /// The error for an outcome (or a missing value) the operation cannot have.
     pub fn unexpected(&self) -> Error {
         protocol(self.backend, self.op, format!("outcome {:?}", self.outcome))
+    }
+
+    /// The routine's answer to `ask` as lock-core's routine kit takes it: the outcome of
+    /// the operation asked, or [`Verdict::Defer`] for `defer`.
+    ///
+    /// # Errors
+    /// A word that answers another operation, or a value the outcome needs missing
+    /// ([`ErrorKind::Protocol`](lock_core::ErrorKind::Protocol)); a holder that cannot be
+    /// read ([`ErrorKind::Corrupt`](lock_core::ErrorKind::Corrupt)).
+    pub fn verdict<T, H>(&self, ask: &Ask<'_, T, H>) -> Result<Verdict<rules::Reply>> {
+        if self.outcome == Word::Defer {
+            return Ok(Verdict::Defer);
+        }
+        Ok(Verdict::Decided(match ask {
+            Ask::Obtain(o) => rules::Reply::Obtain(self.obtain_outcome(o.ttl)?),
+            Ask::Prolong { .. } => rules::Reply::Prolong(self.prolong_outcome()?),
+            Ask::Release { .. } => rules::Reply::Release(self.release_outcome()?),
+            Ask::Inspect | Ask::Force => rules::Reply::State(self.state()?),
+        }))
     }
 
     /// An obtain's outcome, for a request of `ttl`. Not for [`Word::Defer`].

@@ -20,10 +20,11 @@
 //! - **wake-ups**: [`Change::wake`] says whom a write frees room for.
 //!
 //! Every type that implements [`Storage`] is a [`LockBackend`]: hold it as
-//! `Arc<dyn LockBackend>`. The memory backend and the file backend are storages; Redis's
-//! WATCH variant, MariaDB and Postgres's client path run [`obtain`], [`prolongate`],
-//! [`release`], [`inspect`] and [`force_release`] with a storage of their own, beside what
-//! they do differently (a batch of prolongs in one transaction, a second variant).
+//! `Arc<dyn LockBackend>`. The memory, file and etcd backends are storages; Redis's WATCH
+//! variant runs [`obtain`], [`prolongate`], [`release`], [`inspect`] and
+//! [`force_release`] with a storage of its own (a second variant under one type); Postgres
+//! and MariaDB are storages under a server routine ([`routine`](super::routine)), which
+//! runs these functions when the routine defers.
 //!
 //! # A complete backend
 //! A map behind a mutex, with release notifications: the whole contract (mutexes,
@@ -120,7 +121,9 @@ use super::{
     async_trait, Capabilities, KeyPage, KeysRequest, LockBackend, ObtainRequest, ProlongRequest,
     ReleaseRequest, ReleaseSubscription, Token,
 };
+mod many;
 mod run;
+pub use many::{prolongate_many, DecideMany};
 #[cfg(test)]
 use run::conflict_pause;
 use run::run;
@@ -185,8 +188,10 @@ pub trait Storage: fmt::Debug + Send + Sync {
     const NAME: &'static str;
 
     /// What the backend can do beyond the contract, as [`LockBackend::capabilities`].
-    /// [`Capabilities::prolong_batch`] above 1 is not used: the adapter prolongs one lock
-    /// per transaction.
+    /// [`Capabilities::prolong_batch`] above 1 says that [`Storage::transact_many`] stores
+    /// that many prolongs in one transaction, and the adapter's
+    /// [`prolongate_many`](fn@prolongate_many) sends them so; at 1 (the default) it
+    /// prolongs each lock in a transaction of its own, several at once.
     fn storage_capabilities(&self) -> Capabilities;
 
     /// The owner token as stored.
@@ -247,6 +252,39 @@ pub trait Storage: fmt::Debug + Send + Sync {
         op: Operation,
         decide: &mut Decide<'_, Self::Token, Self::Holder>,
     ) -> impl Future<Output = Result<Commit>> + Send;
+
+    /// [`Storage::transact`] for many keys in one transaction: reads the record of each of
+    /// `keys` and the clock, runs `decide(i, snapshot)` for each index `i` of `keys` in
+    /// order, stores every record it returns and wakes whom they say, all as one atomic
+    /// step; or stores nothing and answers [`Commit::Conflict`] when a record changed since
+    /// the read. A key that appears twice is decided twice, the second time on the record
+    /// the first decision returned. An error of `decide` is the adapter's to keep: the
+    /// storage goes on with the next index.
+    ///
+    /// The adapter calls it only for a storage whose [`Capabilities::prolong_batch`] is
+    /// above 1, with at most that many keys, and only for prolongs; by default it answers
+    /// [`ErrorKind::Unsupported`], as a storage that keeps the default of 1 never sees.
+    ///
+    /// # Errors
+    /// As [`Storage::transact`], for the whole batch.
+    ///
+    /// # Cancel safety
+    /// As [`Storage::transact`]: the whole batch is stored, or none of it.
+    fn transact_many(
+        &self,
+        keys: &[&Key],
+        op: Operation,
+        decide: &mut DecideMany<'_, Self::Token, Self::Holder>,
+    ) -> impl Future<Output = Result<Commit>> + Send {
+        let _ = (keys, decide);
+        std::future::ready(Err(Error::new(
+            ErrorKind::Unsupported,
+            Self::NAME,
+            op,
+            "this storage declares batched prolongs (Capabilities::prolong_batch above 1) but \
+             does not implement Storage::transact_many",
+        )))
+    }
 
     /// Subscribes to releases of `key`, as [`LockBackend::subscribe`]; `Ok(None)`, the
     /// default, leaves waiters to poll.
@@ -419,7 +457,7 @@ impl<S: Storage + 'static> LockBackend for S {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.storage_capabilities().prolong_batch(1)
+        self.storage_capabilities()
     }
 
     async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
@@ -428,6 +466,10 @@ impl<S: Storage + 'static> LockBackend for S {
 
     async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         prolongate(self, req).await
+    }
+
+    async fn prolongate_many(&self, reqs: &[ProlongRequest<'_>]) -> Vec<Result<ProlongOutcome>> {
+        prolongate_many(self, reqs).await
     }
 
     async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
@@ -452,127 +494,4 @@ impl<S: Storage + 'static> LockBackend for S {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A storage whose every write loses to a concurrent writer: it runs the step, then
-    /// answers a conflict and stores nothing. Each transaction takes `slow` (a round trip),
-    /// and the calls have `timeout` as their one deadline, if set.
-    #[derive(Debug, Default)]
-    struct AlwaysConflicts {
-        transactions: AtomicU32,
-        slow: Duration,
-        timeout: Option<Duration>,
-    }
-
-    impl Storage for AlwaysConflicts {
-        type Token = Token;
-        type Holder = HolderInfo;
-        const NAME: &'static str = "always-conflicts";
-
-        fn storage_capabilities(&self) -> Capabilities {
-            Capabilities::none()
-        }
-        fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
-            Cow::Borrowed(token)
-        }
-        fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-            Ok(Cow::Borrowed(holder))
-        }
-        fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-            Ok(stored.clone())
-        }
-        fn conflicts_within(&self) -> Duration {
-            Duration::from_millis(50)
-        }
-        fn call_timeout(&self) -> Option<Duration> {
-            self.timeout
-        }
-
-        async fn transact(
-            &self,
-            _: &Key,
-            _: Operation,
-            decide: &mut Decide<'_, Token, HolderInfo>,
-        ) -> Result<Commit> {
-            self.transactions.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(self.slow).await;
-            decide(Snapshot {
-                record: None,
-                clock: Clock::millis(1_000),
-                fencing_floor: 1,
-            })?;
-            Ok(Commit::Conflict)
-        }
-    }
-
-    /// A call that loses every transaction gives up once `conflicts_within` has passed,
-    /// with a retry-safe error that says nothing was written, rather than an outcome the
-    /// storage never stored or a loop without end.
-    #[tokio::test]
-    async fn a_call_that_always_conflicts_gives_up_retry_safe() {
-        let storage = AlwaysConflicts::default();
-        let (key, token) = (Key::new("k").unwrap(), Token::generate().unwrap());
-        let holder = HolderInfo::current();
-        let ttl = Ttl::from_millis(30_000).unwrap();
-        let started = std::time::Instant::now();
-        let call = obtain(&storage, ObtainRequest::new(&key, &token, ttl, &holder));
-        let err = tokio::time::timeout(Duration::from_secs(10), call)
-            .await
-            .expect("the call gave up in time")
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-        assert!(err.is_retry_safe(), "{err}");
-        assert!(err.to_string().contains("nothing was written"), "{err}");
-        assert!(started.elapsed() >= Duration::from_millis(50));
-        assert!(
-            storage.transactions.load(Ordering::Relaxed) > 1,
-            "the step ran again after a conflict"
-        );
-    }
-
-    /// One deadline per call: transactions of 7 ms that keep losing, with a timeout of
-    /// 30 ms, end by the timeout (not by `conflicts_within`, 50 ms, counted from the first
-    /// conflict, nor a fresh deadline per transaction), and a transaction that is still
-    /// running at the deadline is cut there.
-    #[tokio::test(start_paused = true)]
-    async fn a_call_under_contention_ends_by_its_one_deadline() {
-        for (slow, timeout) in [(7, 30), (100, 30), (29, 30)] {
-            let storage = AlwaysConflicts {
-                slow: Duration::from_millis(slow),
-                timeout: Some(Duration::from_millis(timeout)),
-                ..AlwaysConflicts::default()
-            };
-            let (key, token) = (Key::new("k").unwrap(), Token::generate().unwrap());
-            let holder = HolderInfo::current();
-            let ttl = Ttl::from_millis(30_000).unwrap();
-            let started = tokio::time::Instant::now();
-            let err = obtain(&storage, ObtainRequest::new(&key, &token, ttl, &holder))
-                .await
-                .unwrap_err();
-            let took = started.elapsed();
-            assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-            assert!(err.to_string().contains("deadline of 30ms"), "{err}");
-            assert!(
-                took <= Duration::from_millis(timeout),
-                "transactions of {slow} ms: the call took {took:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn conflict_pauses_grow_with_jitter_and_stay_under_the_cap() {
-        let cap = Duration::from_millis(20);
-        for conflicts in 0..100 {
-            let ceiling = Duration::from_micros(100 << conflicts.min(16)).min(cap);
-            for _ in 0..50 {
-                assert!(conflict_pause(conflicts) <= ceiling);
-            }
-        }
-        // Jittered: not every pause after many conflicts is the same.
-        let pauses: std::collections::HashSet<Duration> =
-            (0..50).map(|_| conflict_pause(30)).collect();
-        assert!(pauses.len() > 1);
-    }
-}
+mod tests;

@@ -1,10 +1,12 @@
 //! The adapter's loop for one call: the step run on each read, again after each lost
-//! transaction, all within the call's one deadline ([`Storage::call_timeout`]).
+//! transaction, all within the call's one deadline ([`Storage::call_timeout`]). A batch
+//! ([`run_many`]) runs the same loop around one transaction of many keys.
 
+use std::future::Future;
 use std::time::Duration;
 
 use super::{Change, Commit, Snapshot, Storage};
-use crate::backend::rules::{step, Answer, Ask};
+use crate::backend::rules::{step, Answer, Ask, Decision};
 use crate::{Error, ErrorKind, Key, Operation, Result};
 
 /// The pause before the transaction that follows `conflicts` lost ones: full jitter under
@@ -12,6 +14,17 @@ use crate::{Error, ErrorKind, Key, Operation, Result};
 pub(super) fn conflict_pause(conflicts: u32) -> Duration {
     let ceiling = (100u64 << conflicts.min(16)).min(20_000);
     Duration::from_micros(fastrand::u64(0..=ceiling))
+}
+
+/// The step with the snapshot's fencing floor, on the snapshot's record and clock.
+fn decide_on<'r, T: Clone + PartialEq, H: Clone>(
+    mut ask: Ask<'_, T, H>,
+    snap: Snapshot<'r, T, H>,
+) -> Decision<Answer<'r, H>, T, H> {
+    if let Ask::Obtain(obtain) = &mut ask {
+        obtain.fencing_floor = snap.fencing_floor;
+    }
+    step(snap.record, snap.clock, ask)
 }
 
 /// Runs `ask` on `key` through `storage`: the step on every read, again after each
@@ -24,52 +37,136 @@ pub(super) async fn run<S: Storage, O: Send>(
     answer: impl for<'r> Fn(Answer<'r, S::Holder>) -> Result<O> + Send + Sync,
 ) -> Result<O> {
     let op = ask.operation();
-    let timeout = storage.call_timeout();
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    // Read on the first conflict only: an uncontended call reads no clock of its own.
-    let mut started = None;
-    let mut conflicts = 0u32;
+    let mut tries = Tries::new(storage);
     loop {
         let mut outcome = None;
         let mut decide = |snap: Snapshot<'_, S::Token, S::Holder>| {
-            let mut ask = ask;
-            if let Ask::Obtain(obtain) = &mut ask {
-                obtain.fencing_floor = snap.fencing_floor;
-            }
-            let d = step(snap.record, snap.clock, ask);
+            let d = decide_on(ask, snap);
             outcome = Some(answer(d.outcome)?);
             Ok(Change {
                 write: d.write,
                 wake: d.wake,
             })
         };
-        let transact = storage.transact(key, op, &mut decide);
-        let commit = match deadline {
-            None => transact.await?,
-            Some(deadline) => match tokio::time::timeout_at(deadline, transact).await {
-                Ok(commit) => commit?,
-                Err(_) => return Err(past_deadline::<S>(op, timeout, conflicts)),
-            },
-        };
-        match commit {
-            Commit::Done => {
-                return outcome.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Protocol,
-                        S::NAME,
-                        op,
-                        "the storage committed without running the step (a bug in its transact)",
-                    )
-                })
-            }
-            Commit::Conflict => {}
+        match tries
+            .transact(op, storage.transact(key, op, &mut decide))
+            .await?
+        {
+            Commit::Done => return outcome.ok_or_else(|| not_run::<S>(op)),
+            Commit::Conflict => tries.after_conflict(op, key.as_str()).await?,
         }
-        conflicts += 1;
-        let within = storage.conflicts_within();
-        let started = *started.get_or_insert_with(tokio::time::Instant::now);
+    }
+}
+
+/// [`run`] for many requests on many keys in one transaction
+/// ([`Storage::transact_many`]): the step on each key's read, in the order of `asks`, and
+/// the whole batch again after a conflict. The answers in the order of `asks`.
+pub(super) async fn run_many<S: Storage, O: Send>(
+    storage: &S,
+    keys: &[&Key],
+    asks: &[Ask<'_, S::Token, S::Holder>],
+    answer: impl for<'r> Fn(Answer<'r, S::Holder>) -> Result<O> + Send + Sync,
+) -> Result<Vec<Result<O>>> {
+    let op = Operation::Prolongate;
+    let mut tries = Tries::new(storage);
+    loop {
+        let mut outcomes: Vec<Option<Result<O>>> = Vec::new();
+        outcomes.resize_with(asks.len(), || None);
+        let mut decide = |i: usize, snap: Snapshot<'_, S::Token, S::Holder>| {
+            let Some(ask) = asks.get(i) else {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    S::NAME,
+                    op,
+                    format!(
+                        "the storage decided request {i} of a batch of {}",
+                        asks.len()
+                    ),
+                ));
+            };
+            let d = decide_on(*ask, snap);
+            // A request the step refuses (a holder that cannot be read) fails alone: the
+            // batch's other decisions are still stored.
+            outcomes[i] = Some(answer(d.outcome));
+            Ok(Change {
+                write: d.write,
+                wake: d.wake,
+            })
+        };
+        let commit = storage.transact_many(keys, op, &mut decide);
+        match tries.transact(op, commit).await? {
+            Commit::Done => {
+                return outcomes
+                    .into_iter()
+                    .map(|o| o.ok_or_else(|| not_run::<S>(op)))
+                    .collect::<Result<Vec<_>>>()
+            }
+            Commit::Conflict => tries.after_conflict(op, "a batch").await?,
+        }
+    }
+}
+
+/// The storage committed without running the step on every request: a bug in it.
+fn not_run<S: Storage>(op: Operation) -> Error {
+    Error::new(
+        ErrorKind::Protocol,
+        S::NAME,
+        op,
+        "the storage committed without running the step (a bug in its transact)",
+    )
+}
+
+/// A call's transactions so far: its deadline, and the conflicts it lost.
+struct Tries<'s, S> {
+    storage: &'s S,
+    timeout: Option<Duration>,
+    deadline: Option<tokio::time::Instant>,
+    /// Read on the first conflict only: an uncontended call reads no clock of its own.
+    started: Option<tokio::time::Instant>,
+    conflicts: u32,
+}
+
+impl<'s, S: Storage> Tries<'s, S> {
+    fn new(storage: &'s S) -> Self {
+        let timeout = storage.call_timeout();
+        Tries {
+            storage,
+            timeout,
+            deadline: timeout.map(|t| tokio::time::Instant::now() + t),
+            started: None,
+            conflicts: 0,
+        }
+    }
+
+    /// One transaction, cut at the call's deadline.
+    async fn transact(
+        &self,
+        op: Operation,
+        transact: impl Future<Output = Result<Commit>>,
+    ) -> Result<Commit> {
+        match self.deadline {
+            None => transact.await,
+            Some(deadline) => match tokio::time::timeout_at(deadline, transact).await {
+                Ok(commit) => commit,
+                Err(_) => Err(self.past_deadline(op)),
+            },
+        }
+    }
+
+    /// After a lost transaction: the jittered pause before the next, or the error that
+    /// ends the call (its deadline would pass in the pause, or the conflicts lasted
+    /// [`Storage::conflicts_within`]).
+    async fn after_conflict(&mut self, op: Operation, what: &str) -> Result<()> {
+        self.conflicts += 1;
+        let conflicts = self.conflicts;
+        let within = self.storage.conflicts_within();
+        let started = *self.started.get_or_insert_with(tokio::time::Instant::now);
         let pause = conflict_pause(conflicts);
-        if deadline.is_some_and(|d| tokio::time::Instant::now() + pause >= d) {
-            return Err(past_deadline::<S>(op, timeout, conflicts));
+        if self
+            .deadline
+            .is_some_and(|d| tokio::time::Instant::now() + pause >= d)
+        {
+            return Err(self.past_deadline(op));
         }
         if started.elapsed() >= within {
             return Err(Error::new(
@@ -83,21 +180,25 @@ pub(super) async fn run<S: Storage, O: Send>(
                 ),
             ));
         }
-        tracing::debug!(conflicts, key = %key, "transaction lost to a concurrent writer");
+        tracing::debug!(conflicts, key = %what, "transaction lost to a concurrent writer");
         tokio::time::sleep(pause).await;
+        Ok(())
     }
-}
 
-/// A call that reached its deadline ([`Storage::call_timeout`]) after `conflicts` lost
-/// transactions, or in the middle of one.
-fn past_deadline<S: Storage>(op: Operation, timeout: Option<Duration>, conflicts: u32) -> Error {
-    Error::new(
-        ErrorKind::Unavailable,
-        S::NAME,
-        op,
-        format!(
-            "no answer within the call's deadline of {:?} ({conflicts} transactions lost to              concurrent writers of the key before it); the last may or may not have been              stored: safe to retry",
-            timeout.unwrap_or_default()
-        ),
-    )
+    /// The call reached its deadline ([`Storage::call_timeout`]) after its conflicts, or
+    /// in the middle of a transaction.
+    fn past_deadline(&self, op: Operation) -> Error {
+        Error::new(
+            ErrorKind::Unavailable,
+            S::NAME,
+            op,
+            format!(
+                "no answer within the call's deadline of {:?} ({} transactions lost to \
+                 concurrent writers of the key before it); the last may or may not have been \
+                 stored: safe to retry",
+                self.timeout.unwrap_or_default(),
+                self.conflicts
+            ),
+        )
+    }
 }

@@ -1,40 +1,40 @@
 //! Which tokens a backend last obtained shared holds for: their prolongs and releases go
-//! to the client's path (lock-core's `Storage` adapter) at once, instead of asking the
-//! server's routine first and hearing `defer` (see [`crate::reply::Word::Defer`]). A read
-//! or semaphore cycle then saves a round trip per call.
+//! to the client's path (the [storage adapter](crate::backend::storage)) at once, instead
+//! of asking the server's routine first and hearing [`Verdict::Defer`](super::Verdict::Defer).
+//! A read or semaphore cycle then saves a round trip per call.
 //!
 //! Only a hint, never a decision: a token missing here (obtained by another process, or
 //! forgotten because the set was full) takes the long way, through the routine; a token
 //! here whose hold has become exclusive since (an upgrade whose answer was lost) goes to
-//! the client's path, which decides any row by lock-core's rules. A stale entry costs a
-//! round trip, never a wrong answer.
+//! the client's path, which decides any record by the rules. A stale entry costs a round
+//! trip, never a wrong answer.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use lock_core::backend::storage::{self, Storage};
-use lock_core::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
-use lock_core::{Key, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result};
+use crate::backend::storage::{self, Storage};
+use crate::backend::{ObtainRequest, ProlongRequest, ReleaseRequest, Token};
+use crate::{Key, ObtainOutcome, ProlongOutcome, ReleaseOutcome, Result};
 
 /// The (key, token) pairs with a shared hold obtained through this backend, at most
 /// [`SharedTokens::CAPACITY`] of them.
 #[derive(Debug, Default)]
-pub struct SharedTokens {
+pub(super) struct SharedTokens {
     pairs: Mutex<HashSet<(Key, Token)>>,
 }
 
 impl SharedTokens {
     /// The most pairs kept: past it the set starts over, so that pairs of holds that
     /// expired without a release cannot fill it for good.
-    pub const CAPACITY: usize = 65_536;
+    pub(super) const CAPACITY: usize = 65_536;
 
     /// Whether `token` last obtained a shared hold of `key` here.
-    pub fn is_shared(&self, key: &Key, token: &Token) -> bool {
+    pub(super) fn is_shared(&self, key: &Key, token: &Token) -> bool {
         self.pairs().contains(&(key.clone(), *token))
     }
 
     /// `token` holds `key` shared now (or, with `shared` false, exclusively).
-    pub fn record(&self, key: &Key, token: &Token, shared: bool) {
+    pub(super) fn record(&self, key: &Key, token: &Token, shared: bool) {
         let mut pairs = self.pairs();
         if !shared {
             pairs.remove(&(key.clone(), *token));
@@ -49,7 +49,7 @@ impl SharedTokens {
     }
 
     /// `token` holds nothing of `key` any more.
-    pub fn forget(&self, key: &Key, token: &Token) {
+    pub(super) fn forget(&self, key: &Key, token: &Token) {
         self.pairs().remove(&(key.clone(), *token));
     }
 
@@ -58,7 +58,7 @@ impl SharedTokens {
     ///
     /// # Errors
     /// As [`storage::obtain`].
-    pub async fn obtain<S: Storage>(
+    pub(super) async fn obtain<S: Storage>(
         &self,
         storage: &S,
         req: ObtainRequest<'_>,
@@ -75,7 +75,7 @@ impl SharedTokens {
 
     /// A prolong of a hold this backend obtained shared, on the client's path (the pair
     /// forgotten when the hold is lost); `None` for any other, which goes to the routine.
-    pub async fn prolongate<S: Storage>(
+    pub(super) async fn prolongate<S: Storage>(
         &self,
         storage: &S,
         req: ProlongRequest<'_>,
@@ -93,7 +93,7 @@ impl SharedTokens {
     /// A release of a hold this backend obtained shared, on the client's path (the pair
     /// forgotten unless a reentrant hold remains); `None` for any other, which goes to the
     /// routine.
-    pub async fn release<S: Storage>(
+    pub(super) async fn release<S: Storage>(
         &self,
         storage: &S,
         req: ReleaseRequest<'_>,
