@@ -88,32 +88,23 @@ impl Db {
         }
         let span = tracing::debug_span!("mysql_lock", op = op.as_str(), key = call.key);
         let sql = self.names.call(&self.session, call);
-        let run = async {
-            self.pooled
-                .within(op, deadline, self.ensure_schema(op))
-                .await??;
-            let first = self
-                .pooled
-                .within(op, deadline, self.call_once(&sql))
-                .await?;
-            match first {
-                Err(e) if is_missing_table(&e) && self.auto_migrate => {
-                    self.remake_table(op, deadline).await?;
-                    Ok(self
-                        .pooled
-                        .within(op, deadline, self.call_once(&sql))
-                        .await?)
+        // A procedure missing or not ours to call is passed through, not failed: the
+        // caller decides in the client instead.
+        let mut text = sql.as_str();
+        let called = lock_sql::with_schema(self, op, deadline, &mut text, |db, sql| {
+            Box::pin(async move {
+                match db.call_once(sql).await {
+                    Err(e) if is_unusable_procedure(&e) => Ok(Err(e)),
+                    other => other.map(Ok),
                 }
-                other => Ok(other),
-            }
-        };
-        let rows = match run.instrument(span).await? {
+            })
+        });
+        let rows = match called.instrument(span).await? {
             Ok(rows) => rows,
-            Err(e) if is_unusable_procedure(&e) => {
+            Err(e) => {
                 self.no_procedure(&e);
                 return Ok(None);
             }
-            Err(e) => return Err(self.failed(op, e)),
         };
         match rows.as_slice() {
             [row] => decode(op, row).map(Some),
@@ -149,40 +140,15 @@ impl Db {
         })
     }
 
-    /// One page of the table's keys ([`Names::list_keys`]), by the backend's deadline: a
-    /// plain read on a pooled connection, no transaction. A missing table lists nothing
-    /// (no key was ever locked) unless the table is to be made, which then happens first.
+    /// One page of the table's keys ([`Names::list_keys`]): a plain read on a pooled
+    /// connection, no transaction, by [`lock_sql::list_page`].
     pub(crate) async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
         req.validate()?;
-        let op = Operation::List;
-        let deadline = self.pooled.deadline_from_now();
         let after = req.cursor.map(Cursor::as_str);
         let sql = self.names.list_keys(req.prefix, after, req.limit + 1);
-        let read = async {
-            if self.auto_migrate {
-                self.ensure_schema(op).await?;
-            }
-            let mut conn = self
-                .pooled
-                .connection(deadline)
-                .await
-                .map_err(|e| self.failed(op, e))?;
-            match fetch_rows(&mut conn, &sql).await {
-                Ok(rows) => Ok(rows),
-                Err(e) if is_missing_table(&e) => Ok(Vec::new()),
-                Err(e) => Err(self.failed(op, e)),
-            }
-        };
-        let rows = self.pooled.within(op, deadline, read).await??;
-        let names = rows
-            .iter()
-            .map(|row| {
-                let bytes: Vec<u8> = row.try_get(0).map_err(|e| protocol(op, e))?;
-                String::from_utf8(bytes)
-                    .map_err(|_| protocol(op, "a key in the table is not UTF-8"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        lock_sql::key_page(NAME, names, req.limit)
+        lock_sql::list_page(self, req, &sql)
+            .instrument(tracing::debug_span!("mysql_lock", op = "list"))
+            .await
     }
 
     /// Deletes up to [`crate::sql::SWEEP_ROWS`] rows that the rules call forgotten, skipping
@@ -204,9 +170,9 @@ impl Db {
             .await
     }
 
-    /// One transaction by the deadline; if the table vanished (dropped under a running
-    /// backend), made again once and the transaction retried: the rows are gone, so
-    /// holders hear `Lost`, and fencing still grows (the server's clock floors it).
+    /// One transaction by the deadline, with the table in place ([`lock_sql::with_schema`]:
+    /// if it vanished under a running backend, made again once and the transaction run
+    /// again).
     pub(crate) async fn transaction<T: Send>(
         &self,
         op: Operation,
@@ -214,33 +180,17 @@ impl Db {
         plan: Plan<'_, T>,
     ) -> Result<T> {
         let deadline = self.pooled.deadline_from_now();
-        self.pooled
-            .within(op, deadline, self.ensure_schema(op))
-            .await??;
-        let outcome = match self
-            .pooled
-            .within(op, deadline, self.run(op, read, &mut *plan))
-            .await?
-        {
-            Err(e) if is_missing_table(&e) && self.auto_migrate => {
-                self.remake_table(op, deadline).await?;
-                self.pooled
-                    .within(op, deadline, self.run(op, read, plan))
-                    .await?
-            }
-            other => other,
-        };
-        outcome.map_err(|e| self.failed(op, e))?
-    }
-
-    /// The table vanished under a running backend (dropped): made again by `deadline`,
-    /// before the one retry of the call that found it gone.
-    async fn remake_table(&self, op: Operation, deadline: tokio::time::Instant) -> Result<()> {
-        tracing::warn!(table = %self.names.table, "lock table missing, creating it again");
-        self.schema.forget();
-        self.pooled
-            .within(op, deadline, self.ensure_schema(op))
-            .await?
+        let mut call = (read, plan);
+        // Boxed: inside the adapter's and the routine kit's futures, the whole would be
+        // too deep for the compiler's layout of `LockBackend`'s futures.
+        Box::pin(lock_sql::with_schema(
+            self,
+            op,
+            deadline,
+            &mut call,
+            |db, (read, plan)| db.run(op, read, &mut **plan),
+        ))
+        .await?
     }
 
     /// A failed call's error: the table missing (and not to be made) says what to run; a
@@ -315,4 +265,41 @@ pub(crate) fn fetch_rows<'c>(
     sql: &'c str,
 ) -> BoxFuture<'c, std::result::Result<Vec<MySqlRow>, sqlx::Error>> {
     sqlx::Executor::fetch_all(conn, sql)
+}
+
+impl lock_sql::Tables for Db {
+    type Db = sqlx::MySql;
+
+    fn pooled(&self) -> &lock_sql::Pooled<sqlx::MySql> {
+        &self.pooled
+    }
+    fn schema(&self) -> &SchemaOnce {
+        &self.schema
+    }
+    fn auto_migrate(&self) -> bool {
+        self.auto_migrate
+    }
+    fn table(&self) -> String {
+        self.names.table.clone()
+    }
+    async fn ensure_schema(&self, op: Operation) -> Result<()> {
+        Db::ensure_schema(self, op).await
+    }
+    fn is_missing(e: &sqlx::Error) -> bool {
+        is_missing_table(e)
+    }
+    fn failed(&self, op: Operation, e: sqlx::Error) -> lock_core::Error {
+        Db::failed(self, op, e)
+    }
+    fn fetch<'c>(
+        conn: &'c mut sqlx::MySqlConnection,
+        sql: &'c str,
+    ) -> BoxFuture<'c, std::result::Result<Vec<MySqlRow>, sqlx::Error>> {
+        fetch_rows(conn, sql)
+    }
+    /// Keys are `VARBINARY`: bytes, which must be UTF-8.
+    fn key_of(row: &MySqlRow) -> std::result::Result<String, sqlx::Error> {
+        let bytes: Vec<u8> = row.try_get(0)?;
+        String::from_utf8(bytes).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    }
 }

@@ -121,9 +121,8 @@ impl Db {
         Ok(replies)
     }
 
-    /// One try of `sql` in `form`. If the table or function vanished (dropped under a
-    /// running backend), makes them again once and retries: the rows are gone, so holders
-    /// hear `Lost`, and fencing still grows (the server clock floors it).
+    /// One try of `sql` in `form`, with the table in place ([`lock_sql::with_schema`]: if
+    /// the table or function vanished under a running backend, they are made again once).
     async fn attempt(
         &self,
         op: Operation,
@@ -131,72 +130,35 @@ impl Db {
         deadline: Instant,
         form: Statements,
     ) -> Result<Vec<Reply>> {
-        self.pooled
-            .within(op, deadline, self.ensure_schema(op))
-            .await??;
-        let rows = match self.statement(op, sql, deadline, form).await {
-            Err(e) if is_missing_schema(&e) && self.auto_migrate => {
-                tracing::warn!(table = %self.table(), "lock table missing, creating it again");
-                self.schema.forget();
-                self.pooled
-                    .within(op, deadline, self.ensure_schema(op))
-                    .await??;
-                self.statement(op, sql, deadline, form).await
-            }
-            Err(e) if is_missing_schema(&e) => {
-                self.schema.forget();
-                return Err(self.missing_schema());
-            }
-            other => other,
-        }
-        .map_err(|e| self.failed(op, e))?;
+        let rows =
+            lock_sql::with_schema(self, op, deadline, &mut (sql, form), |db, (sql, form)| {
+                db.statement(op, sql, deadline, *form)
+            })
+            .await?;
         rows.iter()
             .map(|row| crate::reply::decode(op, row))
             .collect()
     }
 
-    /// One page of the table's keys ([`Names::list_keys`]), by the backend's deadline: one
-    /// plain statement on a pooled connection (through PgBouncer too). A missing table
-    /// lists nothing (no key was ever locked) unless the table is to be made, which then
-    /// happens first.
+    /// One page of the table's keys ([`Names::list_keys`]): one plain statement on a
+    /// pooled connection (through PgBouncer too), by [`lock_sql::list_page`].
     pub(crate) async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
         req.validate()?;
-        let op = Operation::List;
-        let deadline = self.pooled.deadline_from_now();
         let after = req.cursor.map(Cursor::as_str);
         let sql = self.names.list_keys(req.prefix, after, req.limit + 1);
-        let read = async {
-            if self.auto_migrate {
-                self.ensure_schema(op).await?;
-            }
-            let mut conn = self
-                .pooled
-                .connection(deadline)
-                .await
-                .map_err(|e| self.failed(op, e))?;
-            match fetch_rows(&mut conn, &sql).await {
-                Ok(rows) => Ok(rows),
-                Err(e) if is_missing_schema(&e) => Ok(Vec::new()),
-                Err(e) => Err(self.failed(op, e)),
-            }
-        };
-        let rows = self
-            .pooled
-            .within(op, deadline, read)
+        lock_sql::list_page(self, req, &sql)
             .instrument(tracing::debug_span!("postgres_lock", op = "list"))
-            .await??;
-        let names = rows
-            .iter()
-            .map(|row| sqlx::Row::try_get::<String, _>(row, 0))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| protocol(op, e))?;
-        lock_sql::key_page(crate::NAME, names, req.limit)
+            .await
     }
 
     /// The error of a call that failed. After a broken connection every idle connection is
     /// closed first: the server that dropped one (a restart, `pg_terminate_backend`, a
     /// failover) dropped them all, and the caller's retry must get a fresh one.
     pub(crate) fn failed(&self, op: Operation, e: sqlx::Error) -> lock_core::Error {
+        if is_missing_schema(&e) {
+            self.schema.forget();
+            return self.missing_schema();
+        }
         if is_broken_connection(&e) {
             self.pooled.discard_idle();
         }
@@ -299,4 +261,39 @@ pub(crate) fn fetch_rows<'c>(
     sql: &'c str,
 ) -> BoxFuture<'c, std::result::Result<Vec<PgRow>, sqlx::Error>> {
     sqlx::Executor::fetch_all(conn, sql)
+}
+
+impl lock_sql::Tables for Db {
+    type Db = sqlx::Postgres;
+
+    fn pooled(&self) -> &Pooled<sqlx::Postgres> {
+        &self.pooled
+    }
+    fn schema(&self) -> &SchemaOnce {
+        &self.schema
+    }
+    fn auto_migrate(&self) -> bool {
+        self.auto_migrate
+    }
+    fn table(&self) -> String {
+        Db::table(self)
+    }
+    async fn ensure_schema(&self, op: Operation) -> Result<()> {
+        Db::ensure_schema(self, op).await
+    }
+    fn is_missing(e: &sqlx::Error) -> bool {
+        is_missing_schema(e)
+    }
+    fn failed(&self, op: Operation, e: sqlx::Error) -> lock_core::Error {
+        Db::failed(self, op, e)
+    }
+    fn fetch<'c>(
+        conn: &'c mut sqlx::PgConnection,
+        sql: &'c str,
+    ) -> BoxFuture<'c, std::result::Result<Vec<PgRow>, sqlx::Error>> {
+        fetch_rows(conn, sql)
+    }
+    fn key_of(row: &PgRow) -> std::result::Result<String, sqlx::Error> {
+        sqlx::Row::try_get(row, 0)
+    }
 }

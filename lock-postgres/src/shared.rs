@@ -35,7 +35,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use tracing::Instrument;
 
-use crate::error::{is_missing_schema, protocol};
+use crate::error::protocol;
 use crate::exec::{fetch_rows, Db};
 use crate::NAME;
 
@@ -48,9 +48,9 @@ type Stored = Record<String, String>;
 impl Storage for Db {
     lock_sql::storage_encoding!(crate::NAME, batch = 1);
 
-    /// The two messages of the module's docs by the backend's deadline; if the table
-    /// vanished (dropped under a running backend), made again once and the transaction
-    /// sent again. The key's advisory lock makes every call wait its turn: never
+    /// The two messages of the module's docs by the backend's deadline, with the table in
+    /// place ([`lock_sql::with_schema`]: if it vanished under a running backend, made again
+    /// once and the transaction sent again). The key's advisory lock makes every call wait its turn: never
     /// [`Commit::Conflict`].
     async fn transact(
         &self,
@@ -65,31 +65,12 @@ impl Storage for Db {
             shared = true
         );
         let deadline = self.pooled.deadline_from_now();
-        let wake = async {
-            self.pooled
-                .within(op, deadline, self.ensure_schema(op))
-                .await??;
-            let first = self
-                .pooled
-                .within(op, deadline, self.transaction(op, key, &mut *decide))
-                .await?;
-            match first {
-                Err(e) if is_missing_schema(&e) && self.auto_migrate => {
-                    tracing::warn!(table = %self.table(), "lock table missing, creating it again");
-                    self.schema.forget();
-                    self.pooled
-                        .within(op, deadline, self.ensure_schema(op))
-                        .await??;
-                    self.pooled
-                        .within(op, deadline, self.transaction(op, key, decide))
-                        .await?
-                        .map_err(|e| self.failed(op, e))?
-                }
-                other => other.map_err(|e| self.failed(op, e))?,
-            }
-        }
+        let mut call = (key, decide);
+        let wake = lock_sql::with_schema(self, op, deadline, &mut call, |db, (key, decide)| {
+            Box::pin(db.transaction(op, key, &mut **decide))
+        })
         .instrument(span)
-        .await?;
+        .await??;
         self.wake_local(key, wake);
         Ok(Commit::Done)
     }

@@ -9,6 +9,9 @@
 //!   found dead;
 //! - [`within`]: a call's deadline, as a retry-safe `Unavailable` error naming the setting;
 //! - [`SchemaOnce`]: the schema made or checked once, concurrent calls waiting for it;
+//!   [`Tables`], a backend's table as the generic code sees it, with [`with_schema`] (the
+//!   loop of every call: the table made, the call, the table made again if it vanished)
+//!   and [`list_page`] (a page of its keys) written once;
 //! - [`errors`]: the error kinds of the failures every driver shares;
 //! - [`Common`] and [`common_setters!`]: the settings every builder has (deadline, grace,
 //!   migration on first use, pool size) with their URL options and setters;
@@ -44,6 +47,7 @@ pub mod reply;
 mod schema;
 mod settings;
 pub mod sql_file;
+mod tables;
 
 pub use conn::{connection, discard_idle, Open};
 pub use deadline::{within, Deadline};
@@ -54,6 +58,7 @@ pub use lock_core as __lock_core;
 pub use pooled::{Options, Pooled};
 pub use schema::SchemaOnce;
 pub use settings::{pool_options, Common};
+pub use tables::{list_page, with_schema, Row, Tables};
 
 /// The page of a lock table's listing from the names its statement returned (in key order,
 /// at most `limit + 1`: one more than the page, to tell whether the walk goes on).
