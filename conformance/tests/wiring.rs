@@ -2,8 +2,9 @@
 //!
 //! A backend declares each name it reports as `const ..NAME: &'static str = "...";` in a
 //! source file (or an example) that implements `LockBackend`, `Storage` or `Layer`, above
-//! any `#[cfg(test)]` item (what follows is unit-test code); a test file (or the example's
-//! tests) wires it with `suite!("...", ..)`.
+//! any `#[cfg(test)]` item (what follows is unit-test code) and outside a unit-test module
+//! of its own file (`tests.rs`, `tests_*.rs`); a test file (or the example's tests) wires it
+//! with `suite!("...", ..)`.
 //! The suite's own `backend_reports_its_name` case checks that the wired name is the one the
 //! backend reports, so the two cannot drift apart.
 
@@ -46,6 +47,12 @@ fn every_backend_in_the_workspace_runs_the_suite() {
         rust_files(&crate_dir.join("examples"), &mut sources);
         rust_files(&crate_dir.join("tests"), &mut tests);
         rust_files(&crate_dir.join("examples"), &mut tests);
+        // A unit-test module in a file of its own (`storage/tests.rs`, `rules/tests_*.rs`)
+        // holds fixtures of those tests, as a `#[cfg(test)]` module at a file's end does.
+        sources.retain(|file| {
+            let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            name != "tests" && !name.starts_with("tests_")
+        });
         for file in sources {
             let text = std::fs::read_to_string(&file).expect("source");
             // Code only: a backend in a doc comment is an illustration (its doctest runs it),
