@@ -11,6 +11,7 @@ mod lua;
 mod notify;
 mod record;
 mod request;
+mod scripted;
 mod watch;
 
 pub use backend::{RedisBackend, Variant};

@@ -25,11 +25,16 @@ use std::time::Duration;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use lock_core::backend::rules::{self, Wake};
 use lock_core::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{Capabilities, Grace, Token};
+use lock_core::backend::{
+    Capabilities, Grace, KeyPage, KeysRequest, Listing, ReleaseSubscription, Token,
+};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
+use tracing::Instrument;
 
+use crate::backend::{Setup, Variant, VariantBackend};
 use crate::conn::link::Acks;
 use crate::conn::pool::{Lease, Pool};
 use crate::conn::shards::Shards;
@@ -276,26 +281,37 @@ fn transaction(
     Ok(Some(tx))
 }
 
-/// The WATCH variant as a storage, for one call: the engine, and what the call's backend
-/// adds (its key prefix, its grace).
-pub(crate) struct OnWatch<'a> {
-    pub(crate) watch: &'a Watch,
-    pub(crate) prefix: &'a str,
-    pub(crate) grace: Option<Grace>,
-    /// The call's deadline, which bounds the conflicts too.
-    pub(crate) timeout: Duration,
+/// The WATCH variant as a backend: a storage of lock-core's adapter, which decides every
+/// request with `rules::step` on what [`Watch::transact`] read, within the call's one
+/// deadline (`RedisBuilder::timeout`, which bounds the conflicts too).
+pub(crate) struct WatchStore {
+    pub(crate) watch: Box<Watch>,
+    pub(crate) setup: Setup,
 }
 
-impl std::fmt::Debug for OnWatch<'_> {
+impl std::fmt::Debug for WatchStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OnWatch")
-            .field("prefix", &self.prefix)
-            .field("grace", &self.grace)
+        f.debug_struct("WatchStore")
+            .field("prefix", &self.setup.prefix)
+            .field("grace", &self.setup.grace)
             .finish_non_exhaustive()
     }
 }
 
-impl Storage for OnWatch<'_> {
+/// Forgets the primary a transaction talked to if the transaction is dropped unfinished
+/// (the call's deadline cut it, or its caller went away): behind Sentinel the primary may
+/// be gone.
+struct Unfinished<'a>(Option<&'a Watch>);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(watch) = self.0 {
+            watch.timed_out();
+        }
+    }
+}
+
+impl Storage for WatchStore {
     /// The token's digest, as the script stores it.
     type Token = String;
     /// The holder info's JSON, as the script stores it.
@@ -303,7 +319,12 @@ impl Storage for OnWatch<'_> {
     const NAME: &'static str = NAME;
 
     fn storage_capabilities(&self) -> Capabilities {
-        Capabilities::none().shared(true)
+        Capabilities::none()
+            .cross_process(true)
+            .cross_host(true)
+            .release_notification(true)
+            .shared(true)
+            .listing(Listing::Scan)
     }
 
     fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
@@ -326,24 +347,67 @@ impl Storage for OnWatch<'_> {
     }
 
     fn grace(&self, ttl: Ttl) -> Grace {
-        Grace::or_ttl(self.grace, ttl)
+        self.setup.grace_for(ttl)
     }
 
     fn conflicts_within(&self) -> Duration {
-        self.timeout
+        self.setup.timeout
     }
 
     fn call_timeout(&self) -> Option<Duration> {
-        Some(self.timeout)
+        Some(self.setup.timeout)
     }
 
+    fn call_timeout_setting(&self) -> Option<&'static str> {
+        Some("RedisBuilder::timeout / timeout=")
+    }
+
+    /// One transaction, in a span. Boxed: the adapter's future inside the backend's is deep
+    /// enough to overflow the compiler's layout depth with some feature sets (distlock's
+    /// `--all-features`), and a transaction is one or two round trips, next to which one
+    /// allocation is nothing.
     async fn transact(
         &self,
         key: &Key,
         op: Operation,
         decide: &mut Decide<'_, String, String>,
     ) -> Result<Commit> {
-        let keys = LockKeys::new(self.prefix, key);
-        self.watch.transact(&keys, op, decide).await
+        let keys = self.setup.keys(key);
+        let span = tracing::debug_span!("redis_lock", op = ?op, key = key.as_str());
+        let mut unfinished = Unfinished(Some(&self.watch));
+        let commit = Box::pin(self.watch.transact(&keys, op, decide).instrument(span)).await;
+        unfinished.0 = None;
+        commit
+    }
+
+    async fn subscribe_releases(&self, key: &Key) -> Result<Option<ReleaseSubscription>> {
+        self.setup.subscribe(key).await
+    }
+
+    /// `SCAN` of the record names (`list.rs`) on the pools' primaries; the adapter bounds
+    /// it by the deadline.
+    async fn list_keys(&self, req: KeysRequest<'_>) -> Result<KeyPage> {
+        let span = tracing::debug_span!("redis_lock", op = "list", prefix = req.prefix);
+        let via = crate::list::Via::Pools(&self.watch.pools);
+        let mut unfinished = Unfinished(Some(&self.watch));
+        let page = crate::list::keys(via, &self.setup.prefix, req, NAME)
+            .instrument(span)
+            .await;
+        unfinished.0 = None;
+        page
+    }
+}
+
+impl VariantBackend for WatchStore {
+    fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
+    fn variant(&self) -> Variant {
+        Variant::Watch
+    }
+
+    fn client_ids(&self) -> BoxFuture<'_, Result<Vec<(String, i64)>>> {
+        Box::pin(std::future::ready(Ok(self.watch.idle_ids())))
     }
 }

@@ -20,11 +20,10 @@
 //! - **wake-ups**: [`Change::wake`] says whom a write frees room for.
 //!
 //! Every type that implements [`Storage`] is a [`LockBackend`]: hold it as
-//! `Arc<dyn LockBackend>`. The memory, file and etcd backends are storages; Redis's WATCH
-//! variant runs [`obtain`], [`prolongate`], [`release`], [`inspect`] and
-//! [`force_release`] with a storage of its own (a second variant under one type); Postgres
-//! and MariaDB are storages under a server routine ([`routine`](super::routine)), which
-//! runs these functions when the routine defers.
+//! `Arc<dyn LockBackend>`. The memory, file and etcd backends and Redis's WATCH variant
+//! are storages; Postgres and MariaDB are storages under a server routine
+//! ([`routine`](super::routine)), which runs [`obtain`], [`prolongate`], [`release`],
+//! [`inspect`] and [`force_release`] when the routine defers.
 //!
 //! # A complete backend
 //! A map behind a mutex, with release notifications: the whole contract (mutexes,
@@ -229,6 +228,12 @@ pub trait Storage: fmt::Debug + Send + Sync {
     /// storage with a timeout setting returns it here, so that a call under contention
     /// never runs past the timeout its user set.
     fn call_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Where the user sets [`Storage::call_timeout`] (a builder method, a URL option), for
+    /// the error of a call that reached it; `None`, the default, names nothing.
+    fn call_timeout_setting(&self) -> Option<&'static str> {
         None
     }
 

@@ -193,10 +193,13 @@ impl<'s, S: Storage> Tries<'s, S> {
             S::NAME,
             op,
             format!(
-                "no answer within the call's deadline of {:?} ({} transactions lost to \
+                "no answer within the call's deadline of {:?}{} ({} transactions lost to \
                  concurrent writers of the key before it); the last may or may not have been \
                  stored: safe to retry",
                 self.timeout.unwrap_or_default(),
+                self.storage
+                    .call_timeout_setting()
+                    .map_or_else(String::new, |setting| format!(", set by {setting}")),
                 self.conflicts
             ),
         )
