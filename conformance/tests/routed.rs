@@ -4,13 +4,13 @@
 //! then what the kit owns, one case each: the hint, the one deadline across the routine
 //! and the fallback, a reply to another operation, the wake rule, batches.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_conformance::{async_trait, Harness};
+use lock_core::backend::codec::AsIs;
 use lock_core::backend::routine::{Asked, Routed, Routine, Verdict};
 use lock_core::backend::rules::{step, wall_clock_floor, Ask, Clock, Record, Reply, State, Wake};
 use lock_core::backend::storage::{Change, Commit, Decide, DecideMany, Snapshot, Storage};
@@ -90,8 +90,7 @@ impl Local {
 }
 
 impl Storage for Local {
-    type Token = Token;
-    type Holder = HolderInfo;
+    type Codec = AsIs;
     const NAME: &'static str = "routed";
 
     fn storage_capabilities(&self) -> Capabilities {
@@ -99,15 +98,6 @@ impl Storage for Local {
             .shared(true)
             .release_notification(true)
             .prolong_batch(3)
-    }
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
-        Cow::Borrowed(token)
-    }
-    fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-        Ok(Cow::Borrowed(holder))
-    }
-    fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-        Ok(stored.clone())
     }
 
     async fn transact(
@@ -411,20 +401,10 @@ async fn a_storage_that_declares_batches_without_transact_many_says_so() {
     #[derive(Debug)]
     struct NoMany(Local);
     impl Storage for NoMany {
-        type Token = Token;
-        type Holder = HolderInfo;
+        type Codec = AsIs;
         const NAME: &'static str = "no-many";
         fn storage_capabilities(&self) -> Capabilities {
             self.0.storage_capabilities()
-        }
-        fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
-            Cow::Borrowed(token)
-        }
-        fn holder<'h>(&self, h: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-            Ok(Cow::Borrowed(h))
-        }
-        fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-            Ok(stored.clone())
         }
         async fn transact(
             &self,

@@ -12,11 +12,11 @@
 //! cargo test -p examples --example storage_backend    # the whole suite, as tests
 //! ```
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use distlock::backend::codec::AsIs;
 use distlock::backend::rules::{self, Clock, Record};
 use distlock::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
 use distlock::backend::{Capabilities, ReleaseSubscription, Token, Waiters};
@@ -56,24 +56,11 @@ impl VersionedStore {
 }
 
 impl Storage for VersionedStore {
-    type Token = Token;
-    type Holder = HolderInfo;
+    type Codec = AsIs;
     const NAME: &'static str = "versioned";
 
     fn storage_capabilities(&self) -> Capabilities {
         Capabilities::none().shared(true).release_notification(true)
-    }
-
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
-        Cow::Borrowed(token)
-    }
-
-    fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-        Ok(Cow::Borrowed(holder))
-    }
-
-    fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-        Ok(stored.clone())
     }
 
     /// Read (record, version), decide with nothing locked, then write only if the version

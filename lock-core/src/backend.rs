@@ -8,6 +8,7 @@
 //! - [`Token`], the owner token a backend stores (as [`Token::digest`] on a server);
 //! - [`storage`]: a backend from a storage that reads and writes one record per key
 //!   atomically: implement [`storage::Storage`] and the whole contract comes with it;
+//! - [`codec`]: how a storage keeps the owner token and the holder info;
 //! - [`routine`]: a backend whose server decides (a script, a function, a procedure) and
 //!   defers to a storage what it does not: implement [`routine::Routine`] beside
 //!   [`storage::Storage`], and [`routine::Routed`] is the backend;
@@ -34,6 +35,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 mod capabilities;
+pub mod codec;
 pub mod layer;
 pub mod listing;
 pub mod routine;

@@ -1,12 +1,12 @@
 //! The in-memory backend: the reference implementation and the unit-test double.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::codec::AsIs;
 use crate::backend::listing::Smallest;
 use crate::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
 use crate::backend::{KeyPage, KeysRequest, Listing};
@@ -217,8 +217,7 @@ impl Store {
 }
 
 impl Storage for MemoryBackend {
-    type Token = Token;
-    type Holder = HolderInfo;
+    type Codec = AsIs;
     const NAME: &'static str = MemoryBackend::NAME;
 
     fn storage_capabilities(&self) -> Capabilities {
@@ -242,18 +241,6 @@ impl Storage for MemoryBackend {
             }
         }
         Ok(page.finish())
-    }
-
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
-        Cow::Borrowed(token)
-    }
-
-    fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-        Ok(Cow::Borrowed(holder))
-    }
-
-    fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-        Ok(stored.clone())
     }
 
     fn grace(&self, ttl: Ttl) -> Grace {

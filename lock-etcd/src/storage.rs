@@ -3,14 +3,11 @@
 //! leases its writes need, and one transaction that writes them only if none of the keys
 //! read changed, none appeared and none expired in between.
 
-use std::borrow::Cow;
-
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
+use lock_core::backend::codec::Digest;
 use lock_core::backend::rules;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{
-    Capabilities, Grace, KeyPage, KeysRequest, Listing, ReleaseSubscription, Token,
-};
+use lock_core::backend::{Capabilities, Grace, KeyPage, KeysRequest, Listing, ReleaseSubscription};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 use tracing::Instrument;
 
@@ -22,8 +19,7 @@ use crate::{EtcdBackend, NAME};
 
 impl Storage for EtcdBackend {
     /// The SHA-256 of the token, in hex: the token never reaches etcd.
-    type Token = String;
-    type Holder = HolderInfo;
+    type Codec = Digest;
     const NAME: &'static str = NAME;
 
     fn storage_capabilities(&self) -> Capabilities {
@@ -44,18 +40,6 @@ impl Storage for EtcdBackend {
         self.keys(req, Deadline::after(self.timeout))
             .instrument(span)
             .await
-    }
-
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
-        Cow::Owned(token.digest())
-    }
-
-    fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-        Ok(Cow::Borrowed(holder))
-    }
-
-    fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-        Ok(stored.clone())
     }
 
     fn grace(&self, ttl: Ttl) -> Grace {

@@ -1,16 +1,16 @@
 //! The `LockBackend` implementation: one record file per key, every read-modify-write under
 //! an exclusive `flock` of that file.
 
-use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use lock_core::backend::codec::Hex;
 use lock_core::backend::rules;
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{Capabilities, Grace, KeyPage, KeysRequest, Listing, Token, UrlOptions};
+use lock_core::backend::{Capabilities, Grace, KeyPage, KeysRequest, Listing, UrlOptions};
 use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
 
 use crate::clock::Clock;
@@ -367,8 +367,7 @@ fn io_error(op: Operation, path: &Path, e: io::Error) -> Error {
 
 impl Storage for FileBackend {
     /// The owner token's hex.
-    type Token = String;
-    type Holder = HolderInfo;
+    type Codec = Hex;
     const NAME: &'static str = FileBackend::NAME;
 
     fn storage_capabilities(&self) -> Capabilities {
@@ -402,18 +401,6 @@ impl Storage for FileBackend {
             )
         })?;
         page.map_err(|e| io_error(Operation::List, &self.dir, e))
-    }
-
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
-        Cow::Owned(token.to_hex())
-    }
-
-    fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-        Ok(Cow::Borrowed(holder))
-    }
-
-    fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-        Ok(stored.clone())
     }
 
     fn grace(&self, ttl: Ttl) -> Grace {

@@ -2,11 +2,13 @@
 //! transaction reads the key's row under its row lock with the server's clock, the
 //! adapter's step decides, and the same transaction writes the row it returns.
 
+use lock_core::backend::codec::DigestJson;
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::rules::Wake;
 use lock_core::backend::storage::{Commit, Decide, DecideMany, Snapshot, Storage};
 use lock_core::backend::ReleaseSubscription;
-use lock_core::{Key, Operation, Result};
+use lock_core::backend::{Capabilities, Grace};
+use lock_core::{Key, Operation, Result, Ttl};
 use tracing::Instrument;
 
 use crate::exec::{row, Db};
@@ -14,7 +16,21 @@ use crate::read::{Read, Stored};
 use crate::sql::{COMMIT, ROLLBACK};
 
 impl Storage for Db {
-    lock_sql::storage_encoding!(crate::NAME, batch = crate::MySqlBackend::BATCH);
+    /// The token's digest and the holder's JSON.
+    type Codec = DigestJson;
+    const NAME: &'static str = crate::NAME;
+
+    fn storage_capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .cross_process(true)
+            .cross_host(true)
+            .shared(true)
+            .prolong_batch(crate::MySqlBackend::BATCH)
+    }
+
+    fn grace(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
+    }
 
     /// One transaction: the row read under its row lock (an obtain makes a placeholder row
     /// first, so that two obtains of a new key queue on one row lock), the server's clock

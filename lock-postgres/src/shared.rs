@@ -27,10 +27,12 @@
 //! mid-transaction: the connection is closed rather than returned to the pool, and the
 //! server rolls the transaction back (nothing half-written; the advisory lock goes with it).
 
+use lock_core::backend::codec::DigestJson;
 use lock_core::backend::rules::columns::Columns;
 use lock_core::backend::rules::{Clock, Record, Wake};
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
-use lock_core::{Error, Key, Operation, Result};
+use lock_core::backend::{Capabilities, Grace};
+use lock_core::{Error, Key, Operation, Result, Ttl};
 use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use tracing::Instrument;
@@ -46,7 +48,21 @@ type Stored = Record<String, String>;
 /// The client's path as a storage of lock-core's adapter: the adapter runs
 /// [`lock_core::backend::rules::step`] on what [`Storage::transact`] read.
 impl Storage for Db {
-    lock_sql::storage_encoding!(crate::NAME, batch = 1);
+    /// The token's digest and the holder's JSON.
+    type Codec = DigestJson;
+    const NAME: &'static str = crate::NAME;
+
+    fn storage_capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .cross_process(true)
+            .cross_host(true)
+            .shared(true)
+            .prolong_batch(1)
+    }
+
+    fn grace(&self, ttl: Ttl) -> Grace {
+        Grace::or_ttl(self.grace, ttl)
+    }
 
     /// The two messages of the module's docs by the backend's deadline, with the table in
     /// place ([`lock_sql::with_schema`]: if it vanished under a running backend, made again

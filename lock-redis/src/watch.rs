@@ -20,18 +20,15 @@
 //! inspect, lost). `UNWATCH` first clears whatever an earlier read-only operation left
 //! watched on the connection.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use std::borrow::Cow;
-use std::sync::Arc;
-
 use futures_util::future::BoxFuture;
+use lock_core::backend::codec::DigestJson;
 use lock_core::backend::rules::{self, Wake};
 use lock_core::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
-use lock_core::backend::{
-    Capabilities, Grace, KeyPage, KeysRequest, Listing, ReleaseSubscription, Token,
-};
-use lock_core::{Error, ErrorKind, HolderInfo, Key, Operation, Result, Ttl};
+use lock_core::backend::{Capabilities, Grace, KeyPage, KeysRequest, Listing, ReleaseSubscription};
+use lock_core::{Error, ErrorKind, Key, Operation, Result, Ttl};
 use tracing::Instrument;
 
 use crate::backend::{Setup, Variant, VariantBackend};
@@ -41,7 +38,6 @@ use crate::conn::shards::Shards;
 use crate::error::map_error;
 use crate::keys::LockKeys;
 use crate::record::{self, Stored};
-use crate::request::parse_holder;
 
 /// The backend name of this variant.
 pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
@@ -312,10 +308,8 @@ impl Drop for Unfinished<'_> {
 }
 
 impl Storage for WatchStore {
-    /// The token's digest, as the script stores it.
-    type Token = String;
-    /// The holder info's JSON, as the script stores it.
-    type Holder = String;
+    /// The token's digest and the holder's JSON, as the script stores them.
+    type Codec = DigestJson;
     const NAME: &'static str = NAME;
 
     fn storage_capabilities(&self) -> Capabilities {
@@ -325,25 +319,6 @@ impl Storage for WatchStore {
             .release_notification(true)
             .shared(true)
             .listing(Listing::Scan)
-    }
-
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, String> {
-        Cow::Owned(token.digest())
-    }
-
-    fn holder<'h>(&self, holder: &'h HolderInfo, op: Operation) -> Result<Cow<'h, String>> {
-        serde_json::to_string(holder).map(Cow::Owned).map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                NAME,
-                op,
-                format!("holder info does not serialize: {e}"),
-            )
-        })
-    }
-
-    fn decode_holder(&self, stored: &String, op: Operation) -> Result<HolderInfo> {
-        parse_holder(NAME, op, stored)
     }
 
     fn grace(&self, ttl: Ttl) -> Grace {

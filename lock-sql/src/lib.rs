@@ -17,8 +17,6 @@
 //!   migration on first use, pool size) with their URL options and setters;
 //!   [`pool_options`], the pool a builder makes from a URL; [`Pooled`], that pool with the
 //!   deadline of its calls;
-//! - [`encoding`] and [`storage_encoding!`]: the token's digest and the holder's JSON, and
-//!   the items of lock-core's `Storage` every SQL backend writes alike;
 //! - [`reply`]: what a server-side routine (Postgres's function, MariaDB's procedure)
 //!   answers, turned into the contract's outcomes and the routine kit's verdict
 //!   (`lock_core::backend::routine`, which routes each call).
@@ -40,7 +38,6 @@
 
 mod conn;
 mod deadline;
-pub mod encoding;
 pub mod errors;
 mod pooled;
 pub mod reply;
@@ -51,7 +48,6 @@ mod tables;
 
 pub use conn::{connection, discard_idle, Open};
 pub use deadline::{within, Deadline};
-pub use encoding::{holder_from_json, holder_json};
 
 #[doc(hidden)]
 pub use lock_core as __lock_core;

@@ -10,6 +10,7 @@ use lock_core::{
     ReleaseOutcome, Result, Ttl,
 };
 
+use lock_core::backend::codec::DigestJson;
 use lock_core::backend::routine::Verdict;
 use lock_core::backend::rules::{self, Ask};
 
@@ -254,7 +255,7 @@ impl Reply {
     pub fn holder(&self) -> Result<Option<HolderInfo>> {
         self.holder
             .as_deref()
-            .map(|json| crate::holder_from_json(self.backend, json, self.op))
+            .map(|json| DigestJson::decode(self.backend, json, self.op))
             .transpose()
     }
 }

@@ -35,8 +35,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::codec::Codec;
 use super::rules::{Ask, Obtain, Reply, Wake};
-use super::storage::{self, Storage};
+use super::storage::{self, HolderOf, Storage, TokenOf};
 use super::{
     async_trait, Capabilities, KeyPage, KeysRequest, LockBackend, ObtainRequest, ProlongRequest,
     ReleaseRequest, ReleaseSubscription,
@@ -85,7 +86,7 @@ pub trait Routine: Storage {
     fn decide(
         &self,
         key: &Key,
-        ask: Ask<'_, Self::Token, Self::Holder>,
+        ask: Ask<'_, TokenOf<Self>, HolderOf<Self>>,
         deadline: Instant,
     ) -> impl Future<Output = Result<Verdict<Reply>>> + Send;
 
@@ -100,7 +101,7 @@ pub trait Routine: Storage {
     /// Dropping the future may have applied the batch, or not.
     fn decide_many(
         &self,
-        asks: &[Asked<'_, Self::Token, Self::Holder>],
+        asks: &[Asked<'_, TokenOf<Self>, HolderOf<Self>>],
         deadline: Instant,
     ) -> impl Future<Output = Result<Vec<Verdict<ProlongOutcome>>>> + Send {
         let _ = deadline;
@@ -175,7 +176,8 @@ impl<R: Routine> Routed<R> {
         if req.mode.is_shared() || req.change.is_some() {
             return self.hint.obtain(r, req).await;
         }
-        let (token, holder) = (r.token(req.token), r.holder(req.holder, Operation::Obtain)?);
+        let token = R::Codec::token(req.token);
+        let holder = R::Codec::holder(R::NAME, req.holder, Operation::Obtain)?;
         let ask = Ask::Obtain(Obtain {
             token: &*token,
             holder: &*holder,
@@ -202,7 +204,7 @@ impl<R: Routine> Routed<R> {
         if let Some(outcome) = self.hint.prolongate(r, req).await {
             return outcome;
         }
-        let token = r.token(req.token);
+        let token = R::Codec::token(req.token);
         let ask = Ask::Prolong {
             token: &*token,
             ttl: req.ttl,
@@ -237,7 +239,7 @@ impl<R: Routine> Routed<R> {
     ) -> Result<Vec<Result<ProlongOutcome>>> {
         let (r, op) = (&*self.routine, Operation::Prolongate);
         let deadline = Instant::now() + r.timeout();
-        let tokens: Vec<_> = reqs.iter().map(|req| r.token(req.token)).collect();
+        let tokens: Vec<_> = reqs.iter().map(|req| R::Codec::token(req.token)).collect();
         let asks: Vec<_> = reqs
             .iter()
             .zip(&tokens)
@@ -296,7 +298,7 @@ impl<R: Routine> Routed<R> {
         if let Some(outcome) = self.hint.release(r, req).await {
             return outcome;
         }
-        let token = r.token(req.token);
+        let token = R::Codec::token(req.token);
         let ask = Ask::Release {
             token: &*token,
             delay: req.delay_after,
@@ -351,7 +353,7 @@ impl<R: Routine> Routed<R> {
     async fn route<O, F>(
         &self,
         key: &Key,
-        ask: Ask<'_, R::Token, R::Holder>,
+        ask: Ask<'_, TokenOf<R>, HolderOf<R>>,
         fallback: impl FnOnce() -> F,
         take: impl FnOnce(Reply) -> Result<O>,
     ) -> Result<O>

@@ -15,7 +15,7 @@
 //! - **the clock**: one clock for every decision on a key (the server's, when there is a
 //!   server), read after every wait of the call, and a fencing floor that keeps fencing
 //!   tokens growing should the record be lost;
-//! - **the encoding** of tokens and holder info ([`Storage::token`], [`Storage::holder`]);
+//! - **the encoding** of tokens and holder info: a [`Codec`](super::codec) it names;
 //! - **deadlines**: each of its calls that crosses a network ends in bounded time;
 //! - **wake-ups**: [`Change::wake`] says whom a write frees room for.
 //!
@@ -31,12 +31,12 @@
 //! `lock_conformance::run_all` checks.
 //!
 //! ```
-//! use std::borrow::Cow;
 //! use std::collections::HashMap;
 //! use std::sync::{Arc, Mutex};
 //! use std::time::Instant;
 //!
 //! use lock_core::backend::rules::{Clock, Record, Wake};
+//! use lock_core::backend::codec::AsIs;
 //! use lock_core::backend::storage::{Change, Commit, Decide, Snapshot, Storage};
 //! use lock_core::backend::{Capabilities, ReleaseSubscription, Token, Waiters};
 //! use lock_core::{HolderInfo, Key, LockBackend, Locker, Operation, Result};
@@ -49,21 +49,11 @@
 //! }
 //!
 //! impl Storage for MapStorage {
-//!     type Token = Token;
-//!     type Holder = HolderInfo;
+//!     type Codec = AsIs;
 //!     const NAME: &'static str = "map";
 //!
 //!     fn storage_capabilities(&self) -> Capabilities {
 //!         Capabilities::none().shared(true).release_notification(true)
-//!     }
-//!     fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
-//!         Cow::Borrowed(token)
-//!     }
-//!     fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-//!         Ok(Cow::Borrowed(holder))
-//!     }
-//!     fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-//!         Ok(stored.clone())
 //!     }
 //!
 //!     async fn transact(
@@ -110,15 +100,15 @@
 //! backend drops what [`rules::forgotten`](super::rules::forgotten) says it may (and keeps fencing growing with a
 //! counter that outlives records).
 
-use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+use super::codec::Codec;
 use super::rules::{Answer, Ask, Clock, Obtain, Record, Wake};
 use super::{
     async_trait, Capabilities, KeyPage, KeysRequest, LockBackend, ObtainRequest, ProlongRequest,
-    ReleaseRequest, ReleaseSubscription, Token,
+    ReleaseRequest, ReleaseSubscription,
 };
 mod many;
 mod run;
@@ -128,7 +118,7 @@ use run::conflict_pause;
 use run::run;
 
 use crate::{
-    Error, ErrorKind, Grace, HolderInfo, Key, LockState, ObtainOutcome, Operation, ProlongOutcome,
+    Error, ErrorKind, Grace, Key, LockState, ObtainOutcome, Operation, ProlongOutcome,
     ReleaseOutcome, Result, Ttl,
 };
 
@@ -165,6 +155,11 @@ pub enum Commit {
     Conflict,
 }
 
+/// The owner token as `S` stores it.
+pub type TokenOf<S> = <<S as Storage>::Codec as Codec>::Token;
+/// The holder info as `S` stores it.
+pub type HolderOf<S> = <<S as Storage>::Codec as Codec>::Holder;
+
 /// The step a storage runs on what it read: it returns what to store, or an error (a holder
 /// that cannot be decoded) on which the storage stores nothing and returns the error.
 pub type Decide<'s, T, H> =
@@ -179,10 +174,10 @@ pub type Decide<'s, T, H> =
 /// runs the contract through [`obtain`], [`prolongate`], [`release`], [`inspect`] and
 /// [`force_release`].
 pub trait Storage: fmt::Debug + Send + Sync {
-    /// The owner token as stored: the [`Token`] itself, its hex, its digest.
-    type Token: Clone + PartialEq + Send + Sync;
-    /// The holder info as stored: the [`HolderInfo`] itself, its JSON.
-    type Holder: Clone + Send + Sync;
+    /// How the owner token and the holder info are stored ([`codec`](super::codec)): as
+    /// they are ([`AsIs`](super::codec::AsIs)), the token's digest and the holder's JSON
+    /// ([`DigestJson`](super::codec::DigestJson)), …
+    type Codec: Codec;
     /// The backend's name, as [`LockBackend::name`].
     const NAME: &'static str;
 
@@ -192,21 +187,6 @@ pub trait Storage: fmt::Debug + Send + Sync {
     /// [`prolongate_many`](fn@prolongate_many) sends them so; at 1 (the default) it
     /// prolongs each lock in a transaction of its own, several at once.
     fn storage_capabilities(&self) -> Capabilities;
-
-    /// The owner token as stored.
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, Self::Token>;
-
-    /// The holder info as stored.
-    ///
-    /// # Errors
-    /// When it cannot be encoded (it is too long for the storage, say).
-    fn holder<'h>(&self, holder: &'h HolderInfo, op: Operation) -> Result<Cow<'h, Self::Holder>>;
-
-    /// The stored holder info, decoded.
-    ///
-    /// # Errors
-    /// [`ErrorKind::Corrupt`] when it cannot be read.
-    fn decode_holder(&self, stored: &Self::Holder, op: Operation) -> Result<HolderInfo>;
 
     /// How long an expired hold of `ttl` is remembered, to tell a late call from a lost
     /// one: the ttl itself by default.
@@ -255,7 +235,7 @@ pub trait Storage: fmt::Debug + Send + Sync {
         &self,
         key: &Key,
         op: Operation,
-        decide: &mut Decide<'_, Self::Token, Self::Holder>,
+        decide: &mut Decide<'_, TokenOf<Self>, HolderOf<Self>>,
     ) -> impl Future<Output = Result<Commit>> + Send;
 
     /// [`Storage::transact`] for many keys in one transaction: reads the record of each of
@@ -279,7 +259,7 @@ pub trait Storage: fmt::Debug + Send + Sync {
         &self,
         keys: &[&Key],
         op: Operation,
-        decide: &mut DecideMany<'_, Self::Token, Self::Holder>,
+        decide: &mut DecideMany<'_, TokenOf<Self>, HolderOf<Self>>,
     ) -> impl Future<Output = Result<Commit>> + Send {
         let _ = (keys, decide);
         std::future::ready(Err(Error::new(
@@ -364,8 +344,8 @@ pub async fn obtain<S: Storage>(storage: &S, req: ObtainRequest<'_>) -> Result<O
     if !storage.storage_capabilities().shared {
         req.exclusive_only(S::NAME)?;
     }
-    let token = storage.token(req.token);
-    let holder = storage.holder(req.holder, Operation::Obtain)?;
+    let token = S::Codec::token(req.token);
+    let holder = S::Codec::holder(S::NAME, req.holder, Operation::Obtain)?;
     let ask = Ask::Obtain(Obtain {
         token: &*token,
         holder: &*holder,
@@ -380,7 +360,7 @@ pub async fn obtain<S: Storage>(storage: &S, req: ObtainRequest<'_>) -> Result<O
     let op = Operation::Obtain;
     run(storage, req.key, ask, |answer| match answer {
         Answer::Obtain(outcome, ttl) => {
-            outcome.try_into_outcome(ttl, S::NAME, |h| storage.decode_holder(h, op))
+            outcome.try_into_outcome(ttl, S::NAME, |h| S::Codec::decode_holder(S::NAME, h, op))
         }
         other => Err(mismatch(S::NAME, op, &other)),
     })
@@ -395,7 +375,7 @@ pub async fn prolongate<S: Storage>(
     storage: &S,
     req: ProlongRequest<'_>,
 ) -> Result<ProlongOutcome> {
-    let token = storage.token(req.token);
+    let token = S::Codec::token(req.token);
     let ask = Ask::Prolong {
         token: &*token,
         ttl: req.ttl,
@@ -413,7 +393,7 @@ pub async fn prolongate<S: Storage>(
 /// # Errors
 /// As [`LockBackend::release`].
 pub async fn release<S: Storage>(storage: &S, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
-    let token = storage.token(req.token);
+    let token = S::Codec::token(req.token);
     let ask = Ask::Release {
         token: &*token,
         delay: req.delay_after,
@@ -445,11 +425,11 @@ pub async fn force_release<S: Storage>(storage: &S, key: &Key) -> Result<LockSta
 async fn state<S: Storage>(
     storage: &S,
     key: &Key,
-    ask: Ask<'_, S::Token, S::Holder>,
+    ask: Ask<'_, TokenOf<S>, HolderOf<S>>,
 ) -> Result<LockState> {
     let op = ask.operation();
     run(storage, key, ask, |answer| match answer {
-        Answer::State(view) => view.try_into_state(|h| storage.decode_holder(h, op)),
+        Answer::State(view) => view.try_into_state(|h| S::Codec::decode_holder(S::NAME, h, op)),
         other => Err(mismatch(S::NAME, op, &other)),
     })
     .await

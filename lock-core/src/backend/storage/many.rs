@@ -5,7 +5,8 @@
 //! step's: no backend decides a batch by hand.
 
 use super::run::run_many;
-use super::{mismatch, prolongate, Change, Snapshot, Storage};
+use super::{mismatch, prolongate, Change, HolderOf, Snapshot, Storage, TokenOf};
+use crate::backend::codec::Codec;
 use crate::backend::rules::{Answer, Ask};
 use crate::backend::{prolongate_each_with, ProlongRequest};
 use crate::{Key, Operation, ProlongOutcome, Result};
@@ -48,8 +49,8 @@ async fn prolong_batch<S: Storage>(
     storage: &S,
     reqs: &[ProlongRequest<'_>],
 ) -> Result<Vec<Result<ProlongOutcome>>> {
-    let tokens: Vec<_> = reqs.iter().map(|r| storage.token(r.token)).collect();
-    let asks: Vec<Ask<'_, S::Token, S::Holder>> = reqs
+    let tokens: Vec<_> = reqs.iter().map(|r| S::Codec::token(r.token)).collect();
+    let asks: Vec<Ask<'_, TokenOf<S>, HolderOf<S>>> = reqs
         .iter()
         .zip(&tokens)
         .map(|(r, token)| Ask::Prolong {

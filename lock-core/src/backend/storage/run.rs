@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Change, Commit, Snapshot, Storage};
+use super::{Change, Commit, HolderOf, Snapshot, Storage, TokenOf};
 use crate::backend::rules::{step, Answer, Ask, Decision};
 use crate::{Error, ErrorKind, Key, Operation, Result};
 
@@ -33,14 +33,14 @@ fn decide_on<'r, T: Clone + PartialEq, H: Clone>(
 pub(super) async fn run<S: Storage, O: Send>(
     storage: &S,
     key: &Key,
-    ask: Ask<'_, S::Token, S::Holder>,
-    answer: impl for<'r> Fn(Answer<'r, S::Holder>) -> Result<O> + Send + Sync,
+    ask: Ask<'_, TokenOf<S>, HolderOf<S>>,
+    answer: impl for<'r> Fn(Answer<'r, HolderOf<S>>) -> Result<O> + Send + Sync,
 ) -> Result<O> {
     let op = ask.operation();
     let mut tries = Tries::new(storage);
     loop {
         let mut outcome = None;
-        let mut decide = |snap: Snapshot<'_, S::Token, S::Holder>| {
+        let mut decide = |snap: Snapshot<'_, TokenOf<S>, HolderOf<S>>| {
             let d = decide_on(ask, snap);
             outcome = Some(answer(d.outcome)?);
             Ok(Change {
@@ -64,15 +64,15 @@ pub(super) async fn run<S: Storage, O: Send>(
 pub(super) async fn run_many<S: Storage, O: Send>(
     storage: &S,
     keys: &[&Key],
-    asks: &[Ask<'_, S::Token, S::Holder>],
-    answer: impl for<'r> Fn(Answer<'r, S::Holder>) -> Result<O> + Send + Sync,
+    asks: &[Ask<'_, TokenOf<S>, HolderOf<S>>],
+    answer: impl for<'r> Fn(Answer<'r, HolderOf<S>>) -> Result<O> + Send + Sync,
 ) -> Result<Vec<Result<O>>> {
     let op = Operation::Prolongate;
     let mut tries = Tries::new(storage);
     loop {
         let mut outcomes: Vec<Option<Result<O>>> = Vec::new();
         outcomes.resize_with(asks.len(), || None);
-        let mut decide = |i: usize, snap: Snapshot<'_, S::Token, S::Holder>| {
+        let mut decide = |i: usize, snap: Snapshot<'_, TokenOf<S>, HolderOf<S>>| {
             let Some(ask) = asks.get(i) else {
                 return Err(Error::new(
                     ErrorKind::Protocol,

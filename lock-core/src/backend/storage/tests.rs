@@ -3,6 +3,10 @@
 use super::*;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::backend::codec::AsIs;
+use crate::backend::Token;
+use crate::HolderInfo;
+
 /// A storage whose every write loses to a concurrent writer: it runs the step, then
 /// answers a conflict and stores nothing. Each transaction takes `slow` (a round trip),
 /// and the calls have `timeout` as their one deadline, if set.
@@ -14,21 +18,11 @@ struct AlwaysConflicts {
 }
 
 impl Storage for AlwaysConflicts {
-    type Token = Token;
-    type Holder = HolderInfo;
+    type Codec = AsIs;
     const NAME: &'static str = "always-conflicts";
 
     fn storage_capabilities(&self) -> Capabilities {
         Capabilities::none()
-    }
-    fn token<'t>(&self, token: &'t Token) -> Cow<'t, Token> {
-        Cow::Borrowed(token)
-    }
-    fn holder<'h>(&self, holder: &'h HolderInfo, _: Operation) -> Result<Cow<'h, HolderInfo>> {
-        Ok(Cow::Borrowed(holder))
-    }
-    fn decode_holder(&self, stored: &HolderInfo, _: Operation) -> Result<HolderInfo> {
-        Ok(stored.clone())
     }
     fn conflicts_within(&self) -> Duration {
         Duration::from_millis(50)
