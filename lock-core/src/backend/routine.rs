@@ -170,6 +170,11 @@ impl<R: Routine> Routed<R> {
     ///
     /// # Errors
     /// As [`LockBackend::obtain`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have taken the lock (the routine's call or the
+    /// storage's transaction may have committed); [`Locker`](crate::Locker) cleans up an
+    /// obtain whose future was dropped.
     pub async fn obtain(&self, req: ObtainRequest<'_>) -> Result<ObtainOutcome> {
         let r = &*self.routine;
         req.mode.check(R::NAME)?;
@@ -199,6 +204,10 @@ impl<R: Routine> Routed<R> {
     ///
     /// # Errors
     /// As [`LockBackend::prolongate`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have prolonged the hold; either is a state the
+    /// contract allows, and calling again is safe.
     pub async fn prolongate(&self, req: ProlongRequest<'_>) -> Result<ProlongOutcome> {
         let r = &*self.routine;
         if let Some(outcome) = self.hint.prolongate(r, req).await {
@@ -219,6 +228,10 @@ impl<R: Routine> Routed<R> {
     /// [`Routine::decide_many`], each by a deadline of its own; what it defers through
     /// [`storage::prolongate_many`] by the same deadline. A chunk that fails answers each
     /// of its locks with its error, and the next chunk still goes.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may have prolonged any subset of the locks; each is still in a
+    /// state the contract allows, and calling again is safe.
     pub async fn prolongate_many(
         &self,
         reqs: &[ProlongRequest<'_>],
@@ -293,6 +306,10 @@ impl<R: Routine> Routed<R> {
     ///
     /// # Errors
     /// As [`LockBackend::release`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have released the hold; calling again is safe
+    /// (a release that already happened answers `Lost`).
     pub async fn release(&self, req: ReleaseRequest<'_>) -> Result<ReleaseOutcome> {
         let r = &*self.routine;
         if let Some(outcome) = self.hint.release(r, req).await {
@@ -322,6 +339,9 @@ impl<R: Routine> Routed<R> {
     ///
     /// # Errors
     /// As [`LockBackend::inspect`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an inspection writes nothing.
     pub async fn inspect(&self, key: &Key) -> Result<LockState> {
         let r = &*self.routine;
         let fallback = || storage::inspect(r, key);
@@ -336,6 +356,9 @@ impl<R: Routine> Routed<R> {
     ///
     /// # Errors
     /// As [`LockBackend::force_release`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have broken the hold, never half of it.
     pub async fn force_release(&self, key: &Key) -> Result<LockState> {
         let r = &*self.routine;
         let fallback = || storage::force_release(r, key);
