@@ -9,16 +9,18 @@ use lock_core::backend::Grace;
 use lock_core::{Error, ErrorKind, Operation, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::backend::{Engine, RedisBackend, Variant};
+use crate::backend::{Engine, RedisBackend};
 use crate::conn::link::{Acks, Link, LinkKind};
 use crate::conn::pool::Pool;
 use crate::conn::primary::{Primary, SentinelLink};
 use crate::conn::shards::Shards;
 use crate::conn::topology::{AddressMap, Topology};
+use crate::conn::Pools;
 use crate::error::map_error;
 use crate::lua::{self, Lua};
 use crate::notify::{Notifier, Sharded};
-use crate::watch::{self, Pools, Watch};
+use crate::variant::Variant;
+use crate::watch::{self, Watch};
 
 /// The URL options redis-rs reads (its `parse_redis_url`); the builder reads its own.
 const REDIS_RS_OPTIONS: &[&str] = &["protocol", "db", "user", "pass"];

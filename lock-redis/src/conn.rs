@@ -14,3 +14,11 @@ pub(crate) mod pool;
 pub(crate) mod primary;
 pub(crate) mod shards;
 pub(crate) mod topology;
+
+/// Where the WATCH variant's transactions run.
+pub(crate) enum Pools {
+    /// One pool, to the one primary: the server, or the one the sentinels name.
+    Primary(pool::Pool),
+    /// A pool per cluster primary, chosen by the record's slot.
+    Cluster(Box<shards::Shards>),
+}

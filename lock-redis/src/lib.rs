@@ -12,9 +12,11 @@ mod notify;
 mod record;
 mod request;
 mod scripted;
+mod variant;
 mod watch;
 
-pub use backend::{RedisBackend, Variant};
+pub use backend::RedisBackend;
 pub use builder::{RedisBuilder, SCHEMES};
 pub use lock_core;
 pub use redis;
+pub use variant::Variant;

@@ -16,9 +16,9 @@ use redis::Value;
 
 use crate::conn::link::{Link, LinkKind};
 use crate::conn::shards::slot_ranges;
+use crate::conn::Pools;
 use crate::error::map_error;
 use crate::keys::LockKeys;
-use crate::watch::Pools;
 
 /// `SCAN` calls per page at most: a prefix that matches few of many names ends a page
 /// early, empty but with a cursor, rather than walk the whole table in one call.

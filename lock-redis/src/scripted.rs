@@ -16,10 +16,10 @@ use lock_core::{
 };
 use tracing::Instrument;
 
-use crate::backend::{Setup, Variant, VariantBackend};
 use crate::error::protocol;
 use crate::lua::{Lua, NAME};
 use crate::request::{Reply, Request};
+use crate::variant::{Setup, Variant, VariantBackend};
 use crate::RedisBackend;
 
 /// The script's backend: the engine and the builder's settings.

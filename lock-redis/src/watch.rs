@@ -31,13 +31,13 @@ use lock_core::backend::{Capabilities, Grace, KeyPage, KeysRequest, Listing, Rel
 use lock_core::{Error, ErrorKind, Key, Operation, Result, Ttl};
 use tracing::Instrument;
 
-use crate::backend::{Setup, Variant, VariantBackend};
 use crate::conn::link::Acks;
 use crate::conn::pool::{Lease, Pool};
-use crate::conn::shards::Shards;
+use crate::conn::Pools;
 use crate::error::map_error;
 use crate::keys::LockKeys;
 use crate::record::{self, Stored};
+use crate::variant::{Setup, Variant, VariantBackend};
 
 /// The backend name of this variant.
 pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
@@ -45,14 +45,6 @@ pub(crate) const NAME: &str = crate::RedisBackend::WATCH_NAME;
 pub(crate) struct Watch {
     pub(crate) pools: Pools,
     pub(crate) acks: Option<Acks>,
-}
-
-/// Where a record's transactions run.
-pub(crate) enum Pools {
-    /// One pool, to the one primary: the server, or the one the sentinels name.
-    Primary(Pool),
-    /// A pool per cluster primary, chosen by the record's slot.
-    Cluster(Box<Shards>),
 }
 
 /// What the server held when the transaction started.

@@ -1,6 +1,6 @@
 //! How a storage keeps what identifies a holder: the owner token and the holder info, as
-//! stored in its records ([`Codec`]), so that a [`Storage`](super::storage::Storage) names
-//! one codec (`type Codec = AsIs;`) instead of writing the three conversions again.
+//! stored in its records ([`Codec`]), so that a `Storage` names one codec
+//! (`type Codec = AsIs;`) instead of writing the three conversions again.
 //!
 //! | codec | token stored as | holder info stored as | for |
 //! |---|---|---|---|

@@ -22,7 +22,7 @@
 //! Every type that implements [`Storage`] is a [`LockBackend`]: hold it as
 //! `Arc<dyn LockBackend>`. The memory, file and etcd backends and Redis's WATCH variant
 //! are storages; Postgres and MariaDB are storages under a server routine
-//! ([`routine`](super::routine)), which runs [`obtain`], [`prolongate`], [`release`],
+//! (the routine kit, `lock_core::backend::routine`), which runs [`obtain`], [`prolongate`], [`release`],
 //! [`inspect`] and [`force_release`] when the routine defers.
 //!
 //! # A complete backend
