@@ -422,3 +422,26 @@ async fn a_storage_that_declares_batches_without_transact_many_says_so() {
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     assert!(err.to_string().contains("transact_many"), "{err}");
 }
+
+/// A batch whose deferred part runs past the deadline fails those locks alone: the ones the
+/// routine decided were committed, and keep their answers.
+#[tokio::test(start_paused = true)]
+async fn a_deferred_part_past_the_deadline_fails_alone() {
+    let (b, local) = routed();
+    let holder = HolderInfo::current();
+    let (exclusive, shared) = (Key::new("x").unwrap(), Key::new("s").unwrap());
+    let (t1, t2) = (Token::generate().unwrap(), Token::generate().unwrap());
+    let obtained = b.obtain(ObtainRequest::new(&exclusive, &t1, ttl(), &holder));
+    assert!(acquired(obtained.await.unwrap()));
+    let req =
+        ObtainRequest::new(&shared, &t2, ttl(), &holder).with_mode(Mode::shared(2, 1).unwrap());
+    assert!(acquired(b.obtain(req).await.unwrap()));
+    // Every transaction of the storage now outlasts the call's deadline.
+    *local.slow.lock().unwrap() = local.timeout() * 2;
+    let answers = b
+        .prolongate_many(&[prolong(&exclusive, &t1), prolong(&shared, &t2)])
+        .await;
+    assert_eq!(*answers[0].as_ref().unwrap(), ProlongOutcome::Prolonged);
+    let err = answers[1].as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+}

@@ -87,3 +87,36 @@ fn the_files_the_readme_names_exist() {
         "only {checked} paths found: the pattern broke"
     );
 }
+
+/// CI runs the very test command the README gives a newcomer: `.ci/run` ends by running
+/// the command of the README's "whole test suite" row, from the repository's root.
+#[test]
+fn ci_runs_the_readmes_test_command() {
+    let readme = include_str!("../../README.md");
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| the whole test suite"))
+        .expect("the README's test command row");
+    let command = row
+        .trim_end_matches('|')
+        .rsplit('|')
+        .next()
+        .expect("a command cell")
+        .trim()
+        .trim_matches('`');
+    let ci = include_str!("../../.ci/run");
+    assert!(
+        ci.contains("cd \"$(dirname \"$0\")/..\""),
+        ".ci/run no longer runs from the repository's root:\n{ci}"
+    );
+    let last = ci
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .expect("a command");
+    assert_eq!(
+        last.trim().trim_start_matches("exec ").trim(),
+        command,
+        ".ci/run and the README's test command differ: change both"
+    );
+}

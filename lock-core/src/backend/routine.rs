@@ -289,12 +289,22 @@ impl<R: Routine> Routed<R> {
         }
         if !deferred.is_empty() {
             let rest: Vec<ProlongRequest<'_>> = deferred.iter().map(|&i| reqs[i]).collect();
-            let decided = storage::prolongate_many(r, &rest);
-            for (i, answer) in deferred
-                .into_iter()
-                .zip(self.within(op, deadline, decided).await?)
+            // Past the deadline only the deferred locks fail: what the routine decided is
+            // committed, and its answers stand.
+            match self
+                .within(op, deadline, storage::prolongate_many(r, &rest))
+                .await
             {
-                answers[i] = answer;
+                Ok(each) => {
+                    for (i, answer) in deferred.into_iter().zip(each) {
+                        answers[i] = answer;
+                    }
+                }
+                Err(e) => {
+                    for i in deferred {
+                        answers[i] = Err(e.clone());
+                    }
+                }
             }
         }
         Ok(answers)
