@@ -78,7 +78,7 @@ static ALLOCATOR: alloc::Counting = alloc::Counting;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockBackend, Locker, Mode, Retry};
+use lock_core::{Attempt, LockBackend, Locker, Mode, Retry};
 use test_servers::bench::{
     backend_cycles, handoff, locker_cycles, mode_cycles, rounds, run, runtime, rw_handoff, Run,
 };
@@ -99,6 +99,9 @@ pub(crate) struct Size {
     watched: usize,
     /// `--watched-only`: skip everything but the watched locks.
     watched_only: bool,
+    /// `--watched-for=SECS`: how long the watched locks are held (at least the two
+    /// renewal periods measured), before the lost ones are counted.
+    watched_for: Duration,
 }
 
 pub(crate) const CONCURRENCY: [usize; 3] = [1, 16, 64];
@@ -112,6 +115,7 @@ usage: cargo run --release -p lock-bench -- [OPTIONS]
   --quick               fewer cycles, one round (a smoke run, about a minute per backend)
   --only=NAME[,NAME]    just these: memory, file, redis, postgres, mysql, etcd
   --watched-only        just the locks held with the watchdog
+  --watched-for=SECS    hold the watched locks this long (default: the 7.5 s measured)
   --instructions        the client's instructions per cycle (valgrind's callgrind)
   --count-cycles=KIND:N[:TASKS]
                         run N cycles of KIND alone (for a profiler or callgrind)
@@ -123,7 +127,7 @@ takes about six minutes";
 
 fn main() {
     const KNOWN: [&str; 4] = ["--quick", "--watched-only", "--instructions", "--help"];
-    const PREFIXES: [&str; 2] = ["--only=", "--count-cycles="];
+    const PREFIXES: [&str; 3] = ["--only=", "--count-cycles=", "--watched-for="];
     for arg in std::env::args().skip(1) {
         let known = KNOWN.contains(&arg.as_str()) || PREFIXES.iter().any(|p| arg.starts_with(p));
         if arg == "--help" || !known {
@@ -150,6 +154,17 @@ fn main() {
     }
     let quick = std::env::args().any(|a| a == "--quick");
     let watched_only = std::env::args().any(|a| a == "--watched-only");
+    let watched_for = std::env::args()
+        .find_map(|a| {
+            a.strip_prefix("--watched-for=").map(|secs| match secs.parse::<u64>() {
+                Ok(secs) => Duration::from_secs(secs),
+                Err(_) => {
+                    eprintln!("lock-bench: --watched-for takes whole seconds, not {secs:?}");
+                    std::process::exit(2);
+                }
+            })
+        })
+        .unwrap_or_default();
     // `--only=redis,postgres`: just those backends.
     let only: Option<Vec<String>> = std::env::args().find_map(|a| {
         a.strip_prefix("--only=")
@@ -171,6 +186,7 @@ fn main() {
             handoffs: 40,
             watched: 1_000,
             watched_only,
+            watched_for,
         }
     } else {
         Size {
@@ -180,6 +196,7 @@ fn main() {
             handoffs: 200,
             watched: 10_000,
             watched_only,
+            watched_for,
         }
     };
     let pg_url = std::env::var("DATABASE_URL")
@@ -360,13 +377,34 @@ pub(crate) async fn watched<F, Fut>(
     let locker = Locker::new(counting.clone());
     let before = alloc::live_bytes();
     let prefix = test_servers::bench::fresh_prefix("watched");
+    let held_from = Instant::now();
     let mut guards = Vec::with_capacity(size.watched);
     for i in 0..size.watched {
         let lock = locker
             .lock(format!("{prefix}{i}"))
             .ttl(Duration::from_secs(9))
             .watchdog();
-        guards.push(test_servers::locks::held(lock).await);
+        // What could not be done is reported, never a panic: the row says how far it got.
+        let failed = match lock.try_obtain().await {
+            Ok(Attempt::Obtained(guard)) => {
+                guards.push(guard);
+                continue;
+            }
+            Ok(Attempt::Busy(busy)) => format!("busy ({busy}) on a fresh key"),
+            Err(e) => e.to_string(),
+        };
+        let took = held_from.elapsed();
+        table.skipped(
+            &format!("{name} watched locks"),
+            &format!(
+                "{i} of {} taken in {took:.1?}, then lock {i} failed: {failed}",
+                size.watched
+            ),
+        );
+        for g in guards {
+            let _ = g.release().await;
+        }
+        return;
     }
     let memory = alloc::live_bytes().saturating_sub(before) as f64 / size.watched as f64;
     // Counted from half a period in, over two periods: locks taken at once renew at once,
@@ -398,7 +436,17 @@ pub(crate) async fn watched<F, Fut>(
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 2.0),
         _ => None,
     };
+    // Held as long as asked, then counted.
+    tokio::time::sleep(size.watched_for.saturating_sub(held_from.elapsed())).await;
+    let held_for = held_from.elapsed();
     let lost = guards.iter().filter(|g| g.is_lost()).count();
+    if size.watched_for > period * 3 {
+        table.note(format!(
+            "{name}: {} watched locks held {:.0} s, {lost} lost",
+            size.watched,
+            held_for.as_secs_f64()
+        ));
+    }
     let renewals = report::Renewals {
         locks: per_period,
         batches: batches_per_period,

@@ -84,14 +84,8 @@ pub(crate) async fn etcd(table: &mut Table, size: Size) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let backend: Arc<dyn LockBackend> = Arc::new(backend);
-    // Each lock's prolong is a call of its own: a read, two lease grants sent at once
-    // (one round trip) and the transaction.
-    let batch = Some(Batching {
-        locks: 1,
-        round_trips: 3,
-    });
     if size.watched_only {
-        watched(table, "etcd", backend, size, batch, || async { None }).await;
+        etcd_watched(table, backend, size, &endpoints[0]).await;
         return Ok(());
     }
     let locker = Locker::new(backend.clone());
@@ -117,6 +111,76 @@ pub(crate) async fn etcd(table: &mut Table, size: Size) -> Result<(), String> {
     shared_holds(table, "etcd", &locker, etcd_size).await;
     several_keys(table, "etcd", &locker, etcd_size).await;
     handoffs(table, "etcd", backend.clone(), size, None).await;
-    watched(table, "etcd", backend, size, batch, || async { None }).await;
+    etcd_watched(table, backend, size, &endpoints[0]).await;
     Ok(())
+}
+
+/// The watched locks, with the member's gRPC calls per period, and its CPU and the writes
+/// through its log over the whole hold (its `/metrics`).
+async fn etcd_watched(table: &mut Table, backend: Arc<dyn LockBackend>, size: Size, member: &str) {
+    // Each lock's prolong is a call of its own: a read, the keep-alives of its two leases
+    // sent at once (one round trip) and a read-only transaction; three round trips too
+    // where a new ttl takes a read, two lease grants at once and the transaction.
+    let batch = Some(Batching {
+        locks: 1,
+        round_trips: 3,
+    });
+    let before = Metrics::of(member).await;
+    let started = Instant::now();
+    watched(table, "etcd", backend, size, batch, || async {
+        Metrics::of(member).await.map(|m| m.calls)
+    })
+    .await;
+    let took = started.elapsed().as_secs_f64();
+    if let (Some(a), Some(b)) = (before, Metrics::of(member).await) {
+        table.note(format!(
+            "etcd member over {took:.0} s of {} watched locks (taken, held, released): \
+             {:.1} CPU seconds ({:.0}% of a core), {:.0} writes through the log, {:.0} \
+             gRPC calls",
+            size.watched,
+            b.cpu - a.cpu,
+            100.0 * (b.cpu - a.cpu) / took,
+            b.writes - a.writes,
+            b.calls.saturating_sub(a.calls) as f64,
+        ));
+    }
+}
+
+/// What an etcd member's `/metrics` count.
+#[derive(Clone, Copy)]
+struct Metrics {
+    /// CPU seconds of the member's process (`process_cpu_seconds_total`).
+    cpu: f64,
+    /// Proposals committed to its log (`etcd_server_proposals_committed_total`).
+    writes: f64,
+    /// gRPC calls it answered (`grpc_server_handled_total`, every method and code).
+    calls: u64,
+}
+
+impl Metrics {
+    /// The member at `endpoint` (`http://host:port` or `host:port`), read now; `None` when
+    /// it cannot be read.
+    async fn of(endpoint: &str) -> Option<Metrics> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let host = endpoint.trim_start_matches("http://");
+        let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.ok()?;
+        let sum = |name: &str| -> f64 {
+            text.lines()
+                .filter(|l| {
+                    l.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        Some(Metrics {
+            cpu: sum("process_cpu_seconds_total"),
+            writes: sum("etcd_server_proposals_committed_total"),
+            calls: sum("grpc_server_handled_total") as u64,
+        })
+    }
 }

@@ -11,6 +11,7 @@ pub(crate) struct Table {
     handoffs: Vec<String>,
     rw_handoffs: Vec<String>,
     watched: Vec<String>,
+    notes: Vec<String>,
     skipped: Vec<String>,
 }
 
@@ -127,6 +128,13 @@ impl Table {
         ));
     }
 
+    /// A line under the watched locks' table: what a backend's server said of the run.
+    pub(crate) fn note(&mut self, line: String) {
+        let line = format!("- {line}");
+        eprintln!("{line}");
+        self.notes.push(line);
+    }
+
     pub(crate) fn skipped(&mut self, backend: &str, why: &str) {
         let row = format!("- {backend}: skipped, {why}");
         eprintln!("{row}");
@@ -168,6 +176,12 @@ impl Table {
         println!("| backend | locks | locks prolonged per 3 s | watchdog batches per 3 s | round trips per 3 s | server calls per 3 s | longest batch | client memory per lock | lost |");
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for row in &self.watched {
+            println!("{row}");
+        }
+        if !self.notes.is_empty() {
+            println!();
+        }
+        for row in &self.notes {
             println!("{row}");
         }
         for row in &self.skipped {

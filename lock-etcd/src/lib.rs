@@ -8,6 +8,7 @@ mod members;
 mod notify;
 mod plan;
 mod read;
+mod renew;
 mod storage;
 mod url;
 

@@ -82,9 +82,10 @@ pub(crate) fn ends(ms: u64) -> u64 {
 pub(crate) struct Seen {
     /// The revision of the read.
     pub(crate) revision: u64,
-    /// Every key read, with its `mod_revision`: the transaction that writes the decision
-    /// requires each unchanged (and still there: an expired lease deletes its keys).
-    pub(crate) keys: Vec<(String, i64)>,
+    /// Every key read, with its `mod_revision` and its lease (0: none): the transaction
+    /// that writes the decision requires each unchanged (and still there: an expired lease
+    /// deletes its keys), and a renewal keeps the leases alive (`renew.rs`).
+    pub(crate) keys: Vec<(String, i64, i64)>,
     /// The holds, by token digest.
     pub(crate) holds: BTreeMap<String, SeenHold>,
     /// The cooldown.
@@ -97,8 +98,8 @@ pub(crate) struct Seen {
     pub(crate) record: Option<Rec>,
 }
 
-/// One key of a range read: its name, value and `mod_revision`.
-pub(crate) type Kv<'a> = (&'a str, &'a [u8], i64);
+/// One key of a range read: its name, value, `mod_revision` and lease (0: none).
+pub(crate) type Kv<'a> = (&'a str, &'a [u8], i64, i64);
 
 impl Seen {
     /// The lock under `base` from the keys a range read at `revision` returned.
@@ -119,9 +120,9 @@ impl Seen {
             fence: None,
             record: None,
         };
-        for (key, value, mod_revision) in kvs {
+        for (key, value, mod_revision, lease) in kvs {
             let Some(slot) = base.slot(key) else { continue };
-            seen.keys.push((key.to_owned(), mod_revision));
+            seen.keys.push((key.to_owned(), mod_revision, lease));
             let bad =
                 |e: serde_json::Error| format!("the key {key} does not hold a lock's data ({e})");
             match slot {
@@ -251,9 +252,12 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let both = vec![(live.as_str(), &v[..], 6), (evidence.as_str(), &v[..], 6)];
+        let both = vec![
+            (live.as_str(), &v[..], 6, 1),
+            (evidence.as_str(), &v[..], 6, 2),
+        ];
         assert_eq!(answer(both), ProlongOutcome::Prolonged);
-        let late = vec![(evidence.as_str(), &v[..], 6)];
+        let late = vec![(evidence.as_str(), &v[..], 6, 2)];
         assert_eq!(answer(late), ProlongOutcome::ProlongedLate);
         assert_eq!(answer(vec![]), ProlongOutcome::Lost);
     }
@@ -270,7 +274,7 @@ mod tests {
         let seen = Seen::read(
             &base,
             30,
-            vec![(a.as_str(), &new[..], 21), (b.as_str(), &old[..], 11)],
+            vec![(a.as_str(), &new[..], 21, 1), (b.as_str(), &old[..], 11, 2)],
         )
         .unwrap();
         let Some(Record {
@@ -297,11 +301,11 @@ mod tests {
         let err = Seen::read(
             &base,
             2,
-            vec![(a.as_str(), &v[..], 1), (b.as_str(), &v[..], 1)],
+            vec![(a.as_str(), &v[..], 1, 1), (b.as_str(), &v[..], 1, 1)],
         )
         .unwrap_err();
         assert!(err.contains("etcdctl del --prefix 'p/6b/'"), "{err}");
-        let garbage = Seen::read(&base, 2, vec![(a.as_str(), &b"{"[..], 1)]).unwrap_err();
+        let garbage = Seen::read(&base, 2, vec![(a.as_str(), &b"{"[..], 1, 1)]).unwrap_err();
         assert!(garbage.contains("does not hold a lock's data"), "{garbage}");
     }
 }

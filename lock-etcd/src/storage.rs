@@ -1,7 +1,8 @@
 //! The backend as a storage of lock-core's adapter (`lock_core::backend::storage`): one
 //! range read of the lock's keys, the adapter's step on what they say ([`Seen`]), the
 //! leases its writes need, and one transaction that writes them only if none of the keys
-//! read changed, none appeared and none expired in between.
+//! read changed, none appeared and none expired in between. A renewal for the same ttl
+//! writes nothing: it keeps the hold's leases alive (`renew.rs`).
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use lock_core::backend::codec::Digest;
@@ -15,6 +16,7 @@ use crate::error::{corrupt, Deadline};
 use crate::layout::Base;
 use crate::plan::{Lease, Plan};
 use crate::read::{self, Seen};
+use crate::renew::Renewal;
 use crate::{EtcdBackend, NAME};
 
 impl Storage for EtcdBackend {
@@ -114,7 +116,7 @@ impl EtcdBackend {
                     format!("a key under {} is not UTF-8 ({e})", base.as_str()),
                 )
             })?;
-            kvs.push((name, kv.value(), kv.mod_revision()));
+            kvs.push((name, kv.value(), kv.mod_revision(), kv.lease()));
         }
         let seen = Seen::read(&base, revision, kvs).map_err(|m| corrupt(op, m))?;
         // Every later write commits at a higher revision, and the wall clock only moves
@@ -131,6 +133,11 @@ impl EtcdBackend {
         let mut plan = seen.plan(&base, &record).map_err(|m| protocol(op, m))?;
         if plan.is_empty() {
             return Ok(Commit::Done);
+        }
+        if let Some(renewal) = Renewal::of(&base, &seen, &plan, change.wake) {
+            if self.renewed(op, deadline, &base, &seen, &renewal).await? {
+                return Ok(Commit::Done);
+            }
         }
         plan.announce(&base, &seen, &record, change.wake);
         let leases = self.grant(op, deadline, &plan).await?;
@@ -221,7 +228,7 @@ fn transaction(base: &Base, seen: &Seen, plan: &Plan, leases: &[i64]) -> Txn {
                 .with_range(base.end()),
         ];
     compares.extend(plan.puts.iter().filter_map(|put| {
-        let at = seen.keys.iter().find(|(k, _)| *k == put.key)?.1;
+        let at = seen.keys.iter().find(|(k, ..)| *k == put.key)?.1;
         Some(Compare::mod_revision(
             put.key.as_str(),
             CompareOp::Equal,
@@ -258,7 +265,7 @@ fn delete_runs(seen: &Seen, plan: &Plan) -> Vec<(String, Option<String>)> {
     let deleted: std::collections::BTreeSet<&str> =
         plan.deletes.iter().map(String::as_str).collect();
     let mut all: std::collections::BTreeSet<&str> =
-        seen.keys.iter().map(|(k, _)| k.as_str()).collect();
+        seen.keys.iter().map(|(k, ..)| k.as_str()).collect();
     all.extend(plan.puts.iter().map(|p| p.key.as_str()));
     all.extend(deleted.iter().copied());
     let mut runs = Vec::new();
@@ -296,7 +303,7 @@ mod tests {
         let fence = br#"{"fencing":1}"#;
         let kvs = keys.iter().map(|k| {
             let v: &[u8] = if k.ends_with('F') { fence } else { value };
-            (k.as_str(), v, 5)
+            (k.as_str(), v, 5, 1)
         });
         Seen::read(base, 9, kvs).unwrap()
     }
