@@ -102,6 +102,16 @@ fn wrap(inner: Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
     outer
 }
 
+/// Whether `backend` is one of ours: its exclusive holds are shares, whose release wakes
+/// every waiter (the rules: a share's weight is not a waiter's), where a mutex's wakes one.
+pub(crate) fn holds_as_shares(backend: &Arc<dyn LockBackend>) -> bool {
+    let id = Arc::as_ptr(backend).cast::<()>() as usize;
+    MADE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|(made, inner)| *made == id && inner.strong_count() > 0)
+}
+
 /// The backend `outer` wraps (itself when it is not one of ours).
 fn unwrap(outer: &Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
     let id = Arc::as_ptr(outer).cast::<()>() as usize;

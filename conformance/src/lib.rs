@@ -277,6 +277,7 @@ macro_rules! for_each_case {
             a_writers_marker_lives_from_its_last_busy_attempt,
             a_downgrade_wakes_every_waiter,
             a_release_wakes_a_waiter_at_once,
+            a_release_wakes_one_waiter_not_two,
             the_last_share_beside_a_writer_wakes_every_waiter,
             a_resignation_wakes_the_candidate_not_the_observer,
             what_frees_nothing_wakes_nobody,

@@ -34,6 +34,8 @@ enum Bug {
     WakesOnEveryCall,
     /// A release wakes the key's subscribers; a forced release wakes nobody.
     ForceWakesNobody,
+    /// A release wakes one subscriber, and one more (its own notification, coming back).
+    WakesTwice,
 }
 
 #[derive(Debug)]
@@ -122,8 +124,13 @@ impl Layer for Broken {
         self.touched(&key);
         if let Ok(ReleaseOutcome::Released | ReleaseOutcome::ReleasedLate) = outcome {
             self.released(&key);
-            if let Bug::ForceWakesNobody = self.bug {
-                self.everyone.wake_key(key.as_str());
+            match self.bug {
+                Bug::ForceWakesNobody => self.everyone.wake_key(key.as_str()),
+                Bug::WakesTwice => {
+                    self.everyone.wake_one(key.as_str());
+                    self.everyone.wake_one(key.as_str());
+                }
+                _ => {}
             }
         }
         outcome
@@ -156,7 +163,9 @@ impl Layer for Broken {
                     .push_back(tx);
                 ReleaseSubscription::new(rx, None)
             }
-            Bug::WakesOnEveryCall | Bug::ForceWakesNobody => self.everyone.subscribe(key.as_str()),
+            Bug::WakesOnEveryCall | Bug::ForceWakesNobody | Bug::WakesTwice => {
+                self.everyone.subscribe(key.as_str())
+            }
             _ => match self.inner.subscribe(key).await? {
                 Some(sub) => sub,
                 None => return Ok(None),
@@ -215,4 +224,9 @@ catches_where_memory_passes!(
     a_forced_release_that_wakes_nobody_is_caught,
     ForceWakesNobody,
     a_forced_release_wakes_every_waiter
+);
+catches_where_memory_passes!(
+    a_release_that_wakes_two_is_caught,
+    WakesTwice,
+    a_release_wakes_one_waiter_not_two
 );

@@ -324,7 +324,7 @@ pub trait LockBackend: fmt::Debug + Send + Sync + 'static {
     /// every release and never takes a waiter's turn); a backend that keeps a line of its
     /// own instead must wake all of a key's subscribers, or an observer that subscribed
     /// first is woken in a waiting candidate's place. The conformance suite checks each
-    /// rule (`a_release_wakes_a_waiter_at_once`,
+    /// rule (`a_release_wakes_a_waiter_at_once`, `a_release_wakes_one_waiter_not_two`,
     /// `the_last_share_beside_a_writer_wakes_every_waiter`,
     /// `a_downgrade_wakes_every_waiter`, `what_frees_nothing_wakes_nobody`,
     /// `a_resignation_wakes_the_candidate_not_the_observer`).

@@ -10,8 +10,10 @@
 //! - a revision that only deletes a live hold, the cooldown or the writer's marker (a lease
 //!   that ran out: nobody decided, and whoever can get in now is not known) wakes them all.
 //!
-//! A release in this process also wakes its waiters directly (the decision's wake-up);
-//! waking twice only costs an attempt.
+//! A decision in this process wakes its waiters the same way, through the watch: waking
+//! them directly as well would wake two for the one the rules let in (every waiter of a
+//! process subscribes through [`EtcdBackend::watched`], so a process with waiters of a key
+//! has its watch).
 //!
 //! The watch starts at the revision after its creation; the client layer subscribes
 //! before it tries, so a release between its attempt and the watch is never missed. A

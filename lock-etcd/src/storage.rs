@@ -154,7 +154,9 @@ impl EtcdBackend {
         }
         // The leases the write moved keys off are left to lapse rather than revoked: a
         // revoke is a call to the leader per lease, two more per release and prolong.
-        self.waiters.wake(key.as_str(), change.wake);
+        // Whom the decision wakes, here as in every other process, is woken by the key's
+        // watch when it sees `F` (`notify.rs`): a wake-up here too would wake a second
+        // waiter for the one the rules let in.
         Ok(Commit::Done)
     }
 

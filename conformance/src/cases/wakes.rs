@@ -115,6 +115,51 @@ pub async fn a_release_wakes_a_waiter_at_once(suite: &Suite) -> CaseResult {
     Ok(())
 }
 
+/// An exclusive release wakes one waiter of a process, not two (the rules' `Wake::One`):
+/// here the waiters are in the process that releases, where a backend that wakes them
+/// directly and again when its own notification comes back wakes a second waiter for the
+/// one that can get in (each extra wake-up is an attempt that finds the key busy).
+pub async fn a_release_wakes_one_waiter_not_two(suite: &Suite) -> CaseResult {
+    let case = "a_release_wakes_one_waiter_not_two";
+    let Some(two) = Two::of(suite, case, "wake-once").await? else {
+        return Ok(());
+    };
+    let backend = &two.deciding;
+    if crate::as_semaphore::holds_as_shares(backend) {
+        report(format_args!(
+            "{}: {case}: skipped, the locks are permits of semaphores here, and the release \
+             of a share wakes every waiter",
+            suite.name
+        ));
+        return Ok(());
+    }
+    let holder = Owner::new(backend, "wake-once", "holder");
+    acquired(holder.obtain(LONG).await?, "the holder")?;
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let sub = backend.subscribe(&holder.key).await?;
+        waiting.push(sub.ok_or_else(|| Failure("subscribe answered None".into()))?);
+    }
+    tokio::time::sleep(SETTLE).await;
+    let released = holder.release(None).await?;
+    ensure!(
+        released == ReleaseOutcome::Released,
+        "the release: {released:?}"
+    );
+    let [first, second] = &mut waiting[..] else {
+        unreachable!("two subscriptions")
+    };
+    ensure!(
+        first.released_within(WOKEN).await,
+        "the waiter that subscribed first was not woken by the release"
+    );
+    ensure!(
+        !second.released_within(ms(1_000)).await,
+        "one exclusive release woke two waiters of the releasing process: one can get in"
+    );
+    Ok(())
+}
+
 /// The last share leaving beside a waiting writer's marker wakes every waiter (the rules'
 /// `Wake::All`): the one that can get in, the writer, need not be first in line.
 pub async fn the_last_share_beside_a_writer_wakes_every_waiter(suite: &Suite) -> CaseResult {
