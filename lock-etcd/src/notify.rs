@@ -31,7 +31,7 @@ use etcd_client::{EventType, WatchOptions, WatchResponse, WatchStream};
 use lock_core::backend::{ReleaseSubscription, Waiters};
 use lock_core::{Key, Operation, Result};
 
-use crate::error::Deadline;
+use crate::error::{within, Deadline};
 use crate::layout::{Base, FenceValue, Slot, Wakes};
 use crate::members::Members;
 use crate::EtcdBackend;
@@ -40,6 +40,23 @@ use crate::EtcdBackend;
 #[derive(Default)]
 pub(crate) struct Watches {
     running: Mutex<HashMap<String, Weak<KeyWatch>>>,
+    /// A gate per key whose watch is being made: subscribers that come meanwhile wait
+    /// for that watch rather than make their own.
+    starting: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl Watches {
+    /// The gate of `key`'s watch being made, shared by everyone who asks while it lives.
+    fn gate(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gate) = starting.get(key).and_then(Weak::upgrade) {
+            return gate;
+        }
+        starting.retain(|_, g| g.strong_count() > 0);
+        let gate = Arc::new(tokio::sync::Mutex::new(()));
+        starting.insert(key.to_owned(), Arc::downgrade(&gate));
+        gate
+    }
 }
 
 /// One key's watch task; dropped with the last subscription that holds it.
@@ -56,12 +73,23 @@ impl Drop for KeyWatch {
 impl EtcdBackend {
     /// A subscription to `key`'s releases: this process's waiters' line, woken by the
     /// key's watch.
+    ///
+    /// One watch per key: each watch wakes the process's waiters of the key, so two would
+    /// wake two for a release that lets one in. Subscribers that come while the key's watch
+    /// is being made wait for it (by the same deadline as making it).
     pub(crate) async fn watched(&self, key: &Key) -> Result<ReleaseSubscription> {
         let subscription = self.waiters.subscribe(key.as_str());
         if let Some(watch) = self.live_watch(key) {
             return Ok(subscription.holding(Box::new(watch)));
         }
-        let watch = self.start_watch(key).await?;
+        let deadline = Deadline::after(self.timeout);
+        let gate = self.watches.gate(key.as_str());
+        let waited = async { Ok(gate.lock().await) };
+        let _making = within(Operation::Subscribe, "the key's watch", deadline, waited).await?;
+        let watch = match self.live_watch(key) {
+            Some(watch) => watch,
+            None => self.start_watch(key, deadline).await?,
+        };
         Ok(subscription.holding(Box::new(watch)))
     }
 
@@ -79,9 +107,8 @@ impl EtcdBackend {
             .filter(|w| !w.task.is_finished())
     }
 
-    async fn start_watch(&self, key: &Key) -> Result<Arc<KeyWatch>> {
+    async fn start_watch(&self, key: &Key, deadline: Deadline) -> Result<Arc<KeyWatch>> {
         let base = Base::new(&self.prefix, key.as_str());
-        let deadline = Deadline::after(self.timeout);
         let (stream, created) = open(&self.members, &base, None, deadline).await?;
         let watching = Watching {
             members: Arc::clone(&self.members),
