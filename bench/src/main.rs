@@ -156,13 +156,14 @@ fn main() {
     let watched_only = std::env::args().any(|a| a == "--watched-only");
     let watched_for = std::env::args()
         .find_map(|a| {
-            a.strip_prefix("--watched-for=").map(|secs| match secs.parse::<u64>() {
-                Ok(secs) => Duration::from_secs(secs),
-                Err(_) => {
-                    eprintln!("lock-bench: --watched-for takes whole seconds, not {secs:?}");
-                    std::process::exit(2);
-                }
-            })
+            a.strip_prefix("--watched-for=")
+                .map(|secs| match secs.parse::<u64>() {
+                    Ok(secs) => Duration::from_secs(secs),
+                    Err(_) => {
+                        eprintln!("lock-bench: --watched-for takes whole seconds, not {secs:?}");
+                        std::process::exit(2);
+                    }
+                })
         })
         .unwrap_or_default();
     // `--only=redis,postgres`: just those backends.

@@ -39,7 +39,10 @@ async fn a_renewal_for_the_same_ttl_writes_nothing_and_keeps_the_hold() {
             ProlongOutcome::Prolonged
         );
     }
-    assert!(start.elapsed() > ttl + ttl / 2, "the renewals outlasted the ttl");
+    assert!(
+        start.elapsed() > ttl + ttl / 2,
+        "the renewals outlasted the ttl"
+    );
     assert_eq!(
         revision(&mut client).await,
         before,

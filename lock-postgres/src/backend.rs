@@ -30,7 +30,7 @@ use crate::NAME;
 /// [`PostgresBackend::builder`] (or [`PostgresBackend::lazy`] with every default).
 #[derive(Clone)]
 pub struct PostgresBackend {
-    /// The function, and the client's path it defers to (`shared.rs`).
+    /// The function, and the client's path it defers to (`storage.rs`).
     routed: Routed<Db>,
     notifications: bool,
     notifier: Arc<Notifier>,

@@ -7,10 +7,11 @@ mod exec;
 pub mod fence;
 mod migrate;
 mod notify;
+mod read;
 mod reply;
 mod routine;
-mod shared;
 mod sql;
+mod storage;
 
 pub use backend::PostgresBackend;
 pub use builder::{PostgresBuilder, SCHEMES};

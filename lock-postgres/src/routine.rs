@@ -1,7 +1,7 @@
 //! The function of `schema.sql` as lock-core's routine (`lock_core::backend::routine`):
 //! each request one statement, one round trip, that decides an exclusive hold and answers
 //! `defer` for a row with shares or a live writer's marker. The kit routes every call, and
-//! decides what is deferred on the storage of `shared.rs`.
+//! decides what is deferred on the storage of `storage.rs`.
 
 use std::time::Duration;
 

@@ -219,7 +219,7 @@ impl Names {
         format!("{}{statement}", session.preamble)
     }
 
-    /// The first message of a decision in the client (`shared.rs`): opens the transaction,
+    /// The first message of a decision in the client (`storage.rs`): opens the transaction,
     /// pins the session as every call does (and the search_path, as the functions do),
     /// takes the key's advisory lock, then reads the server's clock and the key's row in
     /// one row (its columns NULL when the key has none). Times in µs since the epoch.

@@ -30,7 +30,7 @@ async fn terminated_connections_are_replaced_and_the_lock_stays() {
     terminated_connections_are_replaced(false).await;
 }
 
-/// The same with read holds, whose calls take the client's path (`shared.rs`): it closed
+/// The same with read holds, whose calls take the client's path (`storage.rs`): it closed
 /// no dead idle connection after a broken one, so a retry met another dead one (found
 /// when a shared hold's prolong stopped asking the function first, which did).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,7 +45,7 @@ CREATE SCHEMA IF NOT EXISTS {schema};
 -- ends: so an earlier version's function, which knows nothing of shares, sees the key
 -- held by someone else until then. writer: a waiting writer's marker,
 -- {"token": T, "until": µs}, beside any state. Rows that hold shares or a live marker are
--- decided by the client (lock-postgres/src/shared.rs), not by {fn}, which answers 'defer'.
+-- decided by the client (lock-postgres/src/storage.rs), not by {fn}, which answers 'defer'.
 CREATE TABLE IF NOT EXISTS {schema}.{table} (
     key        text        PRIMARY KEY,
     state      text        NOT NULL CHECK (state IN ('held', 'cooling', 'free', 'shared')),
@@ -212,7 +212,7 @@ BEGIN
     now_ts := clock_timestamp();
 
     SELECT * INTO r FROM {schema}.{table} t WHERE t.key = p_key;
-    -- Shared holds, or a writer waiting for them: the client decides (shared.rs), in a
+    -- Shared holds, or a writer waiting for them: the client decides (storage.rs), in a
     -- transaction of its own; this call writes nothing.
     IF FOUND AND p_op NOT IN ('wait', 'unwait')
        AND (r.state = 'shared'

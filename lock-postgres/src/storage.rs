@@ -1,5 +1,6 @@
 //! Shared holds (semaphores, read locks) and a waiting writer's marker: decided in the
-//! client by lock-core's rules, in one transaction that holds the key's advisory lock. The
+//! client by lock-core's rules, in one transaction that holds the key's advisory lock (the
+//! row it reads decoded by `read.rs`). The
 //! backend is a storage of lock-core's adapter (`lock_core::backend::storage`) on this
 //! path: the adapter runs `rules::step`, this module reads and writes the row.
 //!
@@ -19,7 +20,7 @@
 //! So a shared operation costs two round trips (three after a `defer`) where the mutex costs
 //! one; the rules are the ones every other backend decides with, not a second copy in
 //! PL/pgSQL. A prolong or release of a shared hold this backend obtained skips the
-//! function and its `defer` (see `hint.rs`). The row's shape is in `schema.sql`'s comment
+//! function and its `defer` (the routine kit's hint). The row's shape is in `schema.sql`'s comment
 //! on the table.
 //!
 //! # Cancel safety
@@ -29,21 +30,16 @@
 
 use lock_core::backend::codec::DigestJson;
 use lock_core::backend::rules::columns::Columns;
-use lock_core::backend::rules::{Clock, Record, Wake};
+use lock_core::backend::rules::{Clock, Wake};
 use lock_core::backend::storage::{Commit, Decide, Snapshot, Storage};
 use lock_core::backend::{Capabilities, Grace};
-use lock_core::{Error, Key, Operation, Result, Ttl};
+use lock_core::{Key, Operation, Result, Ttl};
 use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use tracing::Instrument;
 
 use crate::error::protocol;
 use crate::exec::{fetch_rows, Db};
-use crate::NAME;
-
-/// A record as the rules see it here: the token's digest, the holder info as JSON, times in
-/// nanoseconds of the server's clock (µs in the row, exact).
-type Stored = Record<String, String>;
 
 /// The client's path as a storage of lock-core's adapter: the adapter runs
 /// [`lock_core::backend::rules::step`] on what [`Storage::transact`] read.
@@ -127,56 +123,11 @@ fn run_step(
 ) -> Result<(Option<Columns>, Wake)> {
     let now_us: i64 = row.try_get(0).map_err(|e| protocol(op, e))?;
     let now_us = u64::try_from(now_us).map_err(|_| protocol(op, "a clock before 1970"))?;
-    let stored = read(op, row)?;
+    let stored = crate::read::record(op, row)?;
     let change = decide(Snapshot {
         record: stored.as_ref(),
         clock: Clock::nanos(now_us.saturating_mul(1000)),
         fencing_floor: now_us,
     })?;
     Ok((change.write.map(|r| Columns::of(&r, now_us)), change.wake))
-}
-
-fn corrupt(op: Operation, what: &str) -> Error {
-    lock_sql::errors::corrupt(NAME, op, what)
-}
-
-/// The record in the row read (columns 1..), `None` without a row.
-fn read(op: Operation, row: &PgRow) -> Result<Option<Stored>> {
-    let get = || -> std::result::Result<_, sqlx::Error> {
-        Ok((
-            row.try_get::<Option<String>, _>(1)?,
-            row.try_get::<Option<String>, _>(2)?,
-            row.try_get::<Option<String>, _>(3)?,
-            row.try_get::<Option<i64>, _>(4)?,
-            row.try_get::<Option<i32>, _>(5)?,
-            row.try_get::<Option<i64>, _>(6)?,
-            row.try_get::<Option<i64>, _>(7)?,
-            row.try_get::<Option<String>, _>(8)?,
-            row.try_get::<Option<String>, _>(9)?,
-        ))
-    };
-    let (state, token, holder, fencing, holds, expires, forget, shares, writer) =
-        get().map_err(|e| protocol(op, e))?;
-    let Some(state) = state else {
-        return Ok(None);
-    };
-    let us = |v: Option<i64>, what| {
-        v.and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| corrupt(op, what))
-    };
-    let columns = Columns {
-        state: Columns::state_word(&state).ok_or_else(|| corrupt(op, "state"))?,
-        token,
-        holder,
-        fencing: us(fencing, "fencing")?,
-        holds: holds.and_then(|h| u32::try_from(h).ok()),
-        expires_us: us(expires, "time")?,
-        forget_us: us(forget, "time")?,
-        shares,
-        writer,
-    };
-    columns
-        .into_record()
-        .map(Some)
-        .map_err(|what| corrupt(op, what))
 }
