@@ -24,16 +24,17 @@ async fn a_renewal_for_the_same_ttl_writes_nothing_and_keeps_the_hold() {
     let backend = support::backend_at(&endpoints, &prefix).await;
     let locker = Locker::new(Arc::new(backend));
     let mut client = Client::connect(&endpoints, None).await.expect("a client");
-    let ttl = Duration::from_secs(2);
+    // Renewed every second: each keep-alive has two seconds of margin on a loaded machine.
+    let ttl = Duration::from_secs(3);
     let guard = match locker.lock("renewed").ttl(ttl).try_obtain().await {
         Ok(Attempt::Obtained(g)) => g,
         other => panic!("a fresh key: {other:?}"),
     };
     let before = revision(&mut client).await;
-    // Four renewals over twice the ttl: the hold lives only if each one reached its leases.
+    // Six renewals over twice the ttl: the hold lives only if each one reached its leases.
     let start = Instant::now();
-    for _ in 0..4 {
-        tokio::time::sleep(ttl / 2).await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(
             guard.prolongate(ttl).await.expect("prolong"),
             ProlongOutcome::Prolonged
