@@ -159,8 +159,15 @@ struct Metrics {
 
 impl Metrics {
     /// The member at `endpoint` (`http://host:port` or `host:port`), read now; `None` when
-    /// it cannot be read.
+    /// it cannot be read within 5 s.
     async fn of(endpoint: &str) -> Option<Metrics> {
+        tokio::time::timeout(Duration::from_secs(5), Metrics::read(endpoint))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn read(endpoint: &str) -> Option<Metrics> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let host = endpoint.trim_start_matches("http://");
         let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;

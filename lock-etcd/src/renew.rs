@@ -20,9 +20,13 @@
 //!    `mod_revision`: the leases kept alive in 2 were still the keys' when it ran, so
 //!    the hold was renewed, exactly as the decision said.
 //!
-//! When 2 or 3 fails, the decision is written as any other (`storage.rs`), whose
-//! transaction finds out what changed. A lease kept alive for nothing is harmless: it holds
-//! no key of the hold any more, or the keys it holds are the hold's.
+//! When 2 fails, the decision is written as any other (`storage.rs`): a lease past its
+//! ttl that the leader has not revoked yet still shows its keys, and the write decides on
+//! them as before. When 3 fails, something of the lock changed since the read: the call
+//! is a conflict, and the adapter decides again on a fresh read (the write's transaction
+//! has the same guard, and would fail after granting two leases for nothing). A lease kept
+//! alive for nothing is harmless: it holds no key of the hold any more, or the keys it
+//! holds are the hold's.
 //!
 //! What the keys keep is not rewritten, so a hold's `renewed` stays at its last written
 //! renewal: of two holds that both expired, the one renewed last by a write is taken to have
@@ -31,6 +35,7 @@
 
 use etcd_client::{Compare, CompareOp, Error as EtcdError, Txn};
 use lock_core::backend::rules::Wake;
+use lock_core::backend::storage::Commit;
 use lock_core::{Operation, Result};
 
 use crate::error::Deadline;
@@ -106,8 +111,9 @@ impl Renewal {
 }
 
 impl EtcdBackend {
-    /// Renews as the [module](self) docs say, by `deadline`: `true` when the hold was
-    /// renewed without a write, `false` when the decision must be written after all.
+    /// Renews as the [module](self) docs say, by `deadline`: `Some(Done)` when the hold
+    /// was renewed without a write, `Some(Conflict)` when the lock changed since the read,
+    /// `None` when the decision must be written after all.
     ///
     /// # Errors
     /// Only the read-only transaction's: a keep-alive that fails leaves the hold to the write
@@ -119,7 +125,7 @@ impl EtcdBackend {
         base: &Base,
         seen: &Seen,
         renewal: &Renewal,
-    ) -> Result<bool> {
+    ) -> Result<Option<Commit>> {
         let alive = renewal.leases.iter().map(|&id| {
             self.members
                 .retried(op, "lease keep-alive", deadline, move |c| async move {
@@ -133,7 +139,7 @@ impl EtcdBackend {
         });
         for kept in futures_util::future::join_all(alive).await {
             if !matches!(kept, Ok(true)) {
-                return Ok(false);
+                return Ok(None);
             }
         }
         let txn = unchanged(base, seen, renewal);
@@ -145,7 +151,10 @@ impl EtcdBackend {
                 async move { c.kv_client().txn(txn).await }
             })
             .await?;
-        Ok(checked.succeeded())
+        Ok(Some(match checked.succeeded() {
+            true => Commit::Done,
+            false => Commit::Conflict,
+        }))
     }
 }
 

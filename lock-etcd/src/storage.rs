@@ -135,8 +135,8 @@ impl EtcdBackend {
             return Ok(Commit::Done);
         }
         if let Some(renewal) = Renewal::of(&base, &seen, &plan, change.wake) {
-            if self.renewed(op, deadline, &base, &seen, &renewal).await? {
-                return Ok(Commit::Done);
+            if let Some(commit) = self.renewed(op, deadline, &base, &seen, &renewal).await? {
+                return Ok(commit);
             }
         }
         plan.announce(&base, &seen, &record, change.wake);
